@@ -1,0 +1,77 @@
+"""EngineConfig: what engine to build. Validated on creation, with messages that say what to fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
+
+
+def _positive_int(name: str, value: object, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if not 1 <= value <= high:
+        raise ValueError(f"{name} must be between 1 and {high}, got {value}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = "default"  # "default", "tiny-random", an HF id, a local path; None = dry
+    block_size: int = 16
+    num_gpu_blocks: int | None = 64  # None: size the pool from memory (real mode only)
+    num_cpu_blocks: int = 0  # CPU swap space, in blocks
+    enable_prefix_caching: bool = True
+    preemption_mode: str = "recompute"  # or "swap"
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+    max_num_seqs: int = 256  # serving: sequences in one step
+    max_num_batched_tokens: int = 2048  # serving: tokens in one step
+
+    def __post_init__(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ValueError(f"model must be a name, a path or None (dry mode), got {self.model!r}")
+        _positive_int("block_size", self.block_size, MAX_BLOCK_SIZE)
+        if self.num_gpu_blocks is None:
+            if self.model is None:
+                raise ValueError("the dry mode needs num_gpu_blocks (there is no memory to size from)")
+        else:
+            _positive_int("num_gpu_blocks", self.num_gpu_blocks, 1 << 20)
+        if isinstance(self.num_cpu_blocks, bool) or not isinstance(self.num_cpu_blocks, int) or (
+            not 0 <= self.num_cpu_blocks <= 1 << 20
+        ):
+            raise ValueError(f"num_cpu_blocks must be between 0 and {1 << 20}, "
+                             f"got {self.num_cpu_blocks!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be True or False, "
+                             f"got {self.enable_prefix_caching!r}")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', "
+                             f"got {self.preemption_mode!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be 'auto', 'float32', 'bfloat16' or 'float16', "
+                             f"got {self.dtype!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative whole number, got {self.seed!r}")
+        _positive_int("max_num_seqs", self.max_num_seqs, 1 << 16)
+        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens, 1 << 20)
+
+    @property
+    def dry(self) -> bool:
+        return self.model is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        if not isinstance(data, dict):
+            raise ValueError(f"an engine config must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown engine config field(s): {', '.join(unknown)}")
+        return cls(**data)

@@ -1,0 +1,294 @@
+"""Block tables: allocate with prefix lookup, append (with copy-on-write), fork, free.
+
+The paper's §5.2 in code. Every operation is all-or-nothing: it first counts the blocks it needs
+and raises `OutOfBlocks` before touching anything when the pool cannot give them. Each returns the
+events it caused; a "cow" event's block_ids are (source, copy), which the runtime turns into a
+real copy of K/V bytes before the model writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.block_pool import BlockPool, OutOfBlocks
+from engine.events import Event, blocks_str
+from engine.hashing import HashFn, hash_block
+from engine.sequence import Sequence, SequenceStatus
+
+
+class InvariantError(AssertionError):
+    """The bookkeeping contradicts itself. Always a bug in the engine."""
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        hash_fn: HashFn = hash_block,
+        token_repr: Callable[[int], str] = repr,
+    ) -> None:
+        self.pool = BlockPool(num_blocks, block_size)
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.hash_fn = hash_fn
+        self.token_repr = token_repr  # narration only: how to show a token to a person
+        self.step = 0  # stamped on every event; the engine advances it
+        self.prefix_hit_blocks = 0
+        self.cow_copies = 0
+        self.evictions = 0
+
+    # ---- capacity -------------------------------------------------------------------------
+
+    def blocks_needed_to_append(self, seq: Sequence, num_new_tokens: int) -> int:
+        """New blocks an append of num_new_tokens takes: the overflow, plus one for a
+        copy-on-write when the partly filled last block is shared."""
+        bs = self.block_size
+        n = seq.num_tokens
+        needed = -(-(n + num_new_tokens) // bs) - len(seq.block_table)
+        if num_new_tokens and n % bs and self.pool.blocks[seq.block_table[-1]].ref_count > 1:
+            needed += 1
+        return needed
+
+    def _require(self, needed: int, available: int, what: str) -> None:
+        if needed > available:
+            raise OutOfBlocks(
+                f"{what} needs {needed} free block(s) but the pool has only {available} "
+                f"(free + cached) of {self.pool.num_blocks}. Free a sequence, or use a larger pool."
+            )
+
+    # ---- the primitives -------------------------------------------------------------------
+
+    def allocate(self, seq: Sequence, prompt: list[int]) -> list[Event]:
+        """Give a new sequence a block table for its prompt, sharing cached prefix blocks."""
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        bs = self.block_size
+        hits = self._match_prefix(prompt)
+        cached_hits = sum(1 for b, _ in hits if self.pool.blocks[b].ref_count == 0)
+        self._require(
+            -(-len(prompt) // bs) - len(hits),
+            self.pool.num_allocatable - cached_hits,
+            f"a prompt of {len(prompt)} tokens",
+        )
+        events: list[Event] = []
+        sid = seq.seq_id
+        if hits:
+            hit_ids = [b for b, _ in hits]
+            live = [b for b in hit_ids if self.pool.blocks[b].ref_count > 0]
+            for b in hit_ids:
+                self.pool.incref(b, sid)
+            n_hit = len(hits) * bs
+            seq.block_table = hit_ids
+            seq.block_hashes = [h for _, h in hits]
+            seq.token_ids = prompt[:n_hit]
+            seq.num_cached_tokens = n_hit
+            self.prefix_hit_blocks += len(hits)
+            events.append(Event(
+                "prefix_hit", self.step, sid,
+                f"seq {sid}: prefix cache hit on {blocks_str(hit_ids)}: "
+                f"{n_hit} of {len(prompt)} prompt tokens need no compute",
+                tuple(hit_ids),
+            ))
+            if live:
+                events.append(Event(
+                    "share", self.step, sid,
+                    f"seq {sid} shares {blocks_str(live)} with live sequences (ref count + 1)",
+                    tuple(live),
+                ))
+        self._write(seq, prompt[len(seq.token_ids):], events, narrate_each=False)
+        seq.prompt_len = len(prompt)
+        seq.status = SequenceStatus.RUNNING
+        return events
+
+    def append(self, seq: Sequence, token_ids: list[int]) -> list[Event]:
+        """Write tokens after the sequence's last token, one slot each (copy-on-write first
+        when the last block is shared and partly filled)."""
+        self._require(
+            self.blocks_needed_to_append(seq, len(token_ids)),
+            self.pool.num_allocatable,
+            f"appending {len(token_ids)} token(s) to seq {seq.seq_id}",
+        )
+        events: list[Event] = []
+        self._write(seq, token_ids, events, narrate_each=True)
+        return events
+
+    def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
+        """The child gets a copy of the parent's block table; nothing is copied but ids."""
+        child.token_ids = list(parent.token_ids)
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
+        child.pending_token = parent.pending_token
+        child.prompt_len = parent.prompt_len
+        child.num_cached_tokens = parent.num_cached_tokens
+        child.cumulative_logprob = parent.cumulative_logprob
+        child.parent_id = parent.seq_id
+        child.status = parent.status
+        for b in child.block_table:
+            self.pool.incref(b, child.seq_id)
+        return [Event(
+            "share", self.step, child.seq_id,
+            f"seq {parent.seq_id} forked into seq {child.seq_id}: "
+            f"{blocks_str(child.block_table)} now shared (ref count + 1), nothing copied",
+            tuple(child.block_table),
+        )]
+
+    def free(self, seq: Sequence) -> list[Event]:
+        """Let go of the whole block table. Blocks enter the LRU last block first, so the start
+        of a prefix, the part most likely to be asked for again, stays cached longest."""
+        released, kept = [], []
+        for b in reversed(seq.block_table):
+            (released if self.pool.decref(b, seq.seq_id) else kept).append(b)
+        released.reverse()
+        kept.reverse()
+        seq.block_table = []
+        text = f"seq {seq.seq_id} freed"
+        if released:
+            cached = [b for b in released if self.pool.blocks[b].block_hash is not None]
+            text += f": {blocks_str(released)} back in the pool"
+            if cached:
+                text += f" ({blocks_str(cached)} stay cached)"
+        if kept:
+            text += f"; {blocks_str(kept)} still used by others (ref count - 1)"
+        return [Event("free", self.step, seq.seq_id, text, tuple(released))]
+
+    # ---- internals --------------------------------------------------------------------------
+
+    def _match_prefix(self, prompt: list[int]) -> list[tuple[int, int]]:
+        """Cached full blocks at the start of the prompt, as (block id, hash). Stops at the first
+        miss and leaves at least one prompt token to compute (its logits give the next token)."""
+        if not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        hits: list[tuple[int, int]] = []
+        parent = None
+        for i in range((len(prompt) - 1) // bs):
+            chunk = prompt[i * bs:(i + 1) * bs]
+            h = self.hash_fn(parent, chunk)
+            block_id = self.pool.lookup(h, chunk)
+            if block_id is None:
+                break
+            hits.append((block_id, h))
+            parent = h
+        return hits
+
+    def _write(self, seq: Sequence, token_ids: list[int], events: list[Event],
+               narrate_each: bool) -> None:
+        bs = self.block_size
+        blocks = self.pool.blocks
+        dirty = self.pool.dirty
+        sid = seq.seq_id
+        new_blocks: list[int] = []
+        for tok in token_ids:
+            offset = len(seq.token_ids) % bs
+            if offset == 0:
+                block_id = self._allocate(sid, events, narrate_each)
+                seq.block_table.append(block_id)
+                new_blocks.append(block_id)
+            else:
+                block_id = seq.block_table[-1]
+                if blocks[block_id].ref_count > 1:
+                    block_id = self._copy_on_write(seq, events)
+            blocks[block_id].token_ids.append(tok)
+            seq.token_ids.append(tok)
+            dirty.add(block_id)
+            if narrate_each:
+                events.append(Event(
+                    "append", self.step, sid,
+                    f"seq {sid} wrote {self.token_repr(tok)} into slot {offset} of block {block_id}",
+                    (block_id,), (tok,), offset,
+                ))
+            if offset == bs - 1 and self.enable_prefix_caching:
+                self._seal(seq, block_id, events)
+        if new_blocks and not narrate_each:
+            events.append(Event(
+                "allocate", self.step, sid,
+                f"seq {sid} got {blocks_str(new_blocks)} for {len(token_ids)} token(s)",
+                tuple(new_blocks),
+            ))
+
+    def _allocate(self, sid: int, events: list[Event], narrate: bool) -> int:
+        block_id, evicted_hash = self.pool.allocate(sid)
+        if evicted_hash is not None:
+            self.evictions += 1
+            events.append(Event(
+                "evict", self.step, sid,
+                f"block {block_id} evicted from the prefix cache (least recently used) "
+                f"and reused by seq {sid}",
+                (block_id,),
+            ))
+        if narrate:
+            events.append(Event(
+                "allocate", self.step, sid, f"seq {sid} got a new block {block_id}", (block_id,)
+            ))
+        return block_id
+
+    def _copy_on_write(self, seq: Sequence, events: list[Event]) -> int:
+        src = seq.block_table[-1]
+        sid = seq.seq_id
+        dst = self._allocate(sid, events, narrate=False)
+        blocks = self.pool.blocks
+        blocks[dst].token_ids = list(blocks[src].token_ids)
+        self.pool.decref(src, sid)
+        seq.block_table[-1] = dst
+        self.cow_copies += 1
+        events.append(Event(
+            "cow", self.step, sid,
+            f"seq {sid} writes into block {src}, shared by {blocks[src].ref_count + 1} "
+            f"sequences → copy-on-write: block {src} copied to block {dst}",
+            (src, dst),
+        ))
+        return dst
+
+    def _seal(self, seq: Sequence, block_id: int, events: list[Event]) -> None:
+        """A block just filled: hash it so later prompts with this prefix can share it."""
+        parent = seq.block_hashes[-1] if seq.block_hashes else None
+        h = self.hash_fn(parent, self.pool.blocks[block_id].token_ids)
+        seq.block_hashes.append(h)
+        if self.pool.register_hash(block_id, h):
+            events.append(Event(
+                "cache", self.step, seq.seq_id,
+                f"block {block_id} is full: hashed ({h & 0xFFFF:04x}…) into the prefix cache",
+                (block_id,),
+            ))
+
+    # ---- checks -------------------------------------------------------------------------------
+
+    def check_invariants(self, sequences: list[Sequence]) -> None:
+        """Raise InvariantError on any contradiction between pool, tables and hash map."""
+        pool, bs = self.pool, self.block_size
+
+        def fail(msg: str) -> None:
+            raise InvariantError(msg)
+
+        refs = [0] * pool.num_blocks
+        owners: list[set[int]] = [set() for _ in range(pool.num_blocks)]
+        for seq in sequences:
+            table = seq.block_table
+            if len(table) != -(-seq.num_tokens // bs):
+                fail(f"seq {seq.seq_id}: {seq.num_tokens} tokens in {len(table)} blocks")
+            if len(set(table)) != len(table):
+                fail(f"seq {seq.seq_id}: a block appears twice in its table {table}")
+            for i, b in enumerate(table):
+                refs[b] += 1
+                owners[b].add(seq.seq_id)
+                if pool.blocks[b].token_ids != seq.token_ids[i * bs:(i + 1) * bs]:
+                    fail(f"seq {seq.seq_id}: block {b} does not hold its tokens {i * bs}..")
+        free, cached = set(pool.free_ids), set(pool.cached_ids)
+        if len(free) != len(pool.free_ids) or free & cached:
+            fail("free queue and cached LRU overlap or repeat a block")
+        for block in pool.blocks:
+            b = block.block_id
+            if block.ref_count != refs[b]:
+                fail(f"block {b}: ref count {block.ref_count}, but {refs[b]} table entries")
+            if set(block.owners) != owners[b]:
+                fail(f"block {b}: owners {sorted(block.owners)} != tables {sorted(owners[b])}")
+            state = block.state
+            if (state == "free") != (b in free) or (state == "cached") != (b in cached):
+                fail(f"block {b}: state {state} but queue membership disagrees")
+            if block.block_hash is not None and len(block.token_ids) != bs:
+                fail(f"block {b}: hashed but only {len(block.token_ids)} of {bs} slots filled")
+        for h, b in pool.hash_to_block.items():
+            if pool.blocks[b].block_hash != h:
+                fail(f"hash map entry {h:x} points at block {b}, which holds another hash")

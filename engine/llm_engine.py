@@ -1,0 +1,258 @@
+"""LLMEngine: the public facade. The paper's primitives, introspection, the op log and replay.
+
+Every public operation is recorded in the op log (`trace`) once it has succeeded, so
+`LLMEngine.replay(config, trace)` rebuilds the same state. Operations are all-or-nothing: a bad
+argument or a pool too small raises before anything changes.
+
+In dry mode (`EngineConfig(model=None)`) there is no model: prompts are UTF-8 bytes and
+`append(seq, n)` draws n tokens from an RNG seeded by the config. Otherwise a real model computes
+every token's K/V into the paged pool (see `engine.runtime`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from engine.block_pool import OutOfBlocks
+from engine.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
+from engine.config import EngineConfig
+from engine.events import Event
+from engine.kv_cache_manager import InvariantError, KVCacheManager
+from engine.sequence import Sequence, SequenceStatus
+from engine.snapshot import Snapshot, SnapshotBuilder
+
+TRACE_VERSION = 1
+MAX_APPEND_PER_CALL = 100_000
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        config = config if config is not None else EngineConfig()
+        if not isinstance(config, EngineConfig):
+            raise ValueError(f"LLMEngine needs an EngineConfig, got {type(config).__name__}")
+        self.config = config
+        self.runtime = None
+        if config.dry:
+            self.tokenizer: Any = ByteTokenizer()
+            num_blocks = config.num_gpu_blocks
+            self.max_model_len = num_blocks * config.block_size
+        else:
+            from engine.runtime import Runtime  # torch only when there is a model
+
+            self.runtime = Runtime(config)
+            self.tokenizer = self.runtime.tokenizer
+            num_blocks = self.runtime.num_gpu_blocks
+            self.max_model_len = self.runtime.max_model_len
+        self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
+        self.kv = KVCacheManager(
+            num_blocks, config.block_size, config.enable_prefix_caching,
+            token_repr=self._token_repr,
+        )
+        self.seqs: dict[int, Sequence] = {}
+        self.freed: dict[int, int] = {}  # seq id -> step it was freed at, for clear errors
+        self.step_count = 0
+        self.last_events: list[Event] = []
+        self._next_seq_id = 0
+        self._trace: list[dict[str, Any]] = []
+        self._rng = random.Random(config.seed)
+        self._snapshots = SnapshotBuilder(self.kv.pool, self.decode)
+
+    # ---- the paper's primitives ---------------------------------------------------------------
+
+    def add_sequence(self, prompt: str | list[int]) -> int:
+        """Allocate and prefill a prompt (prefix cache consulted). Returns the new seq id."""
+        return self._apply({"op": "add_sequence", "prompt": _copy_prompt(prompt)})
+
+    def append(self, seq: int, n: int | None = None, token_ids: list[int] | None = None
+               ) -> list[Event]:
+        """Append n model-chosen tokens (the pending one first), or exactly `token_ids`."""
+        op: dict[str, Any] = {"op": "append", "seq": seq}
+        if token_ids is not None:
+            if n is not None:
+                raise ValueError("give either n or token_ids to append, not both")
+            op["token_ids"] = list(token_ids) if isinstance(token_ids, list | tuple) else token_ids
+        else:
+            op["n"] = 1 if n is None else n
+        return self._apply(op)
+
+    def fork(self, seq: int) -> int:
+        """A child sharing every block of the parent (ref counts + 1). Returns the child's id."""
+        return self._apply({"op": "fork", "seq": seq})
+
+    def free(self, seq: int) -> list[Event]:
+        """Drop a sequence: every block's ref count - 1; blocks reaching 0 are cached or free."""
+        return self._apply({"op": "free", "seq": seq})
+
+    # ---- introspection ----------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        k = self.kv
+        counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
+                    "evictions": k.evictions}
+        mode = "dry" if self.config.dry else str(self.config.model)
+        return self._snapshots.build(self.step_count, list(self.seqs.values()), counters, mode)
+
+    def check_invariants(self) -> None:
+        running = [s for s in self.seqs.values() if s.status == SequenceStatus.RUNNING]
+        self.kv.check_invariants(running)
+        for sid, s in self.seqs.items():
+            if s.seq_id != sid:
+                raise InvariantError(f"sequence registered as {sid} calls itself {s.seq_id}")
+
+    @property
+    def trace(self) -> list[dict[str, Any]]:
+        """The op log: every operation that succeeded, in order (a copy)."""
+        return [dict(op) for op in self._trace]
+
+    def export_trace(self) -> dict[str, Any]:
+        """The op log with the config it ran under: JSON-ready, replayable anywhere."""
+        return {"version": TRACE_VERSION, "config": self.config.to_dict(), "ops": self.trace}
+
+    @classmethod
+    def replay(cls, config: EngineConfig, trace: list[dict[str, Any]]) -> LLMEngine:
+        """A new engine with the same config that runs the same ops: the same state."""
+        if not isinstance(trace, list):
+            raise ValueError(f"a trace is a list of operations, got {type(trace).__name__}")
+        engine = cls(config)
+        for i, op in enumerate(trace):
+            try:
+                engine._apply(op)
+            except (ValueError, OutOfBlocks) as e:
+                raise ValueError(f"trace operation {i} ({op!r:.80}) failed on replay: {e}") from e
+        return engine
+
+    @classmethod
+    def from_trace(cls, data: dict[str, Any]) -> LLMEngine:
+        """Rebuild an engine from `export_trace()` output."""
+        if not isinstance(data, dict) or data.get("version") != TRACE_VERSION:
+            raise ValueError(f"not a PagedLab trace (expected an object with version "
+                             f"{TRACE_VERSION}, config and ops)")
+        return cls.replay(EngineConfig.from_dict(data.get("config")), data.get("ops"))
+
+    def decode(self, token_ids: list[int] | tuple[int, ...]) -> str:
+        return self.tokenizer.decode(list(token_ids))
+
+    # ---- dispatch --------------------------------------------------------------------------------
+
+    def _apply(self, op: dict[str, Any]) -> Any:
+        if not isinstance(op, dict) or op.get("op") not in self._OPS:
+            raise ValueError(f"unknown operation {op!r:.80}; expected one of {sorted(self._OPS)}")
+        self.kv.step = self.step_count + 1
+        result, events = self._OPS[op["op"]](self, op)
+        self.step_count += 1
+        self.last_events = events
+        self._trace.append(op)
+        return result
+
+    def _op_add_sequence(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
+        tokens = self._prompt_tokens(op.get("prompt"))
+        seq = Sequence(self._next_seq_id)
+        events = self.kv.allocate(seq, tokens)
+        self._next_seq_id += 1
+        self.seqs[seq.seq_id] = seq
+        computed = len(tokens) - seq.num_cached_tokens
+        events.append(Event(
+            "prefill", self.kv.step, seq.seq_id,
+            f"seq {seq.seq_id}: prefill of {len(tokens)} prompt tokens, {computed} computed"
+            + (f", {seq.num_cached_tokens} from the prefix cache" if seq.num_cached_tokens else ""),
+            tuple(seq.block_table),
+        ))
+        if self.runtime is not None:
+            self.runtime.prefill(seq, tokens[seq.num_cached_tokens:], events)
+        return seq.seq_id, events
+
+    def _op_append(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.get("seq"))
+        if "token_ids" in op:
+            tokens = self._token_list(op["token_ids"], "token_ids")
+            if not tokens:
+                raise ValueError("token_ids is empty: give at least one token to append")
+            events = self.kv.append(seq, tokens)
+            if self.runtime is not None:
+                self.runtime.forced(seq, tokens, events)
+            return events, events
+        n = op.get("n")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPEND_PER_CALL:
+            raise ValueError(f"n must be a whole number from 1 to {MAX_APPEND_PER_CALL}, got {n!r}")
+        if self.runtime is None:
+            # Check the whole append fits before drawing, so a refused append leaves the RNG as
+            # it was and a replay draws the same tokens.
+            self.kv._require(self.kv.blocks_needed_to_append(seq, n), self.kv.pool.num_allocatable,
+                             f"appending {n} token(s) to seq {seq.seq_id}")
+            tokens = [self._rng.choice(DRY_ALPHABET) for _ in range(n)]
+            events = self.kv.append(seq, tokens)
+        else:
+            events = self.runtime.decode(seq, n, self.kv)
+        return events, events
+
+    def _op_fork(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
+        parent = self._live(op.get("seq"))
+        child = Sequence(self._next_seq_id)
+        events = self.kv.fork(parent, child)
+        self._next_seq_id += 1
+        self.seqs[child.seq_id] = child
+        return child.seq_id, events
+
+    def _op_free(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.get("seq"))
+        events = self.kv.free(seq)
+        seq.status = SequenceStatus.FINISHED
+        del self.seqs[seq.seq_id]
+        self.freed[seq.seq_id] = self.kv.step
+        return events, events
+
+    _OPS = {
+        "add_sequence": _op_add_sequence,
+        "append": _op_append,
+        "fork": _op_fork,
+        "free": _op_free,
+    }
+
+    # ---- validation ------------------------------------------------------------------------------
+
+    def _live(self, seq_id: object) -> Sequence:
+        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
+            raise ValueError(f"a sequence id is a whole number, got {seq_id!r}")
+        seq = self.seqs.get(seq_id)
+        if seq is not None:
+            return seq
+        if seq_id in self.freed:
+            raise ValueError(f"seq {seq_id} was freed at step {self.freed[seq_id]}; "
+                             f"it has no blocks any more")
+        live = ", ".join(map(str, self.seqs)) or "none"
+        raise ValueError(f"unknown sequence id {seq_id} (live sequences: {live})")
+
+    def _token_list(self, token_ids: object, what: str) -> list[int]:
+        if isinstance(token_ids, str | bytes) or not isinstance(token_ids, list | tuple):
+            raise ValueError(f"{what} must be a list of token ids, got {type(token_ids).__name__}")
+        for t in token_ids:
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise ValueError(f"{what}: a token id must be an int, got {t!r}")
+            if not 0 <= t < self.vocab_size:
+                raise ValueError(f"{what}: token id {t} is outside the vocabulary "
+                                 f"(0..{self.vocab_size - 1})")
+        return list(token_ids)
+
+    def _prompt_tokens(self, prompt: object) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("the prompt is empty: type some text to start a sequence")
+            tokens = self.tokenizer.encode(prompt)
+        else:
+            tokens = self._token_list(prompt, "prompt")
+        if not tokens:
+            raise ValueError("the prompt is empty: give at least one token")
+        limit = self.max_model_len
+        if len(tokens) > limit:
+            raise ValueError(f"the prompt has {len(tokens)} tokens, more than the {limit} "
+                             f"this engine can hold; shorten it")
+        return tokens
+
+    def _token_repr(self, token_id: int) -> str:
+        return self.tokenizer.token_repr(token_id) if self.config.dry else repr(
+            self.tokenizer.decode([token_id]))
+
+
+def _copy_prompt(prompt: object) -> object:
+    return list(prompt) if isinstance(prompt, list | tuple) else prompt

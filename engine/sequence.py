@@ -1,0 +1,94 @@
+"""Sequences (one block table each), their status, and the sampling parameters of a request.
+
+A sequence's `token_ids` are the tokens whose K/V are in the cache. A token the model sampled
+but has not yet fed back waits as `pending_token`, in no slot (the paper's Fig. 6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class SequenceStatus(str, Enum):
+    WAITING = "waiting"  # queued for (re-)prefill; holds no blocks
+    RUNNING = "running"  # holds blocks in the GPU pool
+    SWAPPED = "swapped"  # preempted by swap: its blocks live in CPU swap space
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    seq_id: int
+    token_ids: list[int] = field(default_factory=list)
+    block_table: list[int] = field(default_factory=list)  # logical block i -> physical block id
+    block_hashes: list[int] = field(default_factory=list)  # chain hash of each full block
+    pending_token: int | None = None
+    prompt_len: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    parent_id: int | None = None
+    status: SequenceStatus = SequenceStatus.RUNNING
+    cumulative_logprob: float = 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def _check_float(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or not low <= v <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to continue a request. Validated on creation, with messages that say what to fix."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k cut
+    n: int = 1  # parallel samples, forked from one prefill
+    beam_width: int = 1  # > 1 = beam search
+    length_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("max_tokens", self.max_tokens, 1, 1_000_000)
+        object.__setattr__(self, "temperature", _check_float("temperature", self.temperature, 0, 100))
+        object.__setattr__(self, "top_p", _check_float("top_p", self.top_p, 0, 1))
+        if self.top_p == 0:
+            raise ValueError("top_p must be > 0 (1.0 keeps every token)")
+        _check_int("top_k", self.top_k, 0)
+        _check_int("n", self.n, 1, 64)
+        _check_int("beam_width", self.beam_width, 1, 64)
+        object.__setattr__(
+            self, "length_penalty", _check_float("length_penalty", self.length_penalty, -10, 10)
+        )
+        if self.seed is not None:
+            _check_int("seed", self.seed, 0, 2**63 - 1)
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", stop)
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if self.beam_width > 1 and self.n > 1:
+            raise ValueError("use either n > 1 (parallel sampling) or beam_width > 1, not both")
+        if self.beam_width > 1 and self.temperature > 0:
+            raise ValueError("beam search is deterministic: set temperature=0 with beam_width > 1")

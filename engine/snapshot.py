@@ -1,0 +1,129 @@
+"""Immutable views of the whole engine state, for figures, lessons and checks.
+
+A snapshot is plain frozen data: the UI draws it, lessons read numbers from it, tests compare two
+of them. Views of blocks and sequences that did not change since the last snapshot are reused, so
+a snapshot of a 4096-block pool costs only what changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from engine.block_pool import BlockPool
+from engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class BlockView:
+    block_id: int
+    ref_count: int
+    state: str  # "free" | "used" | "cached"
+    block_hash: int | None
+    token_ids: tuple[int, ...]
+    num_filled: int
+    owners: tuple[int, ...]  # seq ids whose block tables point here
+
+
+@dataclass(frozen=True)
+class SequenceView:
+    seq_id: int
+    block_table: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    num_tokens: int
+    text: str
+    status: str
+    num_cached_tokens: int  # prompt tokens served by the prefix cache
+    pending_token: int | None
+    prompt_len: int
+    parent_id: int | None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    used_blocks: int
+    cached_blocks: int
+    free_blocks: int
+    logical_blocks: int  # sum of block-table lengths: what the tables would take unshared
+    prefix_hit_blocks: int  # cumulative
+    cow_copies: int  # cumulative
+    evictions: int  # cumulative
+    num_tokens: int  # tokens in all sequences' caches
+    extra: Mapping[str, float] = field(default_factory=dict)  # serving metrics, filled later
+
+    @property
+    def shared_saving(self) -> int:
+        """Blocks that sharing saves: table entries minus the blocks backing them."""
+        return self.logical_blocks - self.used_blocks
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    step: int
+    block_size: int
+    num_blocks: int
+    blocks: tuple[BlockView, ...]
+    sequences: Mapping[int, SequenceView]
+    metrics: Metrics
+    num_free_blocks: int  # allocatable now: free + cached
+    cached_lru: tuple[int, ...]  # cached block ids, next to be evicted first
+    mode: str  # "dry" or the model's name
+
+
+class SnapshotBuilder:
+    """Builds snapshots, reusing the views of blocks and sequences that did not change."""
+
+    def __init__(self, pool: BlockPool, decode: Callable[[list[int]], str]) -> None:
+        self.pool = pool
+        self.decode = decode
+        self._blocks: list[BlockView | None] = [None] * pool.num_blocks
+        self._seqs: dict[int, tuple[tuple, SequenceView]] = {}
+
+    def block_views(self) -> tuple[BlockView, ...]:
+        pool = self.pool
+        for b in pool.dirty:
+            blk = pool.blocks[b]
+            self._blocks[b] = BlockView(
+                b, blk.ref_count, blk.state, blk.block_hash, tuple(blk.token_ids),
+                len(blk.token_ids), tuple(blk.owners),
+            )
+        pool.dirty.clear()
+        return tuple(self._blocks)  # type: ignore[arg-type]
+
+    def sequence_view(self, seq: Sequence) -> SequenceView:
+        key = (seq.num_tokens, tuple(seq.block_table), seq.pending_token, seq.status,
+               seq.num_cached_tokens)
+        cached = self._seqs.get(seq.seq_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = SequenceView(
+            seq.seq_id, tuple(seq.block_table), tuple(seq.token_ids), seq.num_tokens,
+            self.decode(seq.token_ids), seq.status.value, seq.num_cached_tokens,
+            seq.pending_token, seq.prompt_len, seq.parent_id,
+        )
+        self._seqs[seq.seq_id] = (key, view)
+        return view
+
+    def build(self, step: int, sequences: list[Sequence], counters: dict[str, int],
+              mode: str, extra: Mapping[str, float] | None = None) -> Snapshot:
+        pool = self.pool
+        blocks = self.block_views()
+        seq_views = {s.seq_id: self.sequence_view(s) for s in sequences}
+        for gone in set(self._seqs) - set(seq_views):
+            del self._seqs[gone]
+        n_cached, n_free = len(pool.cached_ids), len(pool.free_ids)
+        metrics = Metrics(
+            used_blocks=pool.num_blocks - n_cached - n_free,
+            cached_blocks=n_cached,
+            free_blocks=n_free,
+            logical_blocks=sum(len(s.block_table) for s in sequences),
+            num_tokens=sum(s.num_tokens for s in sequences),
+            extra=MappingProxyType(dict(extra or {})),
+            **counters,
+        )
+        return Snapshot(
+            step=step, block_size=pool.block_size, num_blocks=pool.num_blocks, blocks=blocks,
+            sequences=MappingProxyType(seq_views), metrics=metrics,
+            num_free_blocks=n_cached + n_free, cached_lru=tuple(pool.cached_ids), mode=mode,
+        )
