@@ -94,13 +94,6 @@ class BlockPool:
             self.free_ids.append(block_id)
         return True
 
-    def replace_owner(self, block_id: int, old: int, new: int) -> None:
-        """Hand an entry over to another sequence id (ref count unchanged)."""
-        owners = self.blocks[block_id].owners
-        owners.pop(old, None)
-        owners[new] = None
-        self.dirty.add(block_id)
-
     def register_hash(self, block_id: int, block_hash: int) -> bool:
         """Make a full block findable by its hash. False when the hash already names another
         block: that one keeps serving hits (no deduplication after the fact)."""

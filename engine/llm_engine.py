@@ -45,10 +45,9 @@ class LLMEngine:
             num_blocks = self.runtime.num_gpu_blocks
             self.max_model_len = self.runtime.max_model_len
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
-        self.kv = KVCacheManager(
-            num_blocks, config.block_size, config.enable_prefix_caching,
-            token_repr=self._token_repr,
-        )
+        token_repr = self.tokenizer.token_repr if config.dry else self._model_token_repr
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                 token_repr=token_repr)
         self.seqs: dict[int, Sequence] = {}
         self.freed: dict[int, int] = {}  # seq id -> step it was freed at, for clear errors
         self.step_count = 0
@@ -84,7 +83,7 @@ class LLMEngine:
         """Drop a sequence: every block's ref count - 1; blocks reaching 0 are cached or free."""
         return self._apply({"op": "free", "seq": seq})
 
-    # ---- introspection ----------------------------------------------------------------------------
+    # ---- introspection --------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         k = self.kv
@@ -249,9 +248,8 @@ class LLMEngine:
                              f"this engine can hold; shorten it")
         return tokens
 
-    def _token_repr(self, token_id: int) -> str:
-        return self.tokenizer.token_repr(token_id) if self.config.dry else repr(
-            self.tokenizer.decode([token_id]))
+    def _model_token_repr(self, token_id: int) -> str:
+        return repr(self.tokenizer.decode([token_id]))
 
 
 def _copy_prompt(prompt: object) -> object:
