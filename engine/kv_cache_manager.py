@@ -28,8 +28,10 @@ class KVCacheManager:
         enable_prefix_caching: bool = True,
         hash_fn: HashFn = hash_block,
         token_repr: Callable[[int], str] = repr,
+        num_cpu_blocks: int = 0,
     ) -> None:
         self.pool = BlockPool(num_blocks, block_size)
+        self.cpu_pool = BlockPool(num_cpu_blocks, block_size)  # swap space; never hashed
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.hash_fn = hash_fn
@@ -74,6 +76,8 @@ class KVCacheManager:
         )
         events: list[Event] = []
         sid = seq.seq_id
+        seq.token_ids, seq.block_table, seq.block_hashes = [], [], []
+        seq.num_cached_tokens = 0
         if hits:
             hit_ids = [b for b, _ in hits]
             live = [b for b in hit_ids if self.pool.blocks[b].ref_count > 0]
@@ -152,6 +156,64 @@ class KVCacheManager:
         if kept:
             text += f"; {blocks_str(kept)} still used by others (ref count - 1)"
         return [Event("free", self.step, seq.seq_id, text, tuple(released))]
+
+    # ---- swapping (preemption by swap, §4.5) -------------------------------------------------
+
+    @staticmethod
+    def distinct_blocks(seqs: list[Sequence]) -> list[int]:
+        """The blocks of a group's tables, each once (its sequences may share blocks)."""
+        return list(dict.fromkeys(b for s in seqs for b in s.block_table))
+
+    def swap_out(self, seqs: list[Sequence]) -> tuple[list[Event], list[tuple[int, int]]]:
+        """Move a group's blocks to CPU swap space. Returns events and (gpu, cpu) copy pairs;
+        the caller copies the bytes before anyone reuses the GPU blocks."""
+        gpu_blocks = self.distinct_blocks(seqs)
+        self._require(len(gpu_blocks), self.cpu_pool.num_allocatable, "swapping out")
+        pairs, events = self._move(seqs, gpu_blocks, self.pool, self.cpu_pool)
+        for seq in seqs:
+            seq.status = SequenceStatus.SWAPPED
+        ids = ", ".join(f"{g}→cpu {c}" for g, c in pairs)
+        events.append(Event("swap_out", self.step, seqs[0].seq_id,
+                            f"swapped out seq {', '.join(str(s.seq_id) for s in seqs)}: {ids}",
+                            tuple(x for p in pairs for x in p)))
+        return events, pairs
+
+    def swap_in(self, seqs: list[Sequence]) -> tuple[list[Event], list[tuple[int, int]]]:
+        """Bring a swapped group back into the GPU pool. Returns events and (cpu, gpu) pairs."""
+        cpu_blocks = self.distinct_blocks(seqs)
+        self._require(len(cpu_blocks), self.pool.num_allocatable, "swapping in")
+        pairs, events = self._move(seqs, cpu_blocks, self.cpu_pool, self.pool)
+        for seq in seqs:
+            seq.status = SequenceStatus.RUNNING
+            if self.enable_prefix_caching:  # full blocks become findable again
+                for i, h in enumerate(seq.block_hashes):
+                    self.pool.register_hash(seq.block_table[i], h)
+        ids = ", ".join(f"cpu {c}→{g}" for c, g in pairs)
+        events.append(Event("swap_in", self.step, seqs[0].seq_id,
+                            f"swapped in seq {', '.join(str(s.seq_id) for s in seqs)}: {ids}",
+                            tuple(x for p in pairs for x in p)))
+        return events, pairs
+
+    def _move(self, seqs: list[Sequence], src_blocks: list[int], src: BlockPool, dst: BlockPool
+              ) -> tuple[list[tuple[int, int]], list[Event]]:
+        events: list[Event] = []
+        mapping: dict[int, int] = {}
+        for b in src_blocks:
+            owner = next(s.seq_id for s in seqs if b in s.block_table)
+            if dst is self.pool:
+                new = self._allocate(owner, events, narrate=False)
+            else:
+                new, _ = dst.allocate(owner)
+            dst.blocks[new].token_ids = list(src.blocks[b].token_ids)
+            mapping[b] = new
+        for seq in seqs:
+            for b in reversed(seq.block_table):
+                src.decref(b, seq.seq_id)
+            seq.block_table = [mapping[b] for b in seq.block_table]
+            for b in seq.block_table:
+                if seq.seq_id not in dst.blocks[b].owners:
+                    dst.incref(b, seq.seq_id)
+        return list(mapping.items()), events
 
     # ---- internals --------------------------------------------------------------------------
 
@@ -255,12 +317,19 @@ class KVCacheManager:
 
     # ---- checks -------------------------------------------------------------------------------
 
-    def check_invariants(self, sequences: list[Sequence]) -> None:
-        """Raise InvariantError on any contradiction between pool, tables and hash map."""
-        pool, bs = self.pool, self.block_size
+    def check_invariants(self, on_gpu: list[Sequence], on_cpu: list[Sequence] = ()) -> None:
+        """Raise InvariantError on any contradiction between pools, tables and the hash map."""
+        self._check_pool(self.pool, on_gpu, "")
+        self._check_pool(self.cpu_pool, list(on_cpu), "cpu ")
+        for h, b in self.pool.hash_to_block.items():
+            if self.pool.blocks[b].block_hash != h:
+                raise InvariantError(f"hash map entry {h:x} points at block {b}, which holds another hash")
+
+    def _check_pool(self, pool: BlockPool, sequences: list[Sequence], where: str) -> None:
+        bs = self.block_size
 
         def fail(msg: str) -> None:
-            raise InvariantError(msg)
+            raise InvariantError(where + msg)
 
         refs = [0] * pool.num_blocks
         owners: list[set[int]] = [set() for _ in range(pool.num_blocks)]
@@ -289,6 +358,3 @@ class KVCacheManager:
                 fail(f"block {b}: state {state} but queue membership disagrees")
             if block.block_hash is not None and len(block.token_ids) != bs:
                 fail(f"block {b}: hashed but only {len(block.token_ids)} of {bs} slots filled")
-        for h, b in pool.hash_to_block.items():
-            if pool.blocks[b].block_hash != h:
-                fail(f"hash map entry {h:x} points at block {b}, which holds another hash")

@@ -20,13 +20,14 @@ from engine.config import EngineConfig
 from engine.events import Event
 from engine.kv_cache_manager import InvariantError, KVCacheManager
 from engine.sequence import Sequence, SequenceStatus
+from engine.serving import ServingMixin
 from engine.snapshot import Snapshot, SnapshotBuilder
 
 TRACE_VERSION = 1
 MAX_APPEND_PER_CALL = 100_000
 
 
-class LLMEngine:
+class LLMEngine(ServingMixin):
     def __init__(self, config: EngineConfig | None = None) -> None:
         config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -45,9 +46,10 @@ class LLMEngine:
             num_blocks = self.runtime.num_gpu_blocks
             self.max_model_len = self.runtime.max_model_len
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
+        self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
         token_repr = self.tokenizer.token_repr if config.dry else self._model_token_repr
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                 token_repr=token_repr)
+                                 token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks)
         self.seqs: dict[int, Sequence] = {}
         self.freed: dict[int, int] = {}  # seq id -> step it was freed at, for clear errors
         self.step_count = 0
@@ -56,6 +58,7 @@ class LLMEngine:
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
         self._snapshots = SnapshotBuilder(self.kv.pool, self.decode)
+        self._init_serving()
 
     # ---- the paper's primitives ---------------------------------------------------------------
 
@@ -90,14 +93,28 @@ class LLMEngine:
         counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
                     "evictions": k.evictions}
         mode = "dry" if self.config.dry else str(self.config.model)
-        return self._snapshots.build(self.step_count, list(self.seqs.values()), counters, mode)
+        sched = self.scheduler
+        last = self.last_step
+        extra = {
+            "requests_running": len(sched.running),
+            "requests_waiting": len(sched.waiting),
+            "requests_swapped": len(sched.swapped),
+            "preemptions": sched.num_preemptions,
+            "batched_tokens": last.num_batched_tokens if last else 0,
+            "cpu_blocks_used": self.kv.cpu_pool.num_blocks - self.kv.cpu_pool.num_allocatable,
+        }
+        return self._snapshots.build(self.step_count, list(self.seqs.values()), counters, mode, extra)
 
     def check_invariants(self) -> None:
-        running = [s for s in self.seqs.values() if s.status == SequenceStatus.RUNNING]
-        self.kv.check_invariants(running)
+        by_status: dict[SequenceStatus, list[Sequence]] = {st: [] for st in SequenceStatus}
         for sid, s in self.seqs.items():
             if s.seq_id != sid:
                 raise InvariantError(f"sequence registered as {sid} calls itself {s.seq_id}")
+            by_status[s.status].append(s)
+        self.kv.check_invariants(by_status[SequenceStatus.RUNNING], by_status[SequenceStatus.SWAPPED])
+        for s in by_status[SequenceStatus.WAITING] + by_status[SequenceStatus.FINISHED]:
+            if s.block_table:
+                raise InvariantError(f"seq {s.seq_id} is {s.status.value} but holds blocks {s.block_table}")
 
     @property
     def trace(self) -> list[dict[str, Any]]:
@@ -158,7 +175,7 @@ class LLMEngine:
             tuple(seq.block_table),
         ))
         if self.runtime is not None:
-            self.runtime.prefill(seq, tokens[seq.num_cached_tokens:], events)
+            self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
 
     def _op_append(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
@@ -168,8 +185,8 @@ class LLMEngine:
             if not tokens:
                 raise ValueError("token_ids is empty: give at least one token to append")
             events = self.kv.append(seq, tokens)
-            if self.runtime is not None:
-                self.runtime.forced(seq, tokens, events)
+            if self.runtime is not None:  # the pending token is dropped; a new one follows these
+                self._compute(seq, seq.num_tokens - len(tokens), events)
             return events, events
         n = op.get("n")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPEND_PER_CALL:
@@ -182,7 +199,13 @@ class LLMEngine:
             tokens = [self._rng.choice(DRY_ALPHABET) for _ in range(n)]
             events = self.kv.append(seq, tokens)
         else:
-            events = self.runtime.decode(seq, n, self.kv)
+            self.kv._require(self.kv.blocks_needed_to_append(seq, n), self.kv.pool.num_allocatable,
+                             f"appending {n} token(s) to seq {seq.seq_id}")
+            events = []
+            for _ in range(n):  # the pending token goes into its slot; the model picks the next
+                step_events = self.kv.append(seq, [seq.pending_token])
+                self._compute(seq, seq.num_tokens - 1, step_events)
+                events += step_events
         return events, events
 
     def _op_fork(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
@@ -201,11 +224,26 @@ class LLMEngine:
         self.freed[seq.seq_id] = self.kv.step
         return events, events
 
+    def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
+        """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
+        the model on the sequence's tokens from num_computed on, keep the greedy next token."""
+        self.runtime.copy_blocks([e.block_ids for e in events if e.kind == "cow"])
+        scores = self.runtime.execute([(seq.token_ids[num_computed:], num_computed, seq.block_table)])
+        token, logprob = scores.greedy(0)
+        seq.pending_token = token
+        seq.cumulative_logprob += logprob
+        n = seq.num_tokens - num_computed
+        events.append(Event("decode", self.kv.step, seq.seq_id,
+                            f"seq {seq.seq_id}: the model computed {n} token(s); next token "
+                            f"{self._model_token_repr(token)} waits as pending", (), (token,)))
+
     _OPS = {
         "add_sequence": _op_add_sequence,
         "append": _op_append,
         "fork": _op_fork,
         "free": _op_free,
+        "add_request": ServingMixin._op_add_request,
+        "step": ServingMixin._op_step,
     }
 
     # ---- validation ------------------------------------------------------------------------------

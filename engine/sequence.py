@@ -30,6 +30,11 @@ class Sequence:
     parent_id: int | None = None
     status: SequenceStatus = SequenceStatus.RUNNING
     cumulative_logprob: float = 0.0
+    # serving only
+    request_id: int | None = None  # the request group this sequence belongs to
+    output_ids: list[int] = field(default_factory=list)  # every sampled token, the pending one too
+    resume_tokens: list[int] = field(default_factory=list)  # tokens to recompute after preemption
+    finish_reason: str | None = None  # "length" | "stop" | "eos"
 
     @property
     def num_tokens(self) -> int:
@@ -92,3 +97,28 @@ class SamplingParams:
             raise ValueError("use either n > 1 (parallel sampling) or beam_width > 1, not both")
         if self.beam_width > 1 and self.temperature > 0:
             raise ValueError("beam search is deterministic: set temperature=0 with beam_width > 1")
+
+
+@dataclass
+class SequenceGroup:
+    """One request: a prompt and the sequences that continue it (1, n samples, or beams).
+    Scheduled and preempted as a whole ("gang-scheduled"), as the paper does."""
+
+    request_id: int
+    prompt: str | list[int]
+    prompt_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence]
+    arrival: int  # FCFS order
+    prefilled: bool = False  # the first prefill (which samples the first token) has run
+    finished_beams: list[Sequence] = field(default_factory=list)  # beam hypotheses that ended
+    finished_seqs: list[Sequence] = field(default_factory=list)
+    num_preemptions: int = 0
+
+    @property
+    def width(self) -> int:
+        """How many sequences the group runs once it is going."""
+        return max(self.params.n, self.params.beam_width)
+
+    def live(self) -> list[Sequence]:
+        return [s for s in self.seqs if s.status != SequenceStatus.FINISHED]

@@ -1,0 +1,198 @@
+"""Continuous batching: which sequences run in the next step, and who is preempted.
+
+Iteration-level scheduling, first come first served, in three passes:
+
+1. **Resume** swapped-out groups (oldest first) when their blocks fit again. Resumed groups go
+   before new ones.
+2. **Decode** every running sequence one token. Each group reserves the blocks its sequences may
+   need (one each: a new block or a copy-on-write). When they do not fit, the latest-arrived
+   running group is preempted, all or nothing (the paper's §4.5): by swap (its blocks copied to CPU
+   swap space) or by recompute (its blocks freed; it re-prefills later). Swap falls back to
+   recompute when the CPU pool is full.
+3. **Prefill** waiting groups, oldest first (recompute-preempted ones were put back at the front),
+   while the step's token and sequence budgets and the free blocks allow. A prefill is whole (no
+   chunking), and decodes and prefills share one forward pass. No prefill is admitted in a step
+   that had to preempt: memory is short.
+
+Torch-free: it moves blocks in the bookkeeping and says what to run; the engine runs it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.block_pool import OutOfBlocks
+from engine.config import EngineConfig
+from engine.events import Event
+from engine.kv_cache_manager import KVCacheManager
+from engine.sequence import Sequence, SequenceGroup, SequenceStatus
+
+
+@dataclass
+class PrefillItem:
+    group: SequenceGroup
+    seq: Sequence
+    resumed: bool  # recompute after preemption: logits are not sampled, the pending token stays
+
+
+@dataclass
+class ScheduledStep:
+    prefills: list[PrefillItem] = field(default_factory=list)
+    decodes: list[Sequence] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu) copies to make first
+    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
+    preempted: list[SequenceGroup] = field(default_factory=list)
+    aborted: list[SequenceGroup] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.decodes) + sum(
+            p.seq.num_tokens - p.seq.num_cached_tokens for p in self.prefills)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []  # in arrival order
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_preemptions = 0
+
+    def add(self, group: SequenceGroup) -> None:
+        self.waiting.append(group)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def schedule(self) -> ScheduledStep:
+        out = ScheduledStep()
+        self._resume_swapped(out)
+        self._schedule_decodes(out)
+        if not out.preempted:
+            self._schedule_prefills(out)
+        return out
+
+    # ---- passes -------------------------------------------------------------------------------
+
+    def _resume_swapped(self, out: ScheduledStep) -> None:
+        while self.swapped:
+            group = self.swapped[0]
+            seqs = group.live()
+            need = len(self.kv.distinct_blocks(seqs)) + len(seqs)  # + one append each
+            if need > self.kv.pool.num_allocatable:
+                return
+            self.swapped.popleft()
+            events, pairs = self.kv.swap_in(seqs)
+            out.events += events
+            out.swap_in += pairs
+            self._insert_running(group)
+
+    def _schedule_decodes(self, out: ScheduledStep) -> None:
+        reserved = 0
+        scheduled: list[SequenceGroup] = []
+        while self.running:
+            group = self.running[0]
+            need = sum(self.kv.blocks_needed_to_append(s, 1) for s in group.live())
+            if need > self.kv.pool.num_allocatable - reserved:
+                victim = self.running.pop()  # the latest arrival goes first
+                if victim is group and not scheduled:
+                    self._abort(victim, out)  # alone and still too big: it can never run
+                else:
+                    self._preempt(victim, out)
+                continue
+            scheduled.append(self.running.pop(0))
+            reserved += need
+        self.running = scheduled
+        for group in scheduled:
+            for seq in group.live():
+                out.events += self.kv.append(seq, [seq.pending_token])
+                out.decodes.append(seq)
+
+    def _schedule_prefills(self, out: ScheduledStep) -> None:
+        cfg = self.config
+        num_seqs = sum(len(g.live()) for g in self.running)
+        while self.waiting:
+            group = self.waiting[0]
+            seqs = group.live()
+            width = len(seqs) if group.prefilled else group.width
+            if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
+                return
+            prompts = [s.resume_tokens if group.prefilled else group.prompt_ids for s in seqs]
+            step_tokens = out.num_tokens + sum(map(len, prompts))  # an upper bound: hits compute less
+            if step_tokens > cfg.max_num_batched_tokens and (out.decodes or out.prefills):
+                return
+            done: list[Sequence] = []
+            events: list[Event] = []
+            try:
+                for seq, tokens in zip(seqs, prompts, strict=True):
+                    events += self.kv.allocate(seq, tokens)
+                    done.append(seq)
+            except OutOfBlocks:
+                for seq in reversed(done):  # all or nothing for the group
+                    self.kv.free(seq)
+                    seq.token_ids = []
+                return
+            self.waiting.popleft()
+            out.events += events
+            for seq in seqs:
+                seq.resume_tokens = []
+                seq.status = SequenceStatus.RUNNING
+                out.prefills.append(PrefillItem(group, seq, resumed=group.prefilled))
+            self._insert_running(group)
+            num_seqs += width
+
+    # ---- preemption ---------------------------------------------------------------------------
+
+    def _preempt(self, group: SequenceGroup, out: ScheduledStep) -> None:
+        seqs = group.live()
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(group)
+        cpu_free = self.kv.cpu_pool.num_allocatable
+        if self.config.preemption_mode == "swap" and len(self.kv.distinct_blocks(seqs)) <= cpu_free:
+            events, pairs = self.kv.swap_out(seqs)
+            out.swap_out += pairs
+            self.swapped.append(group)
+            how = f"swap ({len(pairs)} block(s) to CPU)"
+        else:
+            events = []
+            for seq in seqs:
+                seq.resume_tokens = seq.token_ids
+                events += self.kv.free(seq)
+                seq.token_ids = []
+                seq.num_cached_tokens = 0
+                seq.status = SequenceStatus.WAITING
+            self.waiting.appendleft(group)
+            fallback = " (CPU swap space full)" if self.config.preemption_mode == "swap" else ""
+            how = f"recompute{fallback}"
+        out.events.append(Event(
+            "preempt", self.kv.step, seqs[0].seq_id,
+            f"out of blocks: request {group.request_id} (seq {', '.join(str(s.seq_id) for s in seqs)}) "
+            f"preempted by {how}",
+        ))
+        out.events += events
+
+    def _abort(self, group: SequenceGroup, out: ScheduledStep) -> None:
+        """A group that cannot continue even with the whole pool to itself ends now."""
+        for seq in group.live():
+            out.events += self.kv.free(seq)
+            seq.finish_reason = "abort"
+            seq.status = SequenceStatus.FINISHED
+        out.aborted.append(group)
+        out.events.append(Event(
+            "finish", self.kv.step, group.seqs[0].seq_id,
+            f"request {group.request_id} aborted: it needs more blocks than the pool has "
+            f"({self.kv.pool.num_blocks}); use a larger pool or fewer tokens",
+        ))
+
+    def _insert_running(self, group: SequenceGroup) -> None:
+        i = len(self.running)
+        while i > 0 and self.running[i - 1].arrival > group.arrival:
+            i -= 1
+        self.running.insert(i, group)
+
+    def finish(self, group: SequenceGroup) -> None:
+        self.running.remove(group)

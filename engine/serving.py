@@ -1,0 +1,289 @@
+"""Serving on top of the primitives: requests, one scheduler step, generate.
+
+A step reads as the paper's server loop: **schedule** (scheduler.py decides decodes, prefills,
+preemptions, and moves the blocks), **run** (the runtime copies swapped and copy-on-write blocks,
+then one forward pass over every scheduled token), **postprocess** (sample, continue beams by
+fork / free, finish requests and free their blocks).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+from typing import Any
+
+from engine.beam_search import Hypothesis, choose, length_penalised, should_stop
+from engine.dry_model import DryScores
+from engine.events import Event
+from engine.outputs import CompletionOutput, RequestOutput, StepResult
+from engine.scheduler import ScheduledStep, Scheduler
+from engine.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
+
+
+class ServingMixin:
+    """The serving half of LLMEngine (uses its seqs, kv, runtime, tokenizer and op log)."""
+
+    scheduler: Scheduler
+
+    def _init_serving(self) -> None:
+        self.scheduler = Scheduler(self.config, self.kv)
+        self.groups: dict[int, SequenceGroup] = {}
+        self._next_request_id = 0
+        self.last_step: StepResult | None = None
+
+    # ---- public -------------------------------------------------------------------------------
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; it joins the next step. Returns the request id."""
+        params = params if params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        op = {"op": "add_request", "prompt": list(prompt) if isinstance(prompt, list | tuple) else prompt,
+              "params": asdict(params)}
+        return self._apply(op)
+
+    def step(self) -> StepResult:
+        """One scheduler iteration: schedule, run, postprocess."""
+        return self._apply({"op": "step"})
+
+    def generate(self, prompts: str | list[str] | list[list[int]],
+                 params: SamplingParams | None = None) -> list[RequestOutput]:
+        """Add the prompts as requests and step until all of them finish."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        ids = [self.add_request(p, params) for p in prompts]
+        done: dict[int, RequestOutput] = {}
+        while any(i not in done for i in ids):
+            result = self.step()
+            for out in result.finished:
+                done[out.request_id] = out
+            if result.num_batched_tokens == 0 and not result.finished and not result.events:
+                raise RuntimeError(
+                    "no request can run: the pool is held by sequences outside the scheduler; "
+                    "free some of them")
+        return [done[i] for i in ids]
+
+    # ---- ops ------------------------------------------------------------------------------------
+
+    def _op_add_request(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
+        params = op.get("params") or {}
+        if not isinstance(params, dict):
+            raise ValueError("params must be an object of sampling parameters")
+        params = SamplingParams(**{k: tuple(v) if k == "stop" else v for k, v in params.items()})
+        tokens = self._prompt_tokens(op.get("prompt"))
+        bs, nb = self.config.block_size, self.kv.pool.num_blocks
+        if len(tokens) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({len(tokens)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"the {self.max_model_len} tokens this engine can hold; lower max_tokens")
+        if -(-len(tokens) // bs) > nb:
+            raise ValueError(f"the prompt needs {-(-len(tokens) // bs)} blocks but the pool has {nb}")
+        rid = self._next_request_id
+        seq = Sequence(self._next_seq_id, status=SequenceStatus.WAITING, request_id=rid)
+        group = SequenceGroup(rid, op.get("prompt"), tokens, params, [seq], arrival=rid)
+        self._next_request_id += 1
+        self._next_seq_id += 1
+        self.seqs[seq.seq_id] = seq
+        self.groups[rid] = group
+        self.scheduler.add(group)
+        return rid, []  # nothing happens to blocks until a step schedules it
+
+    def _op_step(self, op: dict[str, Any]) -> tuple[StepResult, list[Event]]:
+        sched = self.scheduler.schedule()                      # schedule
+        events = list(sched.events)
+        scores = self._run_step(sched, events)                 # run
+        finished = self._postprocess(sched, scores, events)    # postprocess
+        for group in sched.aborted:
+            finished.append(self._finish_group(group, events, aborted=True))
+        outputs = [self._request_output(g) for g in self.scheduler.running]
+        result = StepResult(self.kv.step, events, finished, outputs, sched.num_tokens,
+                            len(sched.prefills), len(sched.decodes))
+        self.last_step = result
+        return result, events
+
+    # ---- run ------------------------------------------------------------------------------------
+
+    def _run_step(self, sched: ScheduledStep, events: list[Event]) -> Any:
+        items = [(p.seq, p.seq.num_cached_tokens) for p in sched.prefills]
+        items += [(s, s.num_tokens - 1) for s in sched.decodes]
+        cow = [e.block_ids for e in events if e.kind == "cow"]
+        for p in sched.prefills:
+            p.seq.num_cached_tokens = min(p.seq.num_cached_tokens, p.seq.prompt_len)
+            computed = p.seq.num_tokens - p.seq.num_cached_tokens
+            what = "recompute after preemption" if p.resumed else "prefill"
+            events.append(Event("prefill", self.kv.step, p.seq.seq_id,
+                                f"seq {p.seq.seq_id}: {what} of {p.seq.num_tokens} tokens, {computed} "
+                                f"computed, {p.seq.num_cached_tokens} from the prefix cache",
+                                tuple(p.seq.block_table)))
+        if sched.decodes:
+            events.append(Event("decode", self.kv.step, None,
+                                f"decode: {len(sched.decodes)} sequence(s) computed one token each",
+                                tuple(s.seq_id for s in sched.decodes)))
+        if self.runtime is None:
+            return DryScores(len(items), self._rng) if items else None
+        self.runtime.swap_out(sched.swap_out)
+        self.runtime.swap_in(sched.swap_in)
+        self.runtime.copy_blocks(cow)
+        if not items:
+            return None
+        return self.runtime.execute([(s.token_ids[n:], n, s.block_table) for s, n in items])
+
+    # ---- postprocess ---------------------------------------------------------------------------
+
+    def _postprocess(self, sched: ScheduledStep, scores: Any, events: list[Event]) -> list[RequestOutput]:
+        rows: dict[int, list[tuple[Sequence, int]]] = {}
+        fresh: set[int] = set()
+        row = 0
+        for p in sched.prefills:
+            if not p.resumed:
+                rows.setdefault(p.group.request_id, []).append((p.seq, row))
+                fresh.add(p.group.request_id)
+            row += 1
+        for seq in sched.decodes:
+            rows.setdefault(seq.request_id, []).append((seq, row))
+            row += 1
+        finished = []
+        for rid, seq_rows in rows.items():
+            group = self.groups[rid]
+            if rid in fresh:
+                group.prefilled = True
+            if group.params.beam_width > 1:
+                done = self._beam_step(group, seq_rows, scores, events)
+            else:
+                done = self._sample_step(group, seq_rows, scores, events, rid in fresh)
+            if done:
+                finished.append(self._finish_group(group, events))
+        return finished
+
+    def _generator(self, group: SequenceGroup, scores: Any) -> Any:
+        if getattr(group, "generator", None) is None:
+            seed = group.params.seed
+            if seed is None:  # reproducible on replay all the same
+                seed = random.Random(self.config.seed * 1_000_003 + group.request_id).getrandbits(62)
+            group.generator = scores.make_generator(seed)
+        return group.generator
+
+    def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], scores: Any,
+                     events: list[Event], fresh: bool) -> bool:
+        params = group.params
+        gen = self._generator(group, scores)
+        if fresh and params.n > 1:  # parallel sampling: fork the prefilled sequence n - 1 times
+            seq, row = seq_rows[0]
+            for _ in range(params.n - 1):
+                child = self._fork_seq(seq, events)
+                group.seqs.append(child)
+                seq_rows.append((child, row))
+        for seq, row in seq_rows:
+            token, logprob = scores.sample(row, params, gen)
+            self._take_token(seq, token, logprob)
+            reason = self._finish_reason(seq, params)
+            if reason:
+                self._end_seq(group, seq, reason, events)
+        return not group.live()
+
+    def _beam_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], scores: Any,
+                   events: list[Event]) -> bool:
+        params, k = group.params, group.params.beam_width
+        beams = [s for s, _ in seq_rows]
+        cur_len = len(beams[0].output_ids) + 1  # the length the candidates would have
+        final = cur_len >= params.max_tokens
+        eos = set(self.eos_token_ids) if not params.ignore_eos else set()
+        choice = choose([s.cumulative_logprob for s in beams],
+                        [scores.top(row, 2 * k) for _, row in seq_rows], k,
+                        lambda t: final or t in eos)
+        for c in choice.finished:
+            parent = beams[c.beam]
+            group.finished_beams.append(Hypothesis(
+                parent.output_ids + [c.token], c.score,
+                length_penalised(c.score, cur_len, params.length_penalty),
+                "length" if final else "eos"))
+        group.finished_beams.sort(key=lambda h: -h.score)
+        del group.finished_beams[k:]
+        # the paper's operations: one child continues its parent, more are forks, none is a free
+        children: dict[int, list] = {}
+        for c in choice.continuing:
+            children.setdefault(c.beam, []).append(c)
+        for i, parent in enumerate(beams):
+            for c in children.get(i, [])[1:]:
+                child = self._fork_seq(parent, events)
+                group.seqs.append(child)
+                child.output_ids = parent.output_ids + [c.token]
+                child.pending_token, child.cumulative_logprob = c.token, c.score
+        for i, parent in enumerate(beams):
+            if i in children:
+                c = children[i][0]
+                parent.output_ids.append(c.token)
+                parent.pending_token, parent.cumulative_logprob = c.token, c.score
+            else:
+                self._end_seq(group, parent, "pruned", events)
+        running = group.live()
+        best = max((s.cumulative_logprob for s in running), default=None)
+        if final or best is None or should_stop(group.finished_beams, best, cur_len, k,
+                                                params.length_penalty):
+            for seq in running:
+                self._end_seq(group, seq, "length", events)
+            return True
+        return False
+
+    def _take_token(self, seq: Sequence, token: int, logprob: float) -> None:
+        seq.output_ids.append(token)
+        seq.pending_token = token
+        seq.cumulative_logprob += logprob
+
+    def _finish_reason(self, seq: Sequence, params: SamplingParams) -> str | None:
+        if not params.ignore_eos and seq.output_ids[-1] in self.eos_token_ids:
+            return "eos"
+        if params.stop:
+            text = self.decode(seq.output_ids)
+            if any(s in text for s in params.stop):
+                return "stop"
+        if len(seq.output_ids) >= params.max_tokens:
+            return "length"
+        return None
+
+    def _fork_seq(self, parent: Sequence, events: list[Event]) -> Sequence:
+        child = Sequence(self._next_seq_id, request_id=parent.request_id)
+        self._next_seq_id += 1
+        events += self.kv.fork(parent, child)
+        child.output_ids = list(parent.output_ids)
+        self.seqs[child.seq_id] = child
+        return child
+
+    def _end_seq(self, group: SequenceGroup, seq: Sequence, reason: str, events: list[Event]) -> None:
+        events += self.kv.free(seq)
+        seq.finish_reason = reason
+        seq.status = SequenceStatus.FINISHED
+        self.seqs.pop(seq.seq_id, None)
+        self.freed[seq.seq_id] = self.kv.step
+        if reason != "pruned":
+            group.finished_seqs.append(seq)
+
+    def _finish_group(self, group: SequenceGroup, events: list[Event], aborted: bool = False
+                      ) -> RequestOutput:
+        if group in self.scheduler.running:
+            self.scheduler.finish(group)
+        for seq in group.seqs:
+            self.seqs.pop(seq.seq_id, None)
+        out = self._request_output(group, finished=True)
+        events.append(Event("finish", self.kv.step, group.seqs[0].seq_id,
+                            f"request {group.request_id} finished"
+                            f" ({out.outputs[0].finish_reason if out.outputs else 'abort'})"))
+        del self.groups[group.request_id]
+        return out
+
+    def _request_output(self, group: SequenceGroup, finished: bool = False) -> RequestOutput:
+        stop = group.params.stop
+        if group.params.beam_width > 1 and finished:
+            hyps = group.finished_beams
+            items = [(h.token_ids, h.cumulative_logprob, h.finish_reason) for h in hyps]
+        else:
+            seqs = group.seqs if finished else group.live()
+            items = [(s.output_ids, s.cumulative_logprob, s.finish_reason) for s in seqs]
+        outs = []
+        for i, (ids, lp, reason) in enumerate(items):
+            text = self.decode(ids)
+            for s in stop:
+                if s in text:
+                    text = text[: text.index(s)]
+            outs.append(CompletionOutput(i, text, tuple(ids), lp, reason))
+        return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), tuple(outs),
+                             finished, group.num_preemptions)
