@@ -126,6 +126,7 @@ class Scheduler:
                 return
             done: list[Sequence] = []
             events: list[Event] = []
+            whole_pool_free = self.kv.pool.num_allocatable == self.kv.pool.num_blocks
             try:
                 for seq, tokens in zip(seqs, prompts, strict=True):
                     events += self.kv.allocate(seq, tokens)
@@ -134,7 +135,11 @@ class Scheduler:
                 for seq in reversed(done):  # all or nothing for the group
                     self.kv.free(seq)
                     seq.token_ids = []
-                return
+                if not whole_pool_free:
+                    return  # wait for blocks to come free
+                self.waiting.popleft()  # even an empty pool cannot hold it
+                self._abort(group, out)
+                continue
             self.waiting.popleft()
             out.events += events
             for seq in seqs:

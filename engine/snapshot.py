@@ -56,6 +56,11 @@ class Metrics:
         """Blocks that sharing saves: table entries minus the blocks backing them."""
         return self.logical_blocks - self.used_blocks
 
+    @property
+    def sharing_saving_fraction(self) -> float:
+        """The paper's Fig. 15 measure: blocks saved by sharing / blocks needed without it."""
+        return self.shared_saving / self.logical_blocks if self.logical_blocks else 0.0
+
 
 @dataclass(frozen=True)
 class Snapshot:

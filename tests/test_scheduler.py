@@ -1,0 +1,123 @@
+"""Continuous batching in dry mode: FCFS, budgets, preemption all or nothing, resume order."""
+
+import pytest
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+
+
+def dry(num_blocks=32, **kw) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=num_blocks, **kw))
+
+
+def run_all(eng: LLMEngine) -> tuple[list, set[str]]:
+    finished, kinds = [], set()
+    for _ in range(500):
+        if not eng.scheduler.has_work():
+            break
+        result = eng.step()
+        eng.check_invariants()
+        finished += result.finished
+        kinds |= {e.kind for e in result.events}
+    return finished, kinds
+
+
+def test_requests_added_between_steps_join_the_next_step_and_finish_in_fcfs_order():
+    eng = dry()
+    a = eng.add_request("first", SamplingParams(max_tokens=3))
+    r = eng.step()
+    assert r.num_prefills == 1 and r.num_decodes == 0
+    b = eng.add_request("second", SamplingParams(max_tokens=3))
+    r = eng.step()
+    assert r.num_prefills == 1 and r.num_decodes == 1  # prefill and decode share the step
+    finished, _ = run_all(eng)
+    assert [o.request_id for o in finished] == [a, b]
+    assert all(len(o.outputs[0].token_ids) == 3 for o in finished)
+    assert eng.snapshot().metrics.used_blocks == 0
+
+
+def test_token_budget_limits_prefills_per_step():
+    eng = dry(max_num_batched_tokens=12)
+    for _ in range(3):
+        eng.add_request("x" * 10, SamplingParams(max_tokens=2))
+    r = eng.step()
+    assert r.num_prefills == 1  # a second 10-token prompt would exceed 12 tokens
+    assert eng.snapshot().metrics.extra["requests_waiting"] == 2
+
+
+def test_sequence_budget_counts_the_whole_group():
+    eng = dry(max_num_seqs=4)
+    eng.add_request("aaaa", SamplingParams(max_tokens=4, n=3, temperature=1.0))
+    eng.add_request("bbbb", SamplingParams(max_tokens=4, n=3, temperature=1.0))
+    eng.step()
+    assert eng.snapshot().metrics.extra["requests_running"] == 1
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_out_of_blocks_preempts_the_latest_arrival_all_or_nothing(mode):
+    eng = dry(num_blocks=8, preemption_mode=mode, num_cpu_blocks=16)
+    first = eng.add_request("a" * 6, SamplingParams(max_tokens=12))
+    eng.add_request("b" * 6, SamplingParams(max_tokens=12, n=2, temperature=1.0))
+    preempted, kinds = [], set()
+    while eng.scheduler.has_work():
+        r = eng.step()
+        eng.check_invariants()
+        kinds |= {e.kind for e in r.events}
+        preempted += [e for e in r.events if e.kind == "preempt"]
+    assert preempted and all("request 1" in e.text for e in preempted)  # never the older one
+    assert eng.snapshot().metrics.extra["preemptions"] == len(preempted)
+    if mode == "swap":
+        assert {"swap_out", "swap_in"} <= kinds
+    assert first == 0
+
+
+def test_swap_falls_back_to_recompute_when_the_cpu_pool_is_full():
+    eng = dry(num_blocks=8, preemption_mode="swap", num_cpu_blocks=1)
+    eng.add_request("a" * 6, SamplingParams(max_tokens=12))
+    eng.add_request("b" * 6, SamplingParams(max_tokens=12))
+    finished, kinds = run_all(eng)
+    assert "preempt" in kinds and "swap_out" not in kinds
+    assert sorted(o.request_id for o in finished) == [0, 1]
+
+
+def test_a_request_too_big_for_the_whole_pool_is_aborted_with_a_reason():
+    eng = dry(num_blocks=3)
+    eng.add_request("abcd", SamplingParams(max_tokens=8))  # 12 tokens: exactly the 3 blocks
+    # each sample alone fits, but four of them never can
+    eng.add_request("efgh", SamplingParams(max_tokens=8, n=4, temperature=1.0))
+    finished, _ = run_all(eng)
+    reasons = {o.request_id: o.outputs[0].finish_reason if o.outputs else None for o in finished}
+    assert reasons[0] == "length"
+    aborted = [o for o in finished if o.request_id == 1]
+    assert aborted and aborted[0].outputs[0].finish_reason == "abort"
+    assert eng.snapshot().metrics.used_blocks == 0
+
+
+def test_parallel_sampling_reports_the_sharing_saving():
+    eng = dry(num_blocks=64)
+    eng.add_request("s" * 30, SamplingParams(max_tokens=4, n=4, temperature=1.0))
+    eng.step()
+    m = eng.snapshot().metrics
+    assert m.logical_blocks == 4 * 8 and m.used_blocks == 8
+    assert m.sharing_saving_fraction == pytest.approx(0.75)
+
+
+def test_add_request_rejects_what_can_never_run():
+    eng = dry(num_blocks=4)
+    with pytest.raises(ValueError, match="exceeds the 16 tokens"):
+        eng.add_request("x" * 10, SamplingParams(max_tokens=10))
+    with pytest.raises(ValueError, match="max_tokens must be"):
+        eng.add_request("x", SamplingParams(max_tokens=0))
+    with pytest.raises(ValueError, match="params must be a SamplingParams"):
+        eng.add_request("x", {"max_tokens": 3})
+    assert eng.trace == []
+
+
+def test_serving_replays_to_the_same_state():
+    eng = dry(num_blocks=10, preemption_mode="swap", num_cpu_blocks=8)
+    eng.add_request("alpha beta", SamplingParams(max_tokens=6, n=2, temperature=0.7))
+    eng.add_request("gamma", SamplingParams(max_tokens=5, beam_width=2))
+    for _ in range(4):
+        eng.step()
+    from tests.helpers import fingerprint
+
+    assert fingerprint(LLMEngine.replay(eng.config, eng.trace)) == fingerprint(eng)
