@@ -1,0 +1,90 @@
+"""Kernels of PagedLab: paged attention and KV-cache operations, Triton or plain torch.
+
+Owns the dispatch: `get_kernel_ops(device, backend)` returns a `KernelOps` whose functions all
+share the signatures documented in `kernels.reference`:
+
+    ops = get_kernel_ops(torch.device("cuda"))
+    ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
+    out = ops.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale)
+    ops.copy_blocks(kv_cache, src_block_ids, dst_block_ids)
+    ops.swap_blocks(src_cache, dst_cache, src_block_ids, dst_block_ids)
+
+Triton is imported only when a Triton backend is requested, so `import kernels` works on
+machines without triton (macOS, Windows) and the CPU path never pays for it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["KernelOps", "get_kernel_ops", "triton_available", "interpreter_enabled"]
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    """The kernel functions of one backend ("triton" or "reference")."""
+
+    name: str
+    paged_attention: Callable[..., torch.Tensor]
+    write_kv: Callable[..., None]
+    copy_blocks: Callable[..., None]
+    swap_blocks: Callable[..., None]
+
+
+def triton_available() -> bool:
+    """Whether the triton package is installed (does not import it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreter_enabled() -> bool:
+    """Whether Triton kernels run on CPU through Triton's interpreter (`TRITON_INTERPRET=1`).
+
+    Triton reads the variable when a kernel is defined, i.e. when `kernels.paged_attention` or
+    `kernels.cache_ops` is first imported: set it before that.
+    """
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _reference_ops() -> KernelOps:
+    from . import reference
+
+    return KernelOps("reference", reference.paged_attention, reference.write_kv,
+                     reference.copy_blocks, reference.swap_blocks)
+
+
+def _triton_ops() -> KernelOps:
+    from . import cache_ops, paged_attention
+
+    return KernelOps("triton", paged_attention.paged_attention, cache_ops.write_kv,
+                     cache_ops.copy_blocks, cache_ops.swap_blocks)
+
+
+def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelOps:
+    """Kernels for tensors on `device`.
+
+    backend "auto": Triton on CUDA (when triton is installed), the torch references elsewhere.
+    "triton" forces Triton (on CPU only valid under TRITON_INTERPRET=1, i.e. for tests);
+    "reference" forces the plain-torch versions.
+    """
+    device = torch.device(device)
+    if backend == "reference":
+        return _reference_ops()
+    if backend == "auto":
+        if device.type == "cuda" and triton_available():
+            return _triton_ops()
+        return _reference_ops()
+    if backend == "triton":
+        if not triton_available():
+            raise RuntimeError("backend='triton' but the triton package is not installed")
+        if device.type != "cuda" and not interpreter_enabled():
+            raise ValueError(
+                f"backend='triton' on {device.type} needs TRITON_INTERPRET=1 (set before the "
+                "kernels are imported); use backend='reference' or 'auto' instead"
+            )
+        return _triton_ops()
+    raise ValueError(f"unknown kernel backend {backend!r}: use 'auto', 'triton' or 'reference'")

@@ -1,0 +1,404 @@
+"""Kernel tests: Triton kernels vs the torch references, and the references vs dense float64.
+
+On a machine without CUDA the Triton kernels run through Triton's CPU interpreter
+(`TRITON_INTERPRET=1`, set below before any kernel is defined), so shapes stay tiny. With CUDA
+the same Triton tests compile real kernels, and the `cuda` tests add a bf16 accuracy check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+# Triton decides between compiling and interpreting when a function is *defined*, including
+# its own library functions (tl.cdiv, tl.sum...) at `import triton`. So the interpreter must be
+# switched on before triton is first imported; if another test module imported triton first,
+# the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
+_TRITON_IMPORTED_BEFORE = "triton" in sys.modules
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernels import get_kernel_ops, interpreter_enabled, reference, triton_available  # noqa: E402
+
+
+def _triton_runs_here() -> bool:
+    if not triton_available():
+        return False
+    if HAS_CUDA:
+        return True
+    if not interpreter_enabled():
+        return False
+    if not _TRITON_IMPORTED_BEFORE:
+        return True
+    import triton.language as tl
+
+    return type(tl.cdiv).__name__ == "InterpretedFunction"
+
+
+TRITON_HERE = _triton_runs_here()
+DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
+needs_triton = pytest.mark.skipif(
+    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
+)
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+
+def _triton():
+    """The Triton kernel modules (imported lazily: only tests that need them pay for it)."""
+    from kernels import cache_ops, paged_attention
+
+    return paged_attention, cache_ops
+
+
+@pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
+                    reason="the Triton tests run in this process")
+def test_triton_kernels_in_subprocess():
+    """Fallback when triton was imported, uninterpreted, before this module: same tests, fresh
+    interpreter-enabled process."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
+         "-k", "triton and not subprocess"],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Building paged inputs
+
+
+def make_case(
+    block_size: int,
+    num_kv_heads: int,
+    group: int,
+    head_dim: int,
+    q_lens: list[int],
+    seq_lens: list[int],
+    dtype: torch.dtype = torch.float32,
+    device: torch.device = DEVICE,
+    shuffle: bool = True,
+    seed: int = 0,
+) -> dict:
+    """Random q and a paged cache. Blocks are handed out by a random permutation (shuffle) or in
+    order; every slot no sequence owns and every block-table padding entry point at NaNs, so a
+    kernel that reads beyond a sequence's length poisons its output."""
+    gen = torch.Generator().manual_seed(seed)
+    pages = [-(-s // block_size) for s in seq_lens]
+    num_blocks = sum(pages) + 2  # spare blocks: never referenced, full of NaN
+    order = torch.randperm(num_blocks, generator=gen) if shuffle else torch.arange(num_blocks)
+    k_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"))
+    v_cache = torch.full_like(k_cache, float("nan"))
+    poison = int(order[-1])  # a spare block: padding entries of the tables point here
+    tables = torch.full((len(seq_lens), max(pages) + 1), poison, dtype=torch.int32)
+    next_block = 0
+    for i, (n, seq_len) in enumerate(zip(pages, seq_lens, strict=True)):
+        ids = order[next_block:next_block + n]
+        next_block += n
+        tables[i, :n] = ids
+        slots = (ids[:, None] * block_size + torch.arange(block_size)).flatten()[:seq_len]
+        k_cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(
+            seq_len, num_kv_heads, head_dim, generator=gen)
+        v_cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(
+            seq_len, num_kv_heads, head_dim, generator=gen)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen)
+    qsl = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    return dict(
+        q=q.to(device, dtype), k_cache=k_cache.to(device, dtype), v_cache=v_cache.to(device, dtype),
+        block_tables=tables.to(device), seq_lens=torch.tensor(seq_lens, dtype=torch.int32,
+                                                              device=device),
+        query_start_loc=qsl.to(device), scale=head_dim ** -0.5,
+    )
+
+
+def dense_attention_f64(case: dict) -> torch.Tensor:
+    """Causal GQA attention in float64 with K/V rebuilt slot by slot from the pages: independent
+    of the reference's gather and head reshapes."""
+    q = case["q"].double().cpu()
+    k_cache, v_cache = case["k_cache"].double().cpu(), case["v_cache"].double().cpu()
+    tables, lens = case["block_tables"].cpu(), case["seq_lens"].tolist()
+    qsl = case["query_start_loc"].tolist()
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // num_kv_heads
+    out = torch.zeros_like(q)
+    for i, seq_len in enumerate(lens):
+        k = torch.stack([k_cache[tables[i, p // block_size], p % block_size]
+                         for p in range(seq_len)])  # [L, Hkv, D]
+        v = torch.stack([v_cache[tables[i, p // block_size], p % block_size]
+                         for p in range(seq_len)])
+        q_len = qsl[i + 1] - qsl[i]
+        for j in range(q_len):
+            pos = seq_len - q_len + j
+            for h in range(q.shape[1]):
+                scores = k[: pos + 1, h // group] @ q[qsl[i] + j, h] * case["scale"]
+                out[qsl[i] + j, h] = torch.softmax(scores, 0) @ v[: pos + 1, h // group]
+    return out
+
+
+def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double().cpu(), ref.double().cpu()
+    return float((x - ref).norm() / ref.norm())
+
+
+# (block_size, num_kv_heads, group, head_dim, q_lens, seq_lens): mixed prefill + decode batches,
+# cached prefixes (q_len < seq_len), fresh prompts (q_len == seq_len), GQA ratios 1 / 3 / 8.
+ATTN_CASES = {
+    "bs1-g3-mixed": (1, 2, 3, 64, [4, 1, 1], [11, 7, 1]),
+    "bs4-g1-prefix": (4, 2, 1, 64, [6, 1, 3], [6, 13, 21]),
+    "bs4-g8-d128": (4, 1, 8, 128, [3, 1], [10, 9]),
+    "bs16-g3-long-prefill": (16, 1, 3, 64, [25, 1], [40, 35]),
+    "bs16-g8-d128-decode": (16, 1, 8, 128, [1, 1, 1], [33, 16, 1]),
+    "bs4-g3-d128-prefix": (4, 2, 3, 128, [2, 5], [18, 5]),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The references against dense float64 attention
+
+
+@pytest.mark.parametrize("name", ["bs1-g3-mixed", "bs4-g8-d128", "bs16-g3-long-prefill"])
+def test_reference_attention_matches_dense_float64(name):
+    case = make_case(*ATTN_CASES[name], device=torch.device("cpu"))
+    out = reference.paged_attention(**case)
+    assert out.dtype == case["q"].dtype and out.shape == case["q"].shape
+    assert rel_error(out, dense_attention_f64(case)) < 1e-5
+
+
+def test_reference_attention_bf16_within_tolerance():
+    case = make_case(*ATTN_CASES["bs4-g1-prefix"], dtype=torch.bfloat16, device=torch.device("cpu"))
+    out = reference.paged_attention(**case)
+    assert out.dtype == torch.bfloat16
+    assert rel_error(out, dense_attention_f64(case)) < 1e-2
+
+
+def test_reference_write_kv_then_gather_roundtrip():
+    k_cache = torch.zeros(5, 4, 2, 8)
+    v_cache = torch.zeros_like(k_cache)
+    key, value = torch.randn(6, 2, 8), torch.randn(6, 2, 8)
+    slots = torch.tensor([13, 14, 15, 16, -1, 17])  # block 3 offsets 1..3, block 4 offsets 0..1
+    reference.write_kv(key, value, k_cache, v_cache, slots)
+    table = torch.tensor([2, 3, 4], dtype=torch.int32)
+    k, v = reference.gather_kv(k_cache, v_cache, table, 10)
+    keep = torch.tensor([0, 1, 2, 3, 5])
+    assert torch.equal(k[5:], key[keep]) and torch.equal(v[5:], value[keep])
+    assert k_cache[0].abs().sum() == 0  # untouched
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton paged attention against the reference
+
+
+@needs_triton
+@pytest.mark.parametrize("name", list(ATTN_CASES))
+def test_triton_attention_matches_reference(name):
+    pa, _ = _triton()
+    case = make_case(*ATTN_CASES[name])
+    out = pa.paged_attention(**case)
+    ref = reference.paged_attention(**case)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+
+
+@needs_triton
+def test_triton_attention_identity_table_and_hints():
+    pa, _ = _triton()
+    case = make_case(*ATTN_CASES["bs4-g1-prefix"], shuffle=False, seed=3)
+    out = pa.paged_attention(**case, max_query_len=6, max_seq_len=21)
+    torch.testing.assert_close(out, reference.paged_attention(**case), atol=2e-5, rtol=2e-5)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "name, num_splits",
+    [("bs16-g8-d128-decode", 3), ("bs1-g3-mixed", 2), ("bs4-g3-d128-prefix", 4)],
+)
+def test_triton_split_k_matches_reference(name, num_splits):
+    """The split-K path (partial outputs + log-sum-exp merge), also with more splits than some
+    sequences have tiles (empty splits) and with multi-token queries."""
+    pa, _ = _triton()
+    case = make_case(*ATTN_CASES[name], seed=1)
+    out = pa.paged_attention(**case, num_splits=num_splits)
+    torch.testing.assert_close(out, reference.paged_attention(**case), atol=2e-5, rtol=2e-5)
+
+
+@needs_triton
+def test_triton_split_k_long_decode():
+    pa, _ = _triton()
+    case = make_case(16, 1, 3, 64, [1, 1], [200, 90], seed=2)
+    out = pa.paged_attention(**case, num_splits=3, max_query_len=1, max_seq_len=200)
+    torch.testing.assert_close(out, reference.paged_attention(**case), atol=2e-5, rtol=2e-5)
+
+
+@needs_triton
+def test_triton_attention_bf16():
+    pa, _ = _triton()
+    case = make_case(*ATTN_CASES["bs4-g1-prefix"], dtype=torch.bfloat16)
+    out = pa.paged_attention(**case)
+    assert out.dtype == torch.bfloat16
+    assert rel_error(out, dense_attention_f64(case)) < 1e-2
+
+
+def test_split_heuristic_only_for_few_long_decodes():
+    from kernels.paged_attention import choose_num_splits
+
+    cpu = torch.device("cpu")
+    assert choose_num_splits(1, 3, 8192, 64, cpu) == 1  # no split-K off the GPU
+    if HAS_CUDA:
+        assert choose_num_splits(1, 3, 8192, 64, DEVICE) > 1
+        assert choose_num_splits(1, 3, 100, 64, DEVICE) == 1  # too short to be worth it
+        assert choose_num_splits(256, 3, 8192, 64, DEVICE) == 1  # grid already fills the GPU
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache operations
+
+
+def _kv_cache(num_layers=3, num_blocks=10, block_size=4, heads=2, head_dim=8, device=DEVICE,
+              dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(num_layers, 2, num_blocks, block_size, heads, head_dim).to(device, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("block_size, heads, head_dim", [(1, 2, 64), (4, 3, 64), (16, 1, 128)])
+def test_triton_write_kv_matches_reference(block_size, heads, head_dim):
+    _, ops = _triton()
+    kv = _kv_cache(num_layers=1, num_blocks=8, block_size=block_size, heads=heads,
+                   head_dim=head_dim)
+    # key / value as strided slices of one fused projection, as a model would produce them.
+    fused = torch.randn(7, 2, heads, head_dim, device=DEVICE)
+    key, value = fused[:, 0], fused[:, 1]
+    slots = torch.randperm(8 * block_size)[:7].to(DEVICE)
+    slots[3] = -1
+    expected = kv.clone()
+    reference.write_kv(key, value, expected[0, 0], expected[0, 1], slots)
+    ops.write_kv(key, value, kv[0, 0], kv[0, 1], slots)
+    assert torch.equal(kv, expected)
+    flat_k = kv[0, 0].view(-1, heads, head_dim)
+    assert torch.equal(flat_k[slots[0]], key[0])  # the direct reading of the contract
+
+
+def _check_block_copy(copy_fn, device=DEVICE):
+    kv = _kv_cache(device=device)
+    before = kv.clone()
+    src = torch.tensor([1, 4, 4, 7], device=device)  # one source may feed several copies
+    dst = torch.tensor([2, 5, 9, 0], device=device)
+    copy_fn(kv, src, dst)
+    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+        assert torch.equal(kv[:, :, d], before[:, :, s])  # every layer, K and V
+    untouched = [b for b in range(kv.shape[2]) if b not in dst.tolist()]
+    assert torch.equal(kv[:, :, untouched], before[:, :, untouched])  # sources included
+    return kv
+
+
+def test_reference_copy_blocks():
+    _check_block_copy(reference.copy_blocks, torch.device("cpu"))
+
+
+@needs_triton
+def test_triton_copy_blocks_matches_reference():
+    _, ops = _triton()
+    _check_block_copy(ops.copy_blocks)
+    kv = _kv_cache()
+    expected = kv.clone()
+    src, dst = torch.tensor([3, 8], device=DEVICE), torch.tensor([6, 1], device=DEVICE)
+    ops.copy_blocks(kv, src, dst)
+    reference.copy_blocks(expected, src, dst)
+    assert torch.equal(kv, expected)
+    ops.copy_blocks(kv, src[:0], dst[:0])  # nothing to copy: no launch, no error
+
+
+def test_swap_blocks_round_trip_cpu():
+    gpu_like = _kv_cache(device=torch.device("cpu"))
+    host = torch.zeros(3, 2, 6, 4, 2, 8)
+    out_ids, host_ids = torch.tensor([7, 2, 9]), torch.tensor([0, 5, 3])
+    reference.swap_blocks(gpu_like, host, out_ids, host_ids)
+    assert torch.equal(host[:, :, host_ids], gpu_like[:, :, out_ids])
+    back = torch.zeros_like(gpu_like)
+    in_ids = torch.tensor([1, 4, 8])
+    reference.swap_blocks(host, back, host_ids, in_ids)
+    assert torch.equal(back[:, :, in_ids], gpu_like[:, :, out_ids])
+
+
+@needs_cuda
+def test_swap_blocks_round_trip_cuda_pinned_host():
+    dev_cache = _kv_cache(dtype=torch.bfloat16)
+    host = torch.zeros(dev_cache.shape[:2] + (6,) + dev_cache.shape[3:], dtype=torch.bfloat16,
+                       pin_memory=True)
+    out_ids = torch.tensor([7, 2, 9], device=DEVICE)
+    host_ids = torch.tensor([0, 5, 3])
+    reference.swap_blocks(dev_cache, host, out_ids, host_ids)
+    assert torch.equal(host[:, :, host_ids], dev_cache[:, :, out_ids].cpu())
+    back = torch.zeros_like(dev_cache)
+    in_ids = torch.tensor([1, 4, 8], device=DEVICE)
+    reference.swap_blocks(host, back, host_ids, in_ids)
+    torch.cuda.synchronize()
+    assert torch.equal(back[:, :, in_ids], dev_cache[:, :, out_ids])
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch
+
+
+def test_dispatch():
+    cpu_ops = get_kernel_ops("cpu")
+    assert cpu_ops.name == "reference" and cpu_ops.paged_attention is reference.paged_attention
+    assert get_kernel_ops(DEVICE, "reference").name == "reference"
+    with pytest.raises(ValueError):
+        get_kernel_ops("cpu", "cuda-graphs")
+    if HAS_CUDA and triton_available():
+        assert get_kernel_ops(DEVICE).name == "triton"
+    if triton_available() and interpreter_enabled():
+        assert get_kernel_ops("cpu", "triton").name == "triton"
+
+
+def test_dispatch_refuses_triton_on_cpu_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises((ValueError, RuntimeError)):
+        get_kernel_ops("cpu", "triton")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: bf16 accuracy of the compiled kernels (skipped without CUDA)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(ATTN_CASES))
+@pytest.mark.parametrize("num_splits", [None, 1, 4])
+def test_cuda_bf16_attention_vs_float64(name, num_splits):
+    ops = get_kernel_ops(DEVICE)
+    case = make_case(*ATTN_CASES[name], dtype=torch.bfloat16, device=DEVICE)
+    out = ops.paged_attention(**case, num_splits=num_splits)
+    assert out.dtype == torch.bfloat16
+    assert rel_error(out, dense_attention_f64(case)) <= 1e-2
+
+
+@needs_cuda
+def test_cuda_bf16_long_decode_split_k_vs_float64():
+    ops = get_kernel_ops(DEVICE)
+    # SmolLM2 shapes, 4 sequences of a few thousand tokens: the heuristic picks split-K.
+    case = make_case(16, 3, 3, 64, [1] * 4, [3000, 2048, 517, 1], dtype=torch.bfloat16)
+    out = ops.paged_attention(**case)
+    ref = reference.paged_attention(**{k: (v.double() if k in ("q", "k_cache", "v_cache")
+                                           else v) for k, v in case.items()})
+    assert rel_error(out, ref) <= 1e-2
+
+
+@needs_cuda
+def test_cuda_cache_ops_bf16():
+    ops = get_kernel_ops(DEVICE)
+    _check_block_copy(ops.copy_blocks)
+    kv = _kv_cache(dtype=torch.bfloat16)
+    expected = kv.clone()
+    key = torch.randn(5, 2, 8, device=DEVICE, dtype=torch.bfloat16)
+    value = torch.randn_like(key)
+    slots = torch.tensor([0, 9, -1, 38, 21], device=DEVICE)
+    ops.write_kv(key, value, kv[1, 0], kv[1, 1], slots)
+    reference.write_kv(key, value, expected[1, 0], expected[1, 1], slots)
+    assert torch.equal(kv, expected)
