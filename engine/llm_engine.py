@@ -149,6 +149,33 @@ class LLMEngine(ServingMixin):
     def decode(self, token_ids: list[int] | tuple[int, ...]) -> str:
         return self.tokenizer.decode(list(token_ids))
 
+    def engine_info(self) -> dict[str, Any]:
+        """What this engine is: model, device, kernel, pool and its sizes (the UI's Engine tab)."""
+        cfg = self.config
+        info: dict[str, Any] = {
+            "mode": "dry (bookkeeping only: no model, no tensors)" if cfg.dry else "real model",
+            "block size": cfg.block_size,
+            "gpu blocks": self.kv.pool.num_blocks,
+            "cpu swap blocks": self.kv.cpu_pool.num_blocks,
+            "prefix caching": cfg.enable_prefix_caching,
+            "preemption": cfg.preemption_mode,
+            "max tokens per sequence": self.max_model_len,
+        }
+        if self.runtime is not None:
+            info.update(self.runtime.info())
+        return info
+
+    def inspect_block(self, block_id: int, layer: int) -> tuple[Any, Any]:
+        """The real K and V of one physical block in one layer (CPU float tensors,
+        [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors."""
+        if self.runtime is None:
+            raise ValueError("the dry mode has no K/V tensors to inspect; load a model")
+        nb, nl = self.kv.pool.num_blocks, self.runtime.loaded.num_layers
+        for name, v, hi in (("block id", block_id, nb), ("layer", layer, nl)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
+                raise ValueError(f"{name} must be a whole number from 0 to {hi - 1}, got {v!r}")
+        return self.runtime.read_block(block_id, layer)
+
     # ---- dispatch --------------------------------------------------------------------------------
 
     def _apply(self, op: dict[str, Any]) -> Any:

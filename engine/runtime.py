@@ -1,0 +1,90 @@
+"""The real-mode runtime behind LLMEngine: the model, the KV tensors, one forward per call.
+
+LLMEngine's bookkeeping decides which slots every token goes to; this wires that to tensors:
+load the shared model (models.py), allocate the paged pool (cache_engine.py), run a batch
+(model_runner.py), and wrap the logits for sampling (sampler.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.cache_engine import CacheEngine
+from engine.config import EngineConfig
+from engine.model_runner import ModelRunner, ScheduledSeq
+from engine.models import load_model
+from engine.sampler import TorchScores
+
+
+class Runtime:
+    def __init__(self, config: EngineConfig) -> None:
+        self.loaded = load_model(config.model, config.device, config.dtype)
+        self.cache = CacheEngine(
+            self.loaded, config.num_gpu_blocks, config.block_size, config.num_cpu_blocks,
+            device=self.loaded.device, dtype=self.loaded.dtype,
+        )
+        self.runner = ModelRunner(self.loaded, self.cache)
+        self.tokenizer = HFTokenizer(self.loaded.tokenizer)
+        self.vocab_size = int(self.loaded.vocab_size)
+        self.eos_token_ids = tuple(self.loaded.eos_token_ids)
+        self.num_gpu_blocks = self.cache.num_gpu_blocks
+        self.max_model_len = min(int(self.loaded.max_position_embeddings),
+                                 self.num_gpu_blocks * config.block_size)
+
+    def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
+        """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
+        batch = [ScheduledSeq(list(toks), n, list(table)) for toks, n, table in items]
+        return TorchScores(self.runner.execute(batch))
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self.cache.copy_blocks(list(pairs))
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self.cache.swap_out(pairs)
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            self.cache.swap_in(pairs)
+
+    def info(self) -> dict[str, Any]:
+        lm = self.loaded
+        return {
+            "model": lm.name,
+            "loaded from": lm.source,
+            "device": str(lm.device),
+            "dtype": str(lm.dtype).replace("torch.", ""),
+            "layers": lm.num_layers,
+            "query heads": lm.num_q_heads,
+            "kv heads": lm.num_kv_heads,
+            "head dim": lm.head_dim,
+            "attention kernel": self.cache.ops.name,
+            "kv bytes per token": self.cache.kv_bytes_per_token,
+            "kv bytes per block": self.cache.bytes_per_block,
+            "pool size": self.cache.sizing_note,
+            "tokens computed by the model": self.runner.num_tokens_computed,
+        }
+
+    def read_block(self, block_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cache.read_block(layer, block_id)
+
+
+class HFTokenizer:
+    """The few tokenizer calls the engine makes, on a Hugging Face tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.hf = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf.encode(text))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.hf.decode(list(token_ids))
+
+    def apply_chat_template(self, message: str) -> list[int]:
+        ids = self.hf.apply_chat_template([{"role": "user", "content": message}],
+                                          add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)

