@@ -54,7 +54,7 @@ def time_us(fn: Callable[[], object], device: torch.device, reps: int = 20) -> f
     if device.type == "cuda":
         import triton.testing
 
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+        return triton.testing.do_bench(fn, warmup=100, rep=200, return_mode="median") * 1e3
     fn()
     times = []
     for _ in range(reps):
