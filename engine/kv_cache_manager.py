@@ -53,6 +53,13 @@ class KVCacheManager:
             needed += 1
         return needed
 
+    def check_append(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Raise OutOfBlocks, changing nothing, when appending that many tokens cannot fit."""
+        needed = self.blocks_needed_to_append(seq, num_new_tokens)
+        if needed > self.pool.num_allocatable:  # the message is built only when it is needed
+            self._require(needed, self.pool.num_allocatable,
+                          f"appending {num_new_tokens} token(s) to seq {seq.seq_id}")
+
     def _require(self, needed: int, available: int, what: str) -> None:
         if needed > available:
             raise OutOfBlocks(
@@ -109,11 +116,7 @@ class KVCacheManager:
     def append(self, seq: Sequence, token_ids: list[int]) -> list[Event]:
         """Write tokens after the sequence's last token, one slot each (copy-on-write first
         when the last block is shared and partly filled)."""
-        self._require(
-            self.blocks_needed_to_append(seq, len(token_ids)),
-            self.pool.num_allocatable,
-            f"appending {len(token_ids)} token(s) to seq {seq.seq_id}",
-        )
+        self.check_append(seq, len(token_ids))
         events: list[Event] = []
         self._write(seq, token_ids, events, narrate_each=True)
         return events

@@ -57,7 +57,7 @@ class LLMEngine(ServingMixin):
         self._next_seq_id = 0
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
-        self._snapshots = SnapshotBuilder(self.kv.pool, self.decode)
+        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode)
         self._init_serving()
 
     # ---- the paper's primitives ---------------------------------------------------------------
@@ -221,13 +221,11 @@ class LLMEngine(ServingMixin):
         if self.runtime is None:
             # Check the whole append fits before drawing, so a refused append leaves the RNG as
             # it was and a replay draws the same tokens.
-            self.kv._require(self.kv.blocks_needed_to_append(seq, n), self.kv.pool.num_allocatable,
-                             f"appending {n} token(s) to seq {seq.seq_id}")
+            self.kv.check_append(seq, n)
             tokens = [self._rng.choice(DRY_ALPHABET) for _ in range(n)]
             events = self.kv.append(seq, tokens)
         else:
-            self.kv._require(self.kv.blocks_needed_to_append(seq, n), self.kv.pool.num_allocatable,
-                             f"appending {n} token(s) to seq {seq.seq_id}")
+            self.kv.check_append(seq, n)
             events = []
             for _ in range(n):  # the pending token goes into its slot; the model picks the next
                 step_events = self.kv.append(seq, [seq.pending_token])

