@@ -1,0 +1,292 @@
+"""Helper functions lesson expressions may call, and the measurements lessons need that the engine's
+public API does not offer directly. Each is deterministic and leaves the lesson's engine alone.
+
+- Formatting: `kib`, `mib`, `gib`, `pct`, `fmt`, `md_table`.
+- Architecture arithmetic (`ARCHITECTURES`, `kv_bytes_per_token`): published model shapes, so
+  a learner can see what a 7B/13B model's KV cache costs. Labelled as arithmetic, not measured.
+- Lesson 7 (`workload`, `reservation_fit`): a seeded workload and what contiguous reservations
+  of it fit in a pool (the naive allocators); the paged side is measured by the `admit` op.
+- Lesson 8 (`block_size_sweep`): runs one workload on dry engines of every block size and reads
+  waste, table entries, blocks read per token and prefix hits from their snapshots.
+- Lesson 9 (`AttentionProbe`): the real query of one token in one layer, caught with forward
+  hooks on the shared model during one engine decode, and its attention weight per block.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from engine import EngineConfig, LLMEngine, OutOfBlocks
+
+#: Published architecture constants (LLaMA paper, Table 2; fp16 weights and cache). Used only for
+#: arithmetic ("what would the KV cache of this model cost"), never presented as a measurement.
+ARCHITECTURES: dict[str, dict[str, int]] = {
+    "LLaMA-7B": {"layers": 32, "kv_heads": 32, "head_dim": 128, "dtype_bytes": 2, "max_len": 2048},
+    "LLaMA-13B": {"layers": 40, "kv_heads": 40, "head_dim": 128, "dtype_bytes": 2, "max_len": 2048},
+}
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """K and V (2) of one token in every layer: 2 x layers x kv_heads x head_dim x bytes."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def kib(n: float) -> str:
+    return f"{n / 1024:,.1f} KiB"
+
+
+def mib(n: float) -> str:
+    return f"{n / 1024 ** 2:,.1f} MiB"
+
+
+def gib(n: float) -> str:
+    return f"{n / 1024 ** 3:,.2f} GiB"
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f}%"
+
+
+def fmt(x: Any, spec: str = "") -> str:
+    """Python format spec on a number, e.g. fmt(x, ',') or fmt(x, '.2f')."""
+    if not isinstance(spec, str) or len(spec) > 12:
+        raise ValueError("a format spec is a short text like ',' or '.2f'")
+    return format(x, spec)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 block', '3 blocks' ('1 copy', '2 copies' with many='copies')."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
+def quote(text: str) -> str:
+    """Model text for narration, on one line, in quotes: newlines shown as a return sign."""
+    return "“" + str(text).replace("\n", "⏎").replace("`", "'").strip() + "”"
+
+
+def md_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A Markdown table of dict rows (the columns in order; default: the first row's keys)."""
+    if not rows:
+        return "(no rows)"
+    cols = list(columns) if columns is not None else list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |")
+    return "\n".join(out)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+# ---- lesson 7: a workload and contiguous reservations ----------------------------------------------
+
+
+def workload(count: int, seed: int, max_len: int, vocab: int = 256) -> list[dict[str, Any]]:
+    """`count` requests with prompt and output lengths drawn (seeded) so they sum to at most max_len:
+    short prompts and outputs of very different lengths, like chat traffic (the paper's Fig. 11
+    shows ShareGPT's long tail). Prompts are distinct random token ids, so nothing is shared."""
+    if not 1 <= count <= 10_000 or not 8 <= max_len <= 1 << 16:
+        raise ValueError("count must be 1..10000 and max_len 8..65536")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        total = min(max_len, max(2, int(rng.expovariate(1 / (max_len / 5)))))
+        prompt = max(1, min(total - 1, int(total * rng.uniform(0.2, 0.6))))
+        out.append({"prompt": [rng.randrange(vocab) for _ in range(prompt)], "output": total - prompt,
+                    "max_len": max_len})
+    return out
+
+
+def reservation_fit(requests: Sequence[dict[str, Any]], slots: int, policy: str) -> dict[str, Any]:
+    """How many requests (in order) a contiguous allocator of `slots` token slots admits, when each
+    request reserves: "max" = max_len slots (Orca-Max, FasterTransformer); "pow2" = its final
+    length rounded up to a power of two (Orca-Pow2); "oracle" = exactly its final length (Orca-
+    Oracle: it knows the future). Returns admitted, reserved and used slots."""
+    if policy not in ("max", "pow2", "oracle"):
+        raise ValueError(f"policy must be 'max', 'pow2' or 'oracle', got {policy!r}")
+    reserved = used = admitted = 0
+    for r in requests:
+        final = len(r["prompt"]) + r["output"]
+        size = {"max": r["max_len"], "pow2": 1 << (final - 1).bit_length(), "oracle": final}[policy]
+        if reserved + size > slots:
+            break
+        reserved += size
+        used += final
+        admitted += 1
+    return {"policy": policy, "admitted": admitted, "reserved": reserved, "used": used,
+            "utilization": used / reserved if reserved else 0.0}
+
+
+def admit(engine: LLMEngine, requests: Sequence[dict[str, Any]]) -> int:
+    """Add requests in order (prompt, then their output tokens) until the pool refuses one. The
+    refused operation leaves the engine as it was (all or nothing), so only whole requests stay."""
+    admitted = 0
+    for r in requests:
+        try:
+            seq = engine.add_sequence(list(r["prompt"]))
+        except OutOfBlocks:
+            break
+        if r["output"]:
+            try:
+                engine.append(seq, n=r["output"])
+            except OutOfBlocks:
+                engine.free(seq)
+                break
+        admitted += 1
+    return admitted
+
+
+# ---- lesson 8: one workload at every block size -----------------------------------------------------
+
+
+def block_size_sweep(sizes: Sequence[int], shared_prefix: int, suffixes: Sequence[int], decode: int,
+                     seed: int = 0) -> list[dict[str, Any]]:
+    """Run the same workload on a dry engine at each block size and read the snapshot. Workload:
+    len(suffixes) requests whose prompts start with the same `shared_prefix` tokens (a system
+    prompt), then their own suffix, then `decode` generated tokens each. Per block size: empty
+    reserved slots (internal waste), block-table entries, blocks read per query token by the
+    kernel (one per block of the context, averaged over every decoded token), prefix-hit tokens."""
+    rng = random.Random(seed)
+    prefix = [rng.randrange(256) for _ in range(shared_prefix)]
+    prompts = [prefix + [rng.randrange(256) for _ in range(s)] for s in suffixes]
+    need = sum(len(p) + decode for p in prompts)
+    rows = []
+    for bs in sizes:
+        cfg = EngineConfig(model=None, block_size=bs, num_gpu_blocks=need + len(prompts), seed=seed)
+        eng = LLMEngine(cfg)
+        seqs = [eng.add_sequence(p) for p in prompts]
+        reads = 0
+        for s in seqs:
+            for _ in range(decode):  # the kernel reads every block of the context for the new token
+                eng.append(s, n=1)
+                reads += len(eng.snapshot().sequences[s].block_table)
+        snap = eng.snapshot()
+        views = [snap.sequences[s] for s in seqs]
+        rows.append({
+            "block size": bs,
+            "waste slots": sum(len(v.block_table) * bs - v.num_tokens for v in views),
+            "table entries": snap.metrics.logical_blocks,
+            "blocks read per token": reads / (decode * len(seqs)) if decode else 0.0,
+            "prefix-hit tokens": sum(v.num_cached_tokens for v in views),
+            "used blocks": snap.metrics.used_blocks,
+            "used slots": snap.metrics.used_blocks * bs,
+        })
+    return rows
+
+
+# ---- lesson 9: the attention of one query token, block by block ------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one decode step's query token read, in the order the kernel reads it."""
+
+    seq_id: int
+    layer: int
+    position: int  # the query token's position (its K/V is the last slot of the context)
+    block_table: tuple[int, ...]  # physical blocks, in logical order: the kernel's read order
+    tokens_per_block: tuple[int, ...]
+    weights: tuple[float, ...]  # attention weight per block (softmax over the context, mean over heads)
+    head_weights: tuple[tuple[float, ...], ...]  # [query head][block]
+    max_error: float  # |our recombined output - the model's attention output|, max over elements
+    top_block: int  # logical index of the block with the largest weight
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_table)
+
+
+class AttentionProbe:
+    """Catches layer `layer`'s input and output of attention during one engine call.
+
+    The engine does not expose queries, so we hook the shared HF model for the length of one
+    decode: a forward pre-hook on the layer's attention module records its input hidden states
+    and rotary embedding, a pre-hook on `o_proj` records the attention output the paged kernel
+    produced. The query is then recomputed exactly as the model computes it (q_proj + RoPE), the
+    keys are read from the real blocks (`inspect_block`), and softmax(q.K / sqrt(d)) is summed per
+    block. Recombining the weights with the blocks' V must give back the kernel's output: the
+    lesson checks `max_error`. (Hooks are global to the shared model: use it in one session.)"""
+
+    def __init__(self, engine: LLMEngine, layer: int) -> None:
+        if engine.runtime is None:
+            raise ValueError("probe needs a real model (the dry mode has no attention)")
+        self.engine = engine
+        self.model = engine.runtime.loaded.model
+        self.layer = layer
+        self.captured: dict[str, Any] = {}
+
+    @contextmanager
+    def hooks(self) -> Iterator[None]:
+        attn = self.model.model.layers[self.layer].self_attn
+
+        def on_attention(module: Any, args: tuple, kwargs: dict) -> None:
+            hidden = kwargs.get("hidden_states", args[0] if args else None)
+            self.captured["hidden"] = hidden.detach()
+            self.captured["rope"] = tuple(t.detach() for t in kwargs["position_embeddings"])
+
+        def on_output(module: Any, args: tuple) -> None:
+            self.captured["out"] = args[0].detach()
+
+        handles = [attn.register_forward_pre_hook(on_attention, with_kwargs=True),
+                   attn.o_proj.register_forward_pre_hook(on_output)]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def result(self, seq_id: int) -> ProbeResult:
+        import torch
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        attn = self.model.model.layers[self.layer].self_attn
+        hidden, (cos, sin), out = self.captured["hidden"], self.captured["rope"], self.captured["out"]
+        loaded = self.engine.runtime.loaded
+        qh, kvh, d = loaded.num_q_heads, loaded.num_kv_heads, loaded.head_dim
+        with torch.no_grad():
+            q = attn.q_proj(hidden).view(*hidden.shape[:-1], qh, d).transpose(1, 2)  # [1, qh, T, d]
+            q, _ = apply_rotary_pos_emb(q, q, cos, sin)
+            q = q[0, :, -1].float().cpu()  # the last (newest) token's query, [qh, d]
+        view = self.engine.snapshot().sequences[seq_id]
+        bs = self.engine.config.block_size
+        ks, vs, per_block = [], [], []
+        for i, b in enumerate(view.block_table):
+            k, v = self.engine.inspect_block(b, self.layer)
+            n = min(bs, view.num_tokens - i * bs)
+            ks.append(k[:n])
+            vs.append(v[:n])
+            per_block.append(n)
+        K, V = torch.cat(ks), torch.cat(vs)  # [ctx, kvh, d]
+        group = qh // kvh  # grouped-query attention: query head h reads KV head h // group
+        K, V = K.repeat_interleave(group, dim=1), V.repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,thd->ht", q, K) * float(attn.scaling)
+        probs = scores.softmax(dim=-1)  # [qh, ctx]
+        mine = torch.einsum("ht,thd->hd", probs, V).reshape(-1)
+        theirs = out[0, -1].float().cpu()
+        bounds = [0]
+        for n in per_block:
+            bounds.append(bounds[-1] + n)
+        head_w = [[float(probs[h, bounds[i]:bounds[i + 1]].sum()) for i in range(len(per_block))]
+                  for h in range(qh)]
+        mean_w = [sum(col) / qh for col in zip(*head_w, strict=True)]
+        return ProbeResult(seq_id, self.layer, view.num_tokens - 1, view.block_table, tuple(per_block),
+                           tuple(mean_w), tuple(tuple(r) for r in head_w),
+                           float((mine - theirs).abs().max()),
+                           max(range(len(mean_w)), key=mean_w.__getitem__))
+
+
+PURE_HELPERS: dict[str, Any] = {
+    "kv_bytes_per_token": kv_bytes_per_token, "kib": kib, "mib": mib, "gib": gib, "pct": pct,
+    "fmt": fmt, "plural": plural, "quote": quote, "md_table": md_table, "workload": workload,
+    "reservation_fit": reservation_fit,
+    "block_size_sweep": block_size_sweep, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
+    "log2": math.log2,
+}
