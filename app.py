@@ -1,19 +1,43 @@
-"""PagedLab's entry point: builds the Gradio app from ui/ and launches it."""
+"""PagedLab's entry point: loads the default model once (shared by every session), builds the
+Gradio app from ui/ and launches it.
 
+    python app.py [--dry] [--host 127.0.0.1] [--port 7860] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
 import sys
 
 
 def main() -> int:
-    print(
-        "PagedLab's browser app is not built yet (it is the next step of the project).\n"
-        "The engine works today from Python, e.g.:\n"
-        "    from engine import LLMEngine, EngineConfig\n"
-        "    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))\n"
-        "    s = eng.add_sequence('Four score and seven years ago'); eng.fork(s)\n"
-        "    print(eng.snapshot().metrics)",
-        file=sys.stderr,
-    )
-    return 1
+    ap = argparse.ArgumentParser(description="PagedLab: watch a paged KV cache work, block by block")
+    ap.add_argument("--dry", action="store_true", help="start in dry mode (no model)")
+    ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    ap.add_argument("--device", default=os.environ.get("PAGEDLAB_DEVICE", "auto"))
+    args = ap.parse_args()
+
+    from ui import build_app
+    from ui.app import CSS, HEAD
+
+    mode, note = "dry (bookkeeping only, no model)", ""
+    if not args.dry:
+        try:
+            from engine.models import load_model
+
+            print("[pagedlab] loading the default model (SmolLM2-135M-Instruct)...", flush=True)
+            load_model("default", args.device, "auto")
+            mode = "SmolLM2-135M (real model)"
+        except Exception as err:  # the page says why instead of a traceback
+            note = (f"\n> **The default model could not be loaded**, so this session starts in dry "
+                    f"mode (bookkeeping only). Reason: {err}")
+            print(f"[pagedlab] {err}", file=sys.stderr)
+    demo = build_app(mode, args.device, note)
+    demo.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
+                                                  css=CSS, head=HEAD)
+    return 0
 
 
 if __name__ == "__main__":

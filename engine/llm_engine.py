@@ -57,7 +57,7 @@ class LLMEngine(ServingMixin):
         self._next_seq_id = 0
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
-        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode)
+        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool)
         self._init_serving()
 
     # ---- the paper's primitives ---------------------------------------------------------------

@@ -73,27 +73,33 @@ class Snapshot:
     num_free_blocks: int  # allocatable now: free + cached
     cached_lru: tuple[int, ...]  # cached block ids, next to be evicted first
     mode: str  # "dry" or the model's name
+    cpu_blocks: tuple[BlockView, ...] = ()  # CPU swap space (swapped sequences' blocks)
 
 
 class SnapshotBuilder:
     """Builds snapshots, reusing the views of blocks and sequences that did not change."""
 
-    def __init__(self, pool: BlockPool, decode: Callable[[list[int]], str]) -> None:
+    def __init__(self, pool: BlockPool, decode: Callable[[list[int]], str],
+                 cpu_pool: BlockPool | None = None) -> None:
         self.pool = pool
+        self.cpu_pool = cpu_pool
         self.decode = decode
         self._blocks: list[BlockView | None] = [None] * pool.num_blocks
+        self._cpu_blocks: list[BlockView | None] = [None] * (cpu_pool.num_blocks if cpu_pool else 0)
         self._seqs: dict[int, tuple[tuple, SequenceView]] = {}
 
-    def block_views(self) -> tuple[BlockView, ...]:
-        pool = self.pool
-        views, blocks, make = self._blocks, pool.blocks, BlockView
+    def block_views(self, pool: BlockPool | None = None, views: list | None = None
+                    ) -> tuple[BlockView, ...]:
+        pool = pool or self.pool
+        views = self._blocks if views is None else views
+        blocks, make = pool.blocks, BlockView
         for b in pool.dirty:  # the hot loop of a cold snapshot: 4096 blocks in a few ms
             blk = blocks[b]
             rc, h, toks = blk.ref_count, blk.block_hash, blk.token_ids
             state = "used" if rc else ("free" if h is None else "cached")
             views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners))
         pool.dirty.clear()
-        return tuple(self._blocks)  # type: ignore[arg-type]
+        return tuple(views)
 
     def sequence_view(self, seq: Sequence) -> SequenceView:
         key = (seq.num_tokens, tuple(seq.block_table), seq.pending_token, seq.status,
@@ -113,6 +119,7 @@ class SnapshotBuilder:
               mode: str, extra: Mapping[str, float] | None = None) -> Snapshot:
         pool = self.pool
         blocks = self.block_views()
+        cpu = self.block_views(self.cpu_pool, self._cpu_blocks) if self.cpu_pool else ()
         seq_views = {s.seq_id: self.sequence_view(s) for s in sequences}
         for gone in set(self._seqs) - set(seq_views):
             del self._seqs[gone]
@@ -130,4 +137,5 @@ class SnapshotBuilder:
             step=step, block_size=pool.block_size, num_blocks=pool.num_blocks, blocks=blocks,
             sequences=MappingProxyType(seq_views), metrics=metrics,
             num_free_blocks=n_cached + n_free, cached_lru=tuple(pool.cached_ids), mode=mode,
+            cpu_blocks=cpu,
         )

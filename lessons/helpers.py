@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks
+from engine.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
 
 #: Published architecture constants (LLaMA paper, Table 2; fp16 weights and cache). Used only for
 #: arithmetic ("what would the KV cache of this model cost"), never presented as a measurement.
@@ -87,42 +88,6 @@ def _cell(v: Any) -> str:
 
 
 # ---- lesson 7: a workload and contiguous reservations ----------------------------------------------
-
-
-def workload(count: int, seed: int, max_len: int, vocab: int = 256) -> list[dict[str, Any]]:
-    """`count` requests with prompt and output lengths drawn (seeded) so they sum to at most max_len:
-    short prompts and outputs of very different lengths, like chat traffic (the paper's Fig. 11
-    shows ShareGPT's long tail). Prompts are distinct random token ids, so nothing is shared."""
-    if not 1 <= count <= 10_000 or not 8 <= max_len <= 1 << 16:
-        raise ValueError("count must be 1..10000 and max_len 8..65536")
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        total = min(max_len, max(2, int(rng.expovariate(1 / (max_len / 5)))))
-        prompt = max(1, min(total - 1, int(total * rng.uniform(0.2, 0.6))))
-        out.append({"prompt": [rng.randrange(vocab) for _ in range(prompt)], "output": total - prompt,
-                    "max_len": max_len})
-    return out
-
-
-def reservation_fit(requests: Sequence[dict[str, Any]], slots: int, policy: str) -> dict[str, Any]:
-    """How many requests (in order) a contiguous allocator of `slots` token slots admits, when each
-    request reserves: "max" = max_len slots (Orca-Max, FasterTransformer); "pow2" = its final
-    length rounded up to a power of two (Orca-Pow2); "oracle" = exactly its final length (Orca-
-    Oracle: it knows the future). Returns admitted, reserved and used slots."""
-    if policy not in ("max", "pow2", "oracle"):
-        raise ValueError(f"policy must be 'max', 'pow2' or 'oracle', got {policy!r}")
-    reserved = used = admitted = 0
-    for r in requests:
-        final = len(r["prompt"]) + r["output"]
-        size = {"max": r["max_len"], "pow2": 1 << (final - 1).bit_length(), "oracle": final}[policy]
-        if reserved + size > slots:
-            break
-        reserved += size
-        used += final
-        admitted += 1
-    return {"policy": policy, "admitted": admitted, "reserved": reserved, "used": used,
-            "utilization": used / reserved if reserved else 0.0}
 
 
 def admit(engine: LLMEngine, requests: Sequence[dict[str, Any]]) -> int:

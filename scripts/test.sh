@@ -3,6 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The browser tests drive Debian's Chromium (Playwright's own browser download cannot work here).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[test] installing Debian's chromium for the browser tests"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+        || echo "[test] could not install chromium: the browser tests will be skipped"
+fi
 echo "[test] ruff check"
 .venv/bin/ruff check .
 echo "[test] pytest"

@@ -1,0 +1,88 @@
+"""The app in a real browser (Debian's Chromium driven by Playwright), on the real default model:
+new sequence -> append -> fork -> append shows a copy-on-write in the figure and the event log;
+Back restores the previous picture; a lesson plays to the end with Next; no console errors.
+Screenshots go to docs/ (the README shows them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.test_ui import ROOT, served_app  # noqa: F401  (the launched app fixture)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
+SHOTS = os.path.join(ROOT, "docs")
+
+
+@pytest.fixture(scope="module")
+def page(served_app):  # noqa: F811
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        pg = browser.new_page(viewport={"width": 1500, "height": 1100})
+        errors: list[str] = []
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.goto(served_app)
+        pg.wait_for_selector("#new-seq", timeout=60_000)
+        pg.console_errors = errors
+        yield pg
+        browser.close()
+
+
+def events_text(pg) -> str:
+    return pg.locator("#event-log").inner_text()
+
+
+def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None:
+    pg.click(selector)
+    pg.wait_for_function("(t) => document.querySelector('#event-log').innerText.includes(t)", arg=until,
+                         timeout=timeout)
+
+
+def test_playground_shows_copy_on_write_and_back_restores(page):
+    click_and_wait(page, "#new-seq", "prefill")
+    click_and_wait(page, "#append", "wrote")
+    click_and_wait(page, "#fork", "forked into seq 1")
+    page.locator("#pool-plot .main-svg").first.wait_for()
+    before_cow = page.locator("#pool-plot").inner_html()
+    # the sequence dropdown now holds the child: append to it writes into the shared tail
+    click_and_wait(page, "#append", "copy-on-write")
+    assert "copy-on-write" in events_text(page)
+    page.wait_for_timeout(500)
+    os.makedirs(SHOTS, exist_ok=True)
+    page.screenshot(path=os.path.join(SHOTS, "playground-cow.png"), full_page=False)
+    after_cow = page.locator("#pool-plot").inner_html()
+    assert after_cow != before_cow
+    page.get_by_role("button", name="◀ Back").first.click()
+    page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
+                           timeout=60_000)
+    assert "copy-on-write" not in events_text(page)
+    assert page.console_errors == []
+
+
+def test_a_lesson_plays_to_the_end_with_next(page):
+    page.get_by_role("tab", name="Lessons").click()
+    page.click("#lesson-start")
+    page.wait_for_function("() => document.querySelector('#lesson-narration').innerText.length > 20",
+                           timeout=60_000)
+    seen = set()
+    for _ in range(40):
+        text = page.locator("#lesson-narration").inner_text()
+        seen.add(text)
+        if "the end" in page.locator("body").inner_text():
+            break
+        page.click("#lesson-next")
+        page.wait_for_function(
+            "(old) => document.querySelector('#lesson-narration').innerText !== old", arg=text,
+            timeout=60_000)
+    assert "the end" in page.locator("body").inner_text()
+    assert len(seen) >= 3  # the narration changed at every step
+    page.screenshot(path=os.path.join(SHOTS, "lesson.png"), full_page=False)
+    assert page.console_errors == []

@@ -1,0 +1,145 @@
+"""The app's session logic and its served API: time travel, traces and links, clear errors that
+change nothing, and sessions that do not see each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine import EngineConfig
+from tests.helpers import fingerprint
+from ui.session import MAX_TRACE_BYTES, Session, UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dry_session() -> Session:
+    return Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+
+
+def test_back_next_undo_and_timeline_move_over_the_op_log():
+    s = dry_session()
+    a = s.run("add_sequence", "abcdef")
+    s.run("fork", a)
+    s.run("append", a, n=3)
+    after = fingerprint(s.engine)
+    s.goto(1)
+    assert len(s.engine.snapshot().sequences) == 1
+    s.goto(3)
+    assert fingerprint(s.engine) == after  # forward again: the same state
+    s.goto(2)
+    s.run("free", a)  # an operation in the past drops the future
+    assert [op["op"] for op in s.ops] == ["add_sequence", "fork", "free"]
+    s.undo()
+    assert len(s.ops) == 2 and len(s.engine.snapshot().sequences) == 2
+
+
+def test_refused_operation_is_a_user_error_and_changes_nothing():
+    s = dry_session()
+    a = s.run("add_sequence", "abcdef")
+    before, ops = fingerprint(s.engine), list(s.ops)
+    for call in (lambda: s.run("append", a, n=100), lambda: s.run("free", 9),
+                 lambda: s.run("add_sequence", "   ")):
+        with pytest.raises(UserError):
+            call()
+        assert fingerprint(s.engine) == before and s.ops == ops
+    s.engine.check_invariants()
+
+
+def test_export_import_and_link_reproduce_the_session():
+    s = dry_session()
+    a = s.run("add_sequence", "Four score")
+    s.run("append", s.run("fork", a), n=2)
+    raw = json.dumps(s.export()).encode()
+    assert fingerprint(Session.from_bytes(raw).engine) == fingerprint(s.engine)
+    assert fingerprint(Session.from_link(s.to_link()).engine) == fingerprint(s.engine)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "not a PagedLab trace"),
+    (json.dumps({"version": 1, "config": {"block_size": 0}, "ops": []}).encode(), "config is invalid"),
+    (json.dumps({"version": 1, "config": {"model": "/etc/passwd"}, "ops": []}).encode(),
+     "runs only 'default'"),
+    (json.dumps({"version": 1, "config": {"model": None}, "ops": [{"op": "free", "seq": 4}]}).encode(),
+     "does not replay"),
+    (b" " * (MAX_TRACE_BYTES + 1), "the most accepted"),
+])
+def test_bad_traces_are_refused_with_a_message(raw, message):
+    with pytest.raises(UserError, match=message):
+        Session.from_bytes(raw)
+
+
+def test_a_damaged_link_is_refused():
+    with pytest.raises(UserError, match="damaged"):
+        Session.from_link("not-base64-zlib!!")
+
+
+def test_sessions_are_never_deep_copied_with_their_engine():
+    import copy
+
+    s = dry_session()
+    s.run("add_sequence", "abc")
+    fresh = copy.deepcopy(s)
+    assert fresh.ops == [] and fresh._engine is None
+
+
+def test_the_app_builds_without_launching():
+    from ui.app import build_app
+
+    demo = build_app("dry (bookkeeping only, no model)")
+    assert demo is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served_app():
+    """`python app.py` on the real default model, on a free loopback port."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--port", str(port)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stdout.read()) from None
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise RuntimeError("the app did not start within 180 s")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_api_new_append_fork_append_copies_on_write_and_sessions_are_separate(served_app):
+    from gradio_client import Client
+
+    a = Client(served_app, verbose=False)
+    out = a.predict("Four score and seven years ago", False, api_name="/on_new")
+    assert "model: default" in out[-1]
+    a.predict("0", 2, api_name="/on_append")
+    a.predict("0", api_name="/on_fork")
+    out = a.predict("1", 1, api_name="/on_append")
+    assert "`cow`" in out[1] and "copy-on-write" in out[1]
+    b = Client(served_app, verbose=False)
+    out_b = b.predict("Hello", False, api_name="/on_new")
+    assert "operation 1 of 1" in out_b[-1]  # b does not see a's four operations
+    assert out_b[5]["choices"] == [["0", "0"]]
+    with pytest.raises(Exception, match="not in the list of choices"):
+        a.predict("7", 1, api_name="/on_append")

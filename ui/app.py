@@ -1,0 +1,290 @@
+"""The Gradio app: Playground, Lessons, Compare and Engine tabs around one main picture.
+
+Data flows one way: a click runs an engine operation on the session (ui/session.py), and the page
+is redrawn from the new snapshot (ui/render.py -> viz/). Every refused operation becomes a
+gr.Error with the engine's message; the session stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+import gradio as gr
+
+from engine import EngineConfig, SamplingParams
+from ui.compare import compare_tab
+from ui.lesson_player import lessons_tab
+from ui.render import render
+from ui.session import Session, UserError
+from viz import kv_figure
+
+MODES = {
+    "SmolLM2-135M (real model)": "default",
+    "tiny random Llama (real tensors, random weights)": "tiny-random",
+    "dry (bookkeeping only, no model)": None,
+}
+CSS = """
+.presenter { font-size: 1.55em !important; line-height: 1.5 }
+#pool-plot { min-height: 420px }
+"""
+# the right-arrow key presses the lesson's Next button (for a teacher with a clicker)
+HEAD = """<script>
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'ArrowRight' && !['INPUT', 'TEXTAREA'].includes(document.activeElement.tagName)) {
+    const b = document.querySelector('#lesson-next'); if (b) b.click();
+  }
+});
+</script>"""
+
+
+def _config(mode: str, block_size: int, num_blocks: int, prefix: bool, device: str) -> EngineConfig:
+    model = MODES.get(mode, None)
+    try:
+        return EngineConfig(model=model, block_size=int(block_size), num_gpu_blocks=int(num_blocks),
+                            num_cpu_blocks=int(num_blocks), enable_prefix_caching=bool(prefix),
+                            preemption_mode="swap", device=device if model else "auto")
+    except (TypeError, ValueError) as err:
+        raise gr.Error(f"engine settings: {err}") from err
+
+
+def _guard(fn):
+    """Turn a UserError into a gr.Error (a message box), keeping the session unchanged."""
+    def wrapped(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except UserError as err:
+            raise gr.Error(str(err)) from err
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "auto",
+              startup_note: str = "") -> gr.Blocks:
+    first = Session(_config(default_mode, 16 if MODES[default_mode] else 4, 64 if MODES[default_mode]
+                            else 32, True, device))
+
+    with gr.Blocks(title="PagedLab") as demo:
+        state = gr.State(first)
+        gr.Markdown("# PagedLab: watch a paged KV cache work, block by block\n" + startup_note)
+        with gr.Row():
+            mode = gr.Dropdown(list(MODES), value=default_mode, label="engine")
+            block_size = gr.Dropdown([1, 2, 4, 8, 16, 32, 64, 128], value=first.config.block_size,
+                                     label="block size (tokens)")
+            num_blocks = gr.Number(value=first.config.num_gpu_blocks, precision=0, minimum=1,
+                                   maximum=4096, label="pool size (blocks)")
+            prefix = gr.Checkbox(value=True, label="prefix caching")
+            apply = gr.Button("Apply (new session)")
+        status = gr.Markdown()
+        with gr.Row():
+            with gr.Column(scale=3):
+                plot = gr.Plot(label="page tables → physical blocks", elem_id="pool-plot")
+                with gr.Row():
+                    back = gr.Button("◀ Back")
+                    nxt = gr.Button("Next ▶")
+                    undo = gr.Button("Undo")
+                    reset = gr.Button("Reset")
+                    play = gr.Button("Play")
+                    speed = gr.Slider(0.2, 3, value=1, step=0.1, label="seconds per step")
+                timeline = gr.Slider(0, 1, value=0, step=1, label="timeline (operations)")
+            with gr.Column(scale=2):
+                metrics = gr.HTML()
+                events = gr.Markdown(elem_id="event-log")
+                seqs = gr.HTML()
+        timer = gr.Timer(1.0, active=False)
+
+        with gr.Tabs():
+            with gr.Tab("Playground"):
+                with gr.Row():
+                    prompt = gr.Textbox(label="prompt", value="Four score and seven years ago",
+                                        scale=3)
+                    as_chat = gr.Checkbox(label="as a chat message (chat template)", value=False)
+                    new_seq = gr.Button("New sequence", variant="primary", elem_id="new-seq")
+                with gr.Row():
+                    seq = gr.Dropdown([], label="sequence", allow_custom_value=False)
+                    n = gr.Number(value=1, precision=0, minimum=1, maximum=256, label="tokens")
+                    append = gr.Button("Append n", elem_id="append")
+                    fork = gr.Button("Fork", elem_id="fork")
+                    free = gr.Button("Free", elem_id="free")
+                gr.Markdown("**Serving**: requests go through the scheduler (continuous batching)")
+                with gr.Row():
+                    req_prompt = gr.Textbox(label="request prompt", value="Paged memory is", scale=3)
+                    req_n = gr.Number(value=1, precision=0, minimum=1, maximum=16, label="n samples")
+                    req_beam = gr.Number(value=1, precision=0, minimum=1, maximum=8, label="beam width")
+                    req_max = gr.Number(value=16, precision=0, minimum=1, maximum=512, label="max tokens")
+                    req_temp = gr.Number(value=0.0, minimum=0, maximum=5, label="temperature")
+                with gr.Row():
+                    add_req = gr.Button("Add request")
+                    step = gr.Button("Step")
+                    run_all = gr.Button("Run to the end")
+                with gr.Accordion("Trace: export, import, link", open=False):
+                    with gr.Row():
+                        export = gr.Button("Export trace")
+                        export_file = gr.File(label="trace.json")
+                        import_file = gr.File(label="import a trace", file_types=[".json"],
+                                              type="binary")
+                    link = gr.Textbox(label="link that reproduces this session (append to the app's URL)")
+                with gr.Accordion("Block inspector (real K/V)", open=False):
+                    with gr.Row():
+                        block_id = gr.Number(value=0, precision=0, minimum=0, label="block id")
+                        layer = gr.Number(value=0, precision=0, minimum=0, label="layer")
+                        inspect = gr.Button("Show K/V")
+                    kv_plot = gr.Plot()
+            lessons_tab(device)
+            compare_tab()
+            with gr.Tab("Engine"):
+                info = gr.JSON(label="this session's engine")
+
+        views = [plot, events, seqs, metrics, timeline, seq, status]
+
+        def show(session: Session) -> tuple:
+            return (session, *render(session))
+
+        @_guard
+        def on_apply(m, bs, nb, pf, session):
+            return show(Session(_config(m, bs, nb, pf, device)))
+
+        @_guard
+        def on_new(text, chat, session):
+            if chat and session.engine.runtime is not None:
+                ids = session.engine.tokenizer.apply_chat_template(text)
+                session.run("add_sequence", ids)
+            else:
+                session.run("add_sequence", text)
+            return show(session)
+
+        def _seq_id(value) -> int:
+            if value in (None, ""):
+                raise UserError("choose a sequence first (start one with New sequence)")
+            return int(value)
+
+        @_guard
+        def on_append(s, count, session):
+            if count is None or count != count or int(count) < 1:
+                raise UserError("tokens must be a whole number of at least 1")
+            session.run("append", _seq_id(s), n=int(count))
+            return show(session)
+
+        @_guard
+        def on_fork(s, session):
+            session.run("fork", _seq_id(s))
+            return show(session)
+
+        @_guard
+        def on_free(s, session):
+            session.run("free", _seq_id(s))
+            return show(session)
+
+        @_guard
+        def on_add_request(text, rn, rb, rm, rt, session):
+            try:
+                params = SamplingParams(max_tokens=int(rm or 0), n=int(rn or 0), beam_width=int(rb or 0),
+                                        temperature=float(rt or 0), ignore_eos=False)
+            except (TypeError, ValueError) as err:
+                raise UserError(str(err)) from err
+            session.run("add_request", text, params)
+            return show(session)
+
+        @_guard
+        def on_step(session):
+            if not session.engine.scheduler.has_work():
+                raise UserError("no request is waiting or running: add a request first")
+            session.run("step")
+            return show(session)
+
+        @_guard
+        def on_run_all(session):
+            for _ in range(512):
+                if not session.engine.scheduler.has_work():
+                    break
+                session.run("step")
+            return show(session)
+
+        def on_goto(pos, session):
+            session.goto(pos)
+            return show(session)
+
+        def on_back(session):
+            session.goto(session.pos - 1)
+            return show(session)
+
+        def on_next(session):
+            session.goto(session.pos + 1)
+            return show(session)
+
+        def on_undo(session):
+            session.undo()
+            return show(session)
+
+        def on_reset(session):
+            return show(Session(session.config))
+
+        def on_play(session):
+            return gr.Timer(active=True), session
+
+        def on_tick(session):
+            if session.pos >= len(session.ops):
+                return (gr.Timer(active=False), *show(session))
+            session.goto(session.pos + 1)
+            return (gr.Timer(active=True), *show(session))
+
+        def on_export(session):
+            fd, path = tempfile.mkstemp(prefix="pagedlab-trace-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(session.export(), f, indent=1)
+            return path, "?trace=" + session.to_link()
+
+        @_guard
+        def on_import(raw, session):
+            if raw is None:
+                return show(session)
+            return show(Session.from_bytes(raw))
+
+        @_guard
+        def on_inspect(b, lyr, session):
+            eng = session.engine
+            try:
+                k, v = eng.inspect_block(int(b or 0), int(lyr or 0))
+            except (ValueError, TypeError) as err:
+                raise UserError(str(err)) from err
+            blk = eng.snapshot().blocks[int(b)]
+            labels = [eng.decode([t]) for t in blk.token_ids]
+            return kv_figure(k, v, labels, f"block {int(b)}, layer {int(lyr)}: {blk.state}, "
+                             f"ref count {blk.ref_count}, {blk.num_filled} slots filled")
+
+        def on_load(session, request: gr.Request):
+            token = dict(request.query_params).get("trace") if request else None
+            if token:
+                try:
+                    session = Session.from_link(token)
+                except UserError as err:
+                    gr.Warning(f"could not open the link's session: {err}")
+            return show(session)
+
+        outs = [state, *views]
+        apply.click(on_apply, [mode, block_size, num_blocks, prefix, state], outs)
+        new_seq.click(on_new, [prompt, as_chat, state], outs)
+        append.click(on_append, [seq, n, state], outs)
+        fork.click(on_fork, [seq, state], outs)
+        free.click(on_free, [seq, state], outs)
+        add_req.click(on_add_request, [req_prompt, req_n, req_beam, req_max, req_temp, state], outs)
+        step.click(on_step, [state], outs)
+        run_all.click(on_run_all, [state], outs)
+        timeline.release(on_goto, [timeline, state], outs)
+        back.click(on_back, [state], outs)
+        nxt.click(on_next, [state], outs)
+        undo.click(on_undo, [state], outs)
+        reset.click(on_reset, [state], outs)
+        play.click(on_play, [state], [timer, state])
+        speed.change(lambda s: gr.Timer(value=float(s)), [speed], [timer])
+        timer.tick(on_tick, [state], [timer, *outs])
+        export.click(on_export, [state], [export_file, link])
+        import_file.upload(on_import, [import_file, state], outs)
+        inspect.click(on_inspect, [block_id, layer, state], [kv_plot])
+        info_tab = next(t for t in demo.blocks.values() if isinstance(t, gr.Tab) and t.label == "Engine")
+        info_tab.select(lambda s: s.engine.engine_info(), [state], [info])
+        demo.load(on_load, [state], outs)
+        demo.load(lambda s: s.engine.engine_info(), [state], [info])
+    return demo

@@ -1,0 +1,29 @@
+"""Session -> what the page shows (figures and panels), as one tuple for the Gradio outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ui.session import Session
+from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
+
+
+def token_text(engine: Any) -> Any:
+    return lambda t: engine.decode([t])
+
+
+def render(session: Session) -> tuple:
+    eng = session.engine
+    snap = eng.snapshot()
+    events = eng.last_events if session.pos else []
+    fig = pool_figure(snap, events, eng.decode)
+    live = [str(s) for s in snap.sequences]
+    timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
+    seq_choice = gr.update(choices=live, value=live[-1] if live else None)
+    where = f"operation {session.pos} of {len(session.ops)}"
+    mode = "dry mode: bookkeeping only, no model" if eng.config.dry else f"model: {eng.config.model}"
+    return (fig, event_log_markdown(events), sequences_html(snap, token_text(eng)),
+            metrics_html(snap, eng.engine_info(), eng.max_model_len), timeline, seq_choice,
+            f"{mode} · {where}")
