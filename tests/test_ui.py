@@ -143,3 +143,33 @@ def test_api_new_append_fork_append_copies_on_write_and_sessions_are_separate(se
     assert out_b[5]["choices"] == [["0", "0"]]
     with pytest.raises(Exception, match="not in the list of choices"):
         a.predict("7", 1, api_name="/on_append")
+
+
+def test_a_session_pickles_as_its_log_and_replays_to_the_same_state():
+    """What a ZeroGPU worker receives and returns: config + op log, never an engine."""
+    import pickle
+
+    s = dry_session()
+    a = s.run("add_sequence", "abcdef")
+    s.run("append", s.run("fork", a), n=2)
+    data = pickle.dumps(s)
+    assert b"LLMEngine" not in data
+    worker = pickle.loads(data)
+    assert fingerprint(worker.engine) == fingerprint(s.engine)
+    worker.run("free", a)
+    back = pickle.loads(pickle.dumps(worker))
+    assert back.ops == worker.ops and fingerprint(back.engine) == fingerprint(worker.engine)
+
+
+def test_sessions_beyond_the_cap_get_a_clear_message_and_closing_frees_a_place(monkeypatch):
+    from ui import session as session_module
+
+    monkeypatch.setattr(session_module, "MAX_SESSIONS", session_module.live_sessions() + 1)
+    first = dry_session()
+    first.run("add_sequence", "abc")
+    second = dry_session()
+    with pytest.raises(UserError, match="serving .* sessions"):
+        second.run("add_sequence", "abc")
+    first.close()
+    second.run("add_sequence", "abc")  # the closed session's place is free again
+    second.close()

@@ -16,6 +16,7 @@ import gradio as gr
 
 from engine import EngineConfig, SamplingParams
 from ui.compare import compare_tab
+from ui.gpu import gpu_task
 from ui.lesson_player import lessons_tab
 from ui.render import render
 from ui.session import Session, UserError
@@ -51,7 +52,10 @@ def _config(mode: str, block_size: int, num_blocks: int, prefix: bool, device: s
 
 
 def _guard(fn):
-    """Turn a UserError into a gr.Error (a message box), keeping the session unchanged."""
+    """Turn a UserError into a gr.Error (a message box), keeping the session unchanged; on a
+    ZeroGPU Space the handler runs on the GPU (ui/gpu.py)."""
+    fn = gpu_task(fn)
+
     def wrapped(*args: Any) -> Any:
         try:
             return fn(*args)
@@ -67,7 +71,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                             else 32, True, device))
 
     with gr.Blocks(title="PagedLab") as demo:
-        state = gr.State(first)
+        # a session closed by its browser (or idle for a day) frees its engine at once
+        state = gr.State(first, time_to_live=24 * 3600, delete_callback=Session.close)
         gr.Markdown("# PagedLab: watch a paged KV cache work, block by block\n" + startup_note)
         with gr.Row():
             mode = gr.Dropdown(list(MODES), value=default_mode, label="engine")

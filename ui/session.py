@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
+import weakref
 import zlib
 from typing import Any
 
@@ -20,6 +22,11 @@ MAX_TRACE_BYTES = 1 << 20  # an imported trace file or link
 MAX_OPS = 2000  # operations per session: replaying more would make Back slow
 #: models a session may choose; a public deployment must not load arbitrary ids or paths
 ALLOWED_MODELS = ("default", "tiny-random", None)
+#: sessions holding an engine at once (each real-model session holds its own KV pool)
+MAX_SESSIONS = int(os.environ.get("PAGEDLAB_MAX_SESSIONS", "64"))
+
+_live: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions that hold an engine
+_live_lock = threading.Lock()
 
 
 class UserError(ValueError):
@@ -37,11 +44,32 @@ class Session:
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
 
+    # On a ZeroGPU Space a handler runs in a forked GPU worker and its arguments and results are
+    # pickled: a session travels as config + op log, and the worker rebuilds the engine by replay.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "ops": self.ops, "pos": self.pos}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])
+        self.ops, self.pos = state["ops"], state["pos"]
+
     @property
     def engine(self) -> LLMEngine:
         if self._engine is None or len(self._engine.trace) != self.pos:
+            with _live_lock:
+                if self not in _live and len(_live) >= MAX_SESSIONS:
+                    raise UserError(f"PagedLab is serving {MAX_SESSIONS} sessions, the most it "
+                                    "holds at once; try again in a minute")
+                _live.add(self)
             self._engine = LLMEngine.replay(self.config, self.ops[: self.pos])
         return self._engine
+
+    def close(self) -> None:
+        """The browser session ended: let go of the engine (and its KV pool) now."""
+        self._engine = None
+        with _live_lock:
+            _live.discard(self)
+
 
     def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run one engine operation at the cursor. A refused operation changes nothing."""
@@ -126,3 +154,8 @@ class Session:
         except (ValueError, zlib.error) as err:
             raise UserError(f"the link's trace is damaged: {err}") from err
         return cls.from_bytes(raw)
+
+
+def live_sessions() -> int:
+    """Sessions that hold an engine now."""
+    return len(_live)
