@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from engine.units import gib, kib, mib
+
 DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
 DEFAULT_MEMORY_UTILIZATION = 0.9
 DEFAULT_PROFILE_TOKENS = 2048  # the most tokens one step will run (max_num_batched_tokens)
@@ -128,8 +130,8 @@ class CacheEngine:
         per_block = self.bytes_per_block
         if self.device.type != "cuda":
             blocks = max(1, cpu_pool_bytes // per_block)
-            return blocks, (f"{blocks} blocks = CPU budget {_mib(cpu_pool_bytes)} / "
-                            f"{_kib(per_block)} per block")
+            return blocks, (f"{blocks} blocks = CPU budget {mib(cpu_pool_bytes)} / "
+                            f"{kib(per_block)} per block")
         dev = self.device
         torch.cuda.synchronize(dev)
         torch.cuda.empty_cache()
@@ -141,9 +143,9 @@ class CacheEngine:
         in_use = total - free  # weights, CUDA context, other processes
         budget = int(total * utilization) - in_use - activation_peak
         blocks = budget // per_block
-        note = (f"{max(blocks, 0)} blocks = {utilization:.0%} of {_gib(total)} GPU memory "
-                f"- {_gib(in_use)} in use - {_gib(activation_peak)} activation peak "
-                f"(profiled forward of {profile_tokens} tokens), / {_kib(per_block)} per block")
+        note = (f"{max(blocks, 0)} blocks = {utilization:.0%} of {gib(total)} GPU memory "
+                f"- {gib(in_use)} in use - {gib(activation_peak)} activation peak "
+                f"(profiled forward of {profile_tokens} tokens), / {kib(per_block)} per block")
         if blocks < 1:
             raise RuntimeError(f"no GPU memory left for the KV cache: {note}")
         return int(blocks), note
@@ -232,15 +234,3 @@ def _profile_peak_activations(model: Any, num_tokens: int, device: torch.device)
     peak = torch.cuda.max_memory_allocated(device) - before
     torch.cuda.empty_cache()
     return max(int(peak), 0)
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1024**2:.0f} MiB"
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB"

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks
 from engine.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
+from engine.units import gib, kib, mib  # noqa: F401  (lessons call them by name)
 
 #: Published architecture constants (LLaMA paper, Table 2; fp16 weights and cache). Used only for
 #: arithmetic ("what would the KV cache of this model cost"), never presented as a measurement.
@@ -35,18 +36,6 @@ ARCHITECTURES: dict[str, dict[str, int]] = {
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
     """K and V (2) of one token in every layer: 2 x layers x kv_heads x head_dim x bytes."""
     return 2 * layers * kv_heads * head_dim * dtype_bytes
-
-
-def kib(n: float) -> str:
-    return f"{n / 1024:,.1f} KiB"
-
-
-def mib(n: float) -> str:
-    return f"{n / 1024 ** 2:,.1f} MiB"
-
-
-def gib(n: float) -> str:
-    return f"{n / 1024 ** 3:,.2f} GiB"
 
 
 def pct(x: float, digits: int = 1) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from engine.baselines import naive_blocks_for
 from engine.events import Event
 from engine.snapshot import Snapshot
+from engine.units import human_bytes
 from viz import palette
 
 MAX_TOKENS_SHOWN = 400  # per sequence; the start is elided beyond that
@@ -74,18 +75,10 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
         ("cached / free blocks", f"{m.cached_blocks} / {m.free_blocks}"),
     ]
     if per_block:
-        rows.append(("KV bytes in use", _bytes(m.used_blocks * per_block)))
+        rows.append(("KV bytes in use", human_bytes(m.used_blocks * per_block)))
     for key in ("requests_running", "requests_waiting", "requests_swapped", "preemptions"):
         if m.extra.get(key):
             rows.append((key.replace("_", " "), m.extra[key]))
     body = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{html.escape(str(v))}</b></td></tr>"
                    for k, v in rows)
     return f"<table style='font-size:13px'>{body}</table>"
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
