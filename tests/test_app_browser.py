@@ -1,7 +1,7 @@
 """The app in a real browser (Debian's Chromium driven by Playwright), on the real default model:
 new sequence -> append -> fork -> append shows a copy-on-write in the figure and the event log;
 Back restores the previous picture; a lesson plays to the end with Next; no console errors.
-Screenshots go to docs/ (the README shows them)."""
+Screenshots go to /tmp, or to docs/ (the README shows them) with PAGEDLAB_UPDATE_SCREENSHOTS=1."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from tests.test_ui import ROOT, served_app  # noqa: F401  (the launched app fixt
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
-SHOTS = os.path.join(ROOT, "docs")
+# the README's screenshots are refreshed only on request, so a test run leaves the tree clean
+SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 
 
 @pytest.fixture(scope="module")

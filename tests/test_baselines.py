@@ -47,3 +47,16 @@ def test_naive_blocks_for_a_live_snapshot():
     assert naive_blocks_for(snap, 32, "max") == 2 * 8  # two sequences, 32 slots each
     assert naive_blocks_for(snap, 32, "oracle") == 2 * 2  # no sharing: 2 blocks each
     assert snap.metrics.used_blocks == 2  # paging shares them
+
+
+def test_paged_fit_matches_what_a_dry_engine_admits():
+    from engine.baselines import paged_fit
+    from lessons.helpers import admit
+
+    work = workload(120, 1, 512)
+    fit = paged_fit(work, 8192, 16)
+    eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=8192 // 16,
+                                 enable_prefix_caching=False))
+    assert fit["admitted"] == admit(eng, work)
+    assert fit["reserved"] == eng.snapshot().metrics.used_blocks * 16
+    assert fit["external_fragmentation"] == 0 and fit["internal_fragmentation"] < 16 * fit["admitted"]

@@ -88,3 +88,15 @@ def test_panels_show_narration_tokens_and_metrics():
     metrics = metrics_html(eng.snapshot(), eng.engine_info(), eng.max_model_len)
     assert "2 of 16" in metrics  # blocks used
     assert "saved by sharing" in metrics and "2 blocks" in metrics
+
+
+def test_the_unvalidated_figure_is_valid_plotly():
+    """pool_figure skips plotly's (slow) validation; rebuilding its JSON with validation on
+    catches a misspelt property in any trace, overlays included."""
+    import json
+
+    eng = dry(num_blocks=4, num_cpu_blocks=4)
+    a = eng.add_sequence("abcdef")
+    eng.append(eng.fork(a), token_ids=[120])  # new block + copy-on-write arrow
+    fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode)
+    go.Figure(json.loads(fig.to_json()))  # raises ValueError on anything invalid

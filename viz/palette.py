@@ -1,7 +1,7 @@
 """Colours shared by the figures and the HTML panels, so a sequence has one colour everywhere."""
 
 FREE = "#ffffff"
-CACHED = "#c8c8c8"
+CACHED = "#a3a3a3"  # darker than the plot background (#d0d0d0) that draws the cell borders
 SHARED = "#f2b134"  # a block with ref count > 1
 OWNERS = ("#4c78a8", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#79706e", "#d67195",
           "#2f8f9d", "#8c6bb1")

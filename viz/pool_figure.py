@@ -17,6 +17,9 @@ from engine.events import Event
 from engine.snapshot import BlockView, Snapshot
 from viz import palette
 
+# plotly validates every value of every list on construction: 3/4 of the build time of a 4096-block
+# figure. The traces here are fixed in code, so skip it (tests/test_viz.py validates the output).
+_FAST = {"_validate": False}
 MAX_LINKS = 4000  # beyond this many table->block lines the picture is a grey blur: skip them
 MAX_TEXT_BLOCKS = 512  # ref counts printed in cells up to this pool size
 
@@ -65,7 +68,7 @@ def _grid(blocks: Sequence[BlockView], width: int, x0: float, decode: Callable, 
             _shorten(decode(list(blk.token_ids))) if blk.token_ids else "",
         ]
         where[blk.block_id] = (x0 + c, -r)
-    heat = go.Heatmap(
+    heat = go.Heatmap(**_FAST,
         z=z, x=[x0 + c for c in range(width)], y=[-r for r in range(rows)], text=text,
         texttemplate="%{text}", customdata=custom, zmin=-0.5, zmax=len(_COLOURS) - 0.5,
         colorscale=_colourscale(), showscale=False, xgap=2, ygap=2, name=f"{prefix}pool",
@@ -117,10 +120,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 lx += [j, px, None]
                 ly += [y - 0.45, py + 0.45, None]
     if tx:
-        traces.append(go.Scatter(
+        traces.append(go.Scatter(**_FAST,
             x=lx, y=ly, mode="lines", line={"color": "rgba(120,120,120,0.35)", "width": 1},
             hoverinfo="skip", name="block table links", showlegend=False))
-        traces.append(go.Scatter(
+        traces.append(go.Scatter(**_FAST,
             x=tx, y=ty, mode="markers+text", text=ttext, textfont={"color": "white", "size": 11},
             marker={"symbol": "square", "size": 22, "color": [_COLOURS[z] for z in tz],
                     "line": {"color": "#333", "width": 1}},
@@ -129,7 +132,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                            "%{customdata[2]} (%{customdata[3]}/%{customdata[4]} filled)<extra></extra>")))
     traces += _event_overlays(events, gpu_at, cpu_at)
 
-    fig = go.Figure(traces)
+    fig = go.Figure(traces, **_FAST)
     labels = [dict(x=-0.8, y=top - r, text=f"seq {s.seq_id}", xanchor="right", showarrow=False,
                    font={"color": palette.owner_colour(s.seq_id)}) for r, s in enumerate(seqs)]
     labels.append(dict(x=-0.5, y=0.75, text="GPU pool", xanchor="left", yanchor="bottom",
@@ -159,7 +162,7 @@ def _event_overlays(events: Sequence[Event], gpu_at: dict, cpu_at: dict) -> list
         pts = [gpu_at[b] for b in ids if b in gpu_at]
         if not pts:
             return []
-        return [go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=name,
+        return [go.Scatter(**_FAST, x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=name,
                            marker={"symbol": symbol, "size": size, "color": colour,
                                    "line": {"color": colour, "width": 3}},
                            hoverinfo="name", showlegend=False)]
@@ -191,7 +194,7 @@ def _event_overlays(events: Sequence[Event], gpu_at: dict, cpu_at: dict) -> list
                 (x0, y0), (x1, y1) = gpu_at[src], gpu_at[dst]
                 xs += [x0, x1, None]
                 ys += [y0, y1, None]
-        out.append(go.Scatter(x=xs, y=ys, mode="lines+markers", name="copy-on-write",
+        out.append(go.Scatter(**_FAST, x=xs, y=ys, mode="lines+markers", name="copy-on-write",
                               line={"color": palette.COW, "width": 3},
                               marker={"symbol": "arrow", "size": 14, "angleref": "previous",
                                       "color": palette.COW},
@@ -201,7 +204,7 @@ def _event_overlays(events: Sequence[Event], gpu_at: dict, cpu_at: dict) -> list
         for (x0, y0), (x1, y1) in swaps:
             xs += [x0, x1, None]
             ys += [y0, y1, None]
-        out.append(go.Scatter(x=xs, y=ys, mode="lines", name="swap",
+        out.append(go.Scatter(**_FAST, x=xs, y=ys, mode="lines", name="swap",
                               line={"color": palette.SWAP, "width": 2, "dash": "dot"},
                               hoverinfo="name", showlegend=False))
     return out
