@@ -47,7 +47,9 @@ class LLMEngine(ServingMixin):
             self.max_model_len = self.runtime.max_model_len
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
         self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
-        token_repr = self.tokenizer.token_repr if config.dry else self._model_token_repr
+        # a function of the tokenizer, not a bound method of this engine: the cache manager must
+        # not point back at the engine, or a dropped engine (and its KV pool) waits for the GC
+        token_repr = self.tokenizer.token_repr if config.dry else _decoded_repr(self.tokenizer)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks)
         self.seqs: dict[int, Sequence] = {}
@@ -260,7 +262,7 @@ class LLMEngine(ServingMixin):
         n = seq.num_tokens - num_computed
         events.append(Event("decode", self.kv.step, seq.seq_id,
                             f"seq {seq.seq_id}: the model computed {n} token(s); next token "
-                            f"{self._model_token_repr(token)} waits as pending", (), (token,)))
+                            f"{self.kv.token_repr(token)} waits as pending", (), (token,)))
 
     _OPS = {
         "add_sequence": _op_add_sequence,
@@ -311,8 +313,10 @@ class LLMEngine(ServingMixin):
                              f"this engine can hold; shorten it")
         return tokens
 
-    def _model_token_repr(self, token_id: int) -> str:
-        return repr(self.tokenizer.decode([token_id]))
+
+
+def _decoded_repr(tokenizer: Any) -> Any:
+    return lambda token_id: repr(tokenizer.decode([token_id]))
 
 
 def _copy_prompt(prompt: object) -> object:
