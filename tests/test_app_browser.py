@@ -87,3 +87,35 @@ def test_a_lesson_plays_to_the_end_with_next(page):
     assert len(seen) >= 3  # the narration changed at every step
     page.screenshot(path=os.path.join(SHOTS, "lesson.png"), full_page=False)
     assert page.console_errors == []
+
+
+def test_a_link_opens_a_lesson_step(page, served_app):  # noqa: F811
+    page.goto(served_app + "?lesson=02_paging&step=2")
+    page.wait_for_function("() => document.body.innerText.includes('step 2 of')", timeout=60_000)
+    page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
+    assert "2. Paging" in page.locator("body").inner_text()
+    assert page.console_errors == []
+
+
+def test_play_replays_the_log_and_pause_stops_it(page, served_app):  # noqa: F811
+    page.goto(served_app)
+    page.wait_for_selector("#new-seq", timeout=60_000)
+    page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
+    for selector, text in (("#new-seq", "prefill"), ("#fork", "forked"), ("#fork", "seq 2"),
+                           ("#fork", "seq 3")):
+        click_and_wait(page, selector, text)
+    for _ in range(3):  # one Back at a time: a click on a busy button is dropped, not queued
+        before = events_text(page)
+        page.get_by_role("button", name="◀ Back").first.click()
+        page.wait_for_function("(old) => document.querySelector('#event-log').innerText !== old",
+                               arg=before, timeout=60_000)
+    assert "forked" not in events_text(page)
+    page.get_by_role("button", name="Play").first.click()
+    page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
+                           timeout=60_000)
+    page.get_by_role("button", name="Pause").first.click()
+    page.wait_for_timeout(300)
+    paused_at = events_text(page)
+    page.wait_for_timeout(3000)  # a playing timer would have moved on by now
+    assert events_text(page) == paused_at
+    assert page.console_errors == []

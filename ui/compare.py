@@ -20,7 +20,7 @@ def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: i
         num_blocks = pool_tokens // block_size
         eng = LLMEngine(EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
                                      enable_prefix_caching=False))
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise gr.Error(f"workload settings: {err}") from err
     rows = [reservation_fit(reqs, pool_tokens, p) for p in POLICIES]
     paged = admit(eng, reqs)

@@ -21,14 +21,16 @@ class LessonSession:
         return LessonSession()
 
 
-def lessons_tab(device: str = "auto") -> None:
+def lessons_tab(device: str = "auto") -> tuple:
+    """Build the tab. Returns (fn, inputs, outputs) for the page's load event, which opens the
+    lesson step a link names: ?lesson=<file name without .md>&step=<1-based step>."""
     try:
         lessons = load_all()
         error = ""
     except LessonError as err:
         lessons, error = [], f"**A lesson failed to load:** {err}"
     by_title = {lesson.title: lesson for lesson in lessons}
-    with gr.Tab("Lessons"):
+    with gr.Tab("Lessons", id="lessons"):
         state = gr.State(LessonSession())
         with gr.Row():
             choice = gr.Dropdown(list(by_title), label="lesson", value=next(iter(by_title), None))
@@ -98,9 +100,26 @@ def lessons_tab(device: str = "auto") -> None:
             if ls.run is not None:
                 ls.run.restart()
 
+        by_name = {lesson.name: lesson for lesson in lessons}
+
+        def open_link(ls, presenter_on, request: gr.Request):
+            query = dict(request.query_params) if request is not None else {}
+            name, step = query.get("lesson"), query.get("step", "")
+            if not name:
+                return view(ls, presenter_on)
+            lesson = by_name.get(name)
+            if lesson is None:
+                gr.Warning(f"the link names no lesson {name!r}; lessons: {', '.join(by_name)}")
+                return view(ls, presenter_on)
+            ls.run = LessonRun(lesson, device=device)
+            if step.isdigit() and int(step) > 0:
+                ls.run.goto(min(int(step), ls.run.total) - 1)
+            return view(ls, presenter_on)
+
         outs = [state, progress, narration, question, plot, log]
         start.click(guarded(do_start), [state, presenter, choice], outs)
         nxt.click(guarded(do_next), [state, presenter], outs)
         back.click(guarded(do_back), [state, presenter], outs)
         restart.click(guarded(do_restart), [state, presenter], outs)
         presenter.change(lambda ls, p: view(ls, p), [state, presenter], outs)
+        return open_link, [state, presenter], outs

@@ -10,32 +10,36 @@ from __future__ import annotations
 
 import base64
 import json
-import os
+import sys
 import threading
+import traceback
 import weakref
 import zlib
+from dataclasses import asdict
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks
+from ui import limits
+from ui.limits import UserError
 
-MAX_TRACE_BYTES = 1 << 20  # an imported trace file or link
-MAX_OPS = 2000  # operations per session: replaying more would make Back slow
-#: models a session may choose; a public deployment must not load arbitrary ids or paths
-ALLOWED_MODELS = ("default", "tiny-random", None)
-#: sessions holding an engine at once (each real-model session holds its own KV pool)
-MAX_SESSIONS = int(os.environ.get("PAGEDLAB_MAX_SESSIONS", "64"))
+# The limits this module enforces itself (ui/limits.py reads them from the environment); kept as
+# module names because tests and older callers patch and import them from here.
+MAX_TRACE_BYTES = limits.MAX_TRACE_BYTES
+MAX_OPS = limits.MAX_OPS
+ALLOWED_MODELS = limits.ALLOWED_MODELS
+MAX_SESSIONS = limits.MAX_SESSIONS
 
 _live: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions that hold an engine
 _live_lock = threading.Lock()
 
 
-class UserError(ValueError):
-    """Something the user can fix; its message says how."""
+__all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
 
 
 class Session:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig(model=None, block_size=4, num_gpu_blocks=32)
+        limits.check_config(self.config)
         self.ops: list[dict[str, Any]] = []
         self.pos = 0  # the engine shows ops[:pos]
         self._engine: LLMEngine | None = None
@@ -66,28 +70,64 @@ class Session:
 
     def close(self) -> None:
         """The browser session ended: let go of the engine (and its KV pool) now."""
-        self._engine = None
+        self._engine = None  # the engine holds no cycle: its KV pool goes with this reference
         with _live_lock:
             _live.discard(self)
 
 
     def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Run one engine operation at the cursor. A refused operation changes nothing."""
+        """Run one engine operation at the cursor. A refused operation changes nothing; so does
+        one that fails unexpectedly: the engine is rebuilt from the log, which holds only
+        operations that succeeded, and the user gets a message instead of a traceback."""
         with self.lock:
             if self.pos >= MAX_OPS:
                 raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
                                 "press Reset or export the trace and start again")
             eng = self.engine
+            self._check_op(_as_op(name, args, kwargs), eng, self.ops[: self.pos])
             try:
                 result = getattr(eng, name)(*args, **kwargs)
             except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
                 raise UserError(str(err)) from err
-            except Exception:
-                self._engine = None  # unexpected: rebuild from the log, which holds only successes
-                raise
+            except Exception as err:
+                # Not all-or-nothing any more: drop the engine; the next access replays the log.
+                self._engine = None
+                traceback.print_exc(file=sys.stderr)
+                raise UserError(f"the {name} operation failed inside the engine "
+                                f"({type(err).__name__}: {err}); the session is as it was "
+                                "before it") from err
             self.ops = eng.trace
             self.pos = len(self.ops)
             return result
+
+    @staticmethod
+    def _check_op(op: dict[str, Any], eng: LLMEngine | None, before: list[dict[str, Any]]) -> None:
+        """The per-session limits of ui/limits.py, for a click and for every op of a trace."""
+        kind = op.get("op") if isinstance(op, dict) else None
+        if kind in ("add_sequence", "add_request"):
+            prompt = op.get("prompt")
+            limits.check_prompt(prompt)
+            if isinstance(prompt, str) and eng is not None:
+                limits.check_prompt_tokens(len(eng.tokenizer.encode(prompt)))
+            elif isinstance(prompt, list):
+                limits.check_prompt_tokens(len(prompt))
+        if kind == "append":
+            n = op.get("n")
+            count = len(op["token_ids"]) if isinstance(op.get("token_ids"), list) else n
+            if isinstance(count, int) and not isinstance(count, bool) and count > limits.MAX_APPEND:
+                raise UserError(f"append adds at most {limits.MAX_APPEND} tokens at a time, "
+                                f"got {count}")
+        if kind == "add_request":
+            done = sum(1 for o in before if isinstance(o, dict) and o.get("op") == "add_request")
+            if done >= limits.MAX_REQUESTS:
+                raise UserError(f"this session has added {done} requests, the most it may; "
+                                "press Reset to start again")
+            params = op.get("params") if isinstance(op.get("params"), dict) else {}
+            for key, most in (("max_tokens", limits.MAX_REQUEST_TOKENS), ("n", limits.MAX_SAMPLES),
+                              ("beam_width", limits.MAX_BEAM_WIDTH)):
+                value = params.get(key)
+                if isinstance(value, int) and value > most:
+                    raise UserError(f"{key} is at most {most} here, got {value}")
 
     def goto(self, pos: int) -> None:
         with self.lock:
@@ -125,10 +165,24 @@ class Session:
         ops = data.get("ops")
         if not isinstance(ops, list) or len(ops) > MAX_OPS:
             raise UserError(f"the trace's ops must be a list of at most {MAX_OPS} operations")
+        try:
+            limits.check_config(config)
+        except UserError as err:
+            raise UserError(f"this trace cannot run here: {err}") from err
         session = cls(config)
         try:
+            # the limits a click would meet, checked before anything runs (a trace could
+            # otherwise ask for more than any session may do)
+            probe = LLMEngine(config) if config.dry else None
+            for i, op in enumerate(ops):
+                try:
+                    cls._check_op(op, probe, ops[:i])
+                except UserError as err:
+                    raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
             session._engine = LLMEngine.replay(config, ops)
         except (ValueError, OutOfBlocks) as err:
+            if isinstance(err, UserError):
+                raise
             raise UserError(f"the trace does not replay: {err}") from err
         session.ops = session._engine.trace
         session.pos = len(session.ops)
@@ -154,6 +208,23 @@ class Session:
         except (ValueError, zlib.error) as err:
             raise UserError(f"the link's trace is damaged: {err}") from err
         return cls.from_bytes(raw)
+
+
+def _as_op(name: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The op-log record a `Session.run` call would make, for the limit checks."""
+    op: dict[str, Any] = {"op": name}
+    if name in ("add_sequence", "add_request") and args:
+        op["prompt"] = list(args[0]) if isinstance(args[0], tuple) else args[0]
+    if name == "add_request" and len(args) > 1:
+        try:
+            op["params"] = asdict(args[1])
+        except TypeError:
+            pass  # not a SamplingParams: the engine names the problem
+    if name == "append":
+        op.update({k: v for k, v in kwargs.items() if k in ("n", "token_ids")})
+        if len(args) > 1:
+            op["n"] = args[1]
+    return op
 
 
 def live_sessions() -> int:

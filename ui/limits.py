@@ -1,0 +1,142 @@
+"""What one session of a public PagedLab may ask for, and the messages that say so.
+
+Every limit reads an environment variable at import, so a classroom server can raise them and a
+public Space keeps the safe defaults. A malformed variable stops the app at start (a typo must
+not silently become "no limit"). The checks raise `UserError`: the UI shows its message in a box
+and the session stays as it was.
+
+What is deliberately NOT reachable from any input: a model id or local path other than
+ALLOWED_MODELS (a trace or the engine dropdown can only name those), a file path (an imported
+trace arrives as bytes; exported traces go to a fresh temp file), `eval` (lessons use their own
+safe evaluator on repo files, never on user text) and `pickle` (only ZeroGPU's own worker
+handoff pickles a session, which is our object, never user bytes).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import unicodedata
+from typing import Any
+
+
+class UserError(ValueError):
+    """Something the user can fix; its message says how."""
+
+
+def _env_int(name: str, default: int, low: int = 1) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} must be a whole number") from None
+    if value < low:
+        raise ValueError(f"environment variable {name}={value} must be at least {low}")
+    return value
+
+
+#: characters in one prompt (a 100k-character paste is refused before it is tokenized)
+MAX_PROMPT_CHARS = _env_int("PAGEDLAB_MAX_PROMPT_CHARS", 4000)
+#: tokens in one prompt (the engine also refuses prompts longer than its pool)
+MAX_PROMPT_TOKENS = _env_int("PAGEDLAB_MAX_PROMPT_TOKENS", 1024)
+#: operations kept per session: replaying more would make Back and undo slow
+MAX_OPS = _env_int("PAGEDLAB_MAX_OPS", 2000)
+#: tokens one Append click may add (a real-model token costs tens of ms on a CPU)
+MAX_APPEND = _env_int("PAGEDLAB_MAX_APPEND", 256)
+#: requests added per session (each may run hundreds of model steps)
+MAX_REQUESTS = _env_int("PAGEDLAB_MAX_REQUESTS", 64)
+#: requested tokens per request, samples (n) and beam width, as the UI's number boxes allow
+MAX_REQUEST_TOKENS = _env_int("PAGEDLAB_MAX_REQUEST_TOKENS", 512)
+MAX_SAMPLES = _env_int("PAGEDLAB_MAX_SAMPLES", 16)
+MAX_BEAM_WIDTH = _env_int("PAGEDLAB_MAX_BEAM_WIDTH", 8)
+#: physical blocks in a dry pool (bookkeeping only: cheap)
+MAX_DRY_BLOCKS = _env_int("PAGEDLAB_MAX_DRY_BLOCKS", 4096)
+#: token slots in a real-model pool; SmolLM2 K+V is 45 KiB a token in float32, so 4096 slots
+#: hold ~180 MiB per session
+MAX_REAL_POOL_TOKENS = _env_int("PAGEDLAB_MAX_REAL_POOL_TOKENS", 4096)
+#: block sizes the UI offers (the kernels take 1..128)
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+#: sessions holding an engine at once (each real-model session holds its own KV pool)
+MAX_SESSIONS = _env_int("PAGEDLAB_MAX_SESSIONS", 64)
+#: an imported trace file or link, in bytes
+MAX_TRACE_BYTES = _env_int("PAGEDLAB_MAX_TRACE_BYTES", 1 << 20)
+#: scheduler steps of one "Run to the end" click
+MAX_RUN_STEPS = _env_int("PAGEDLAB_MAX_RUN_STEPS", 512)
+#: models a session may choose; a public deployment must not load arbitrary ids or paths
+ALLOWED_MODELS: tuple[str | None, ...] = ("default", "tiny-random", None)
+
+_ALLOWED_CONTROLS = {"\n", "\t", "\r"}
+
+
+def whole(value: Any, what: str, low: int, high: int) -> int:
+    """A whole number from a number box or the API: None, NaN, text, 2.5 and out-of-range values
+    get a message naming the box and its range (Gradio hands over floats, strings via the API)."""
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            value = None
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            value = None
+        else:
+            value = int(value)
+    if not isinstance(value, int) or not low <= value <= high:
+        raise UserError(f"{what} must be a whole number from {low} to {high}")
+    return value
+
+
+def number(value: Any, what: str, low: float, high: float) -> float:
+    """A finite number in [low, high]; anything else gets a message naming the box."""
+    try:
+        v = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        v = math.nan
+    if not math.isfinite(v) or not low <= v <= high:
+        raise UserError(f"{what} must be a number from {low:g} to {high:g}")
+    return v
+
+
+def check_prompt(prompt: Any) -> None:
+    """Text a user typed: not too long, valid Unicode, no control characters (a NUL or an escape
+    sequence in a prompt is never intended and renders as nothing in the block labels)."""
+    if not isinstance(prompt, str):
+        return  # token-id lists are the engine's to check
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise UserError(f"the prompt has {len(prompt)} characters; the most accepted is "
+                        f"{MAX_PROMPT_CHARS}")
+    for i, ch in enumerate(prompt):
+        if "\ud800" <= ch <= "\udfff":
+            raise UserError(f"the prompt is not valid text: a lone surrogate (U+{ord(ch):04X}) at "
+                            f"character {i}; paste it again as plain text")
+        if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) == "Cc":
+            raise UserError(f"the prompt contains the control character U+{ord(ch):04X} at "
+                            f"character {i}; remove it")
+
+
+def check_prompt_tokens(num_tokens: int) -> None:
+    if num_tokens > MAX_PROMPT_TOKENS:
+        raise UserError(f"the prompt has {num_tokens} tokens; the most accepted is {MAX_PROMPT_TOKENS}")
+
+
+def check_config(config: Any) -> None:
+    """An engine a session may build: an allowed model, an offered block size, a bounded pool."""
+    if config.model not in ALLOWED_MODELS:
+        raise UserError(f"model {config.model!r} is not available here; PagedLab runs only "
+                        f"'default', 'tiny-random' or the dry mode")
+    if config.block_size not in BLOCK_SIZES:
+        raise UserError(f"block size {config.block_size} is not offered; choose one of "
+                        f"{', '.join(map(str, BLOCK_SIZES))}")
+    blocks = config.num_gpu_blocks
+    if config.dry:
+        if blocks > MAX_DRY_BLOCKS or config.num_cpu_blocks > MAX_DRY_BLOCKS:
+            raise UserError(f"a dry pool holds at most {MAX_DRY_BLOCKS} blocks, got {blocks}")
+    else:
+        most = max(1, MAX_REAL_POOL_TOKENS // config.block_size)
+        if blocks is None or blocks > most or config.num_cpu_blocks > most:
+            raise UserError(f"a real-model pool holds at most {MAX_REAL_POOL_TOKENS} tokens: at "
+                            f"block size {config.block_size} that is {most} blocks, got {blocks}")
