@@ -34,7 +34,6 @@ import os
 import platform
 import random
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,32 +48,11 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from ui.app_process import free_port, launch  # noqa: E402
+
 DRY = "dry (bookkeeping only, no model)"
 PROMPTS = ["Four score and seven years ago", "Paged memory is", "The cat sat on the mat",
            "Four score and seven years ago our fathers", "KV cache"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_app(port: int, extra_env: dict[str, str], log: Any) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
-                            text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("the app exited at start; see its log") from None
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError("the app did not start in 300 s")
 
 
 class RssSampler(threading.Thread):
@@ -221,7 +199,7 @@ def main() -> int:
     # the server's log (Gradio prints a traceback for each refusal): kept out of bench/results
     log_path = os.path.join(tempfile.gettempdir(), f"pagedlab-load-{port}.server.log")
     log = open(log_path, "w")  # noqa: SIM115 (the server writes to it until it stops)
-    proc = start_app(port, {}, log)
+    proc = launch(["app.py"], port, {}, timeout=300, log=log)
     print(f"[load] app up on {url} in {time.perf_counter() - t0:.1f} s (pid {proc.pid})", flush=True)
     try:
         time.sleep(2)

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from tests.test_ui import ROOT, served_app  # noqa: F401  (the launched app fixture)
+from tests.test_ui import served_app  # noqa: F401  (the launched app fixture)
+from ui.app_process import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),

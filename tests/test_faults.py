@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -18,9 +15,8 @@ import pytest
 from engine import EngineConfig
 from engine.kv_cache_manager import KVCacheManager
 from tests.helpers import fingerprint
+from ui.app_process import free_port, launch, output
 from ui.session import Session, UserError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # app.py with the default model's every source failing: the GGUF wheel "missing", the hub offline,
 # and (through PAGEDLAB_CACHE) an empty disk cache. Patched in the child, so the engine is as shipped.
@@ -35,31 +31,6 @@ runpy.run_path("app.py", run_name="__main__")
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def launch(argv: list[str], port: int, env: dict[str, str] | None = None,
-           timeout: float = 120) -> subprocess.Popen:
-    """Start the app in a child process and wait until its port answers."""
-    proc = subprocess.Popen([sys.executable, *argv, "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read()) from None
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"the app did not start within {timeout} s")
-
-
 def stop(proc: subprocess.Popen) -> str:
     if proc.poll() is None:
         proc.terminate()
@@ -68,7 +39,7 @@ def stop(proc: subprocess.Popen) -> str:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return proc.stdout.read() if proc.stdout else ""
+    return output(proc)
 
 
 def fetch(url: str) -> str:

@@ -4,19 +4,13 @@ change nothing, and sessions that do not see each other."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
 from engine import EngineConfig
 from tests.helpers import fingerprint
+from ui.app_process import free_port, launch
 from ui.session import MAX_TRACE_BYTES, Session, UserError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def dry_session() -> Session:
@@ -97,31 +91,12 @@ def test_the_app_builds_without_launching():
     assert demo is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served_app():
     """`python app.py` on the real default model, on a free loopback port."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "app.py"), "--port", str(port)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = free_port()
+    proc = launch(["app.py"], port)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read()) from None
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("the app did not start within 180 s")
     yield url
     proc.terminate()
     proc.wait(timeout=30)
