@@ -35,7 +35,6 @@ import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +47,7 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ui.app_process import free_port, launch  # noqa: E402
+from ui.app_process import free_port, launch, stop  # noqa: E402
 
 DRY = "dry (bookkeeping only, no model)"
 PROMPTS = ["Four score and seven years ago", "Paged memory is", "The cat sat on the mat",
@@ -243,11 +242,7 @@ def main() -> int:
         rss_after = rss_mb(proc.pid)
         rss_peak = max(sampler.peak / 2**20, rss_end_of_load)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
         with open(log_path) as f:
             server_log = f.read()

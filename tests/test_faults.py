@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ import pytest
 from engine import EngineConfig
 from engine.kv_cache_manager import KVCacheManager
 from tests.helpers import fingerprint
-from ui.app_process import free_port, launch, output
+from ui.app_process import free_port, launch, stop
 from ui.session import Session, UserError
 
 # app.py with the default model's every source failing: the GGUF wheel "missing", the hub offline,
@@ -29,17 +28,6 @@ m.find_default_gguf = missing
 sys.argv = ["app.py", *sys.argv[1:]]
 runpy.run_path("app.py", run_name="__main__")
 """
-
-
-def stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return output(proc)
 
 
 def fetch(url: str) -> str:

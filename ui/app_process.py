@@ -48,3 +48,15 @@ def output(proc: subprocess.Popen) -> str:
     log.flush()
     log.seek(0)
     return log.read()
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30) -> str:
+    """Terminate the app (kill it if it does not go) and return what it printed."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return output(proc)
