@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class SequenceStatus(str, Enum):
@@ -114,6 +115,7 @@ class SequenceGroup:
     finished_beams: list[Sequence] = field(default_factory=list)  # beam hypotheses that ended
     finished_seqs: list[Sequence] = field(default_factory=list)
     num_preemptions: int = 0
+    generator: Any = None  # the group's seeded RNG for sampling (made by the scores' backend)
 
     @property
     def width(self) -> int:

@@ -155,7 +155,7 @@ class ServingMixin:
         return finished
 
     def _generator(self, group: SequenceGroup, scores: Any) -> Any:
-        if getattr(group, "generator", None) is None:
+        if group.generator is None:
             seed = group.params.seed
             if seed is None:  # reproducible on replay all the same
                 seed = random.Random(self.config.seed * 1_000_003 + group.request_id).getrandbits(62)
