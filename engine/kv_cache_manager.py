@@ -70,7 +70,8 @@ class KVCacheManager:
     # ---- the primitives -------------------------------------------------------------------
 
     def allocate(self, seq: Sequence, prompt: list[int]) -> list[Event]:
-        """Give a new sequence a block table for its prompt, sharing cached prefix blocks."""
+        """Give a sequence a block table for `prompt` (its tokens to prefill: a new prompt, or
+        prompt + generated tokens when it resumes after preemption), sharing cached prefix blocks."""
         if not prompt:
             raise ValueError("a prompt needs at least one token")
         bs = self.block_size
@@ -109,7 +110,6 @@ class KVCacheManager:
                     tuple(live),
                 ))
         self._write(seq, prompt[len(seq.token_ids):], events, narrate_each=False)
-        seq.prompt_len = len(prompt)
         seq.status = SequenceStatus.RUNNING
         return events
 

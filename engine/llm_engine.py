@@ -194,6 +194,7 @@ class LLMEngine(ServingMixin):
         tokens = self._prompt_tokens(op.get("prompt"))
         seq = Sequence(self._next_seq_id)
         events = self.kv.allocate(seq, tokens)
+        seq.prompt_len = len(tokens)
         self._next_seq_id += 1
         self.seqs[seq.seq_id] = seq
         computed = len(tokens) - seq.num_cached_tokens

@@ -39,16 +39,13 @@ class Runtime:
         return TorchScores(self.runner.execute(batch))
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        if pairs:
-            self.cache.copy_blocks(list(pairs))
+        self.cache.copy_blocks(list(pairs))
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
-        if pairs:
-            self.cache.swap_out(pairs)
+        self.cache.swap_out(pairs)
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
-        if pairs:
-            self.cache.swap_in(pairs)
+        self.cache.swap_in(pairs)
 
     def info(self) -> dict[str, Any]:
         lm = self.loaded

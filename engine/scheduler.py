@@ -143,6 +143,8 @@ class Scheduler:
             self.waiting.popleft()
             out.events += events
             for seq in seqs:
+                if not group.prefilled:
+                    seq.prompt_len = len(group.prompt_ids)
                 seq.resume_tokens = []
                 seq.status = SequenceStatus.RUNNING
                 out.prefills.append(PrefillItem(group, seq, resumed=group.prefilled))

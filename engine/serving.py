@@ -107,7 +107,6 @@ class ServingMixin:
         items += [(s, s.num_tokens - 1) for s in sched.decodes]
         cow = [e.block_ids for e in events if e.kind == "cow"]
         for p in sched.prefills:
-            p.seq.num_cached_tokens = min(p.seq.num_cached_tokens, p.seq.prompt_len)
             computed = p.seq.num_tokens - p.seq.num_cached_tokens
             what = "recompute after preemption" if p.resumed else "prefill"
             events.append(Event("prefill", self.kv.step, p.seq.seq_id,

@@ -121,3 +121,15 @@ def test_serving_replays_to_the_same_state():
     from tests.helpers import fingerprint
 
     assert fingerprint(LLMEngine.replay(eng.config, eng.trace)) == fingerprint(eng)
+
+
+def test_a_sequence_resumed_by_recompute_keeps_its_prompt_length():
+    eng = dry(num_blocks=8, preemption_mode="recompute")
+    eng.add_request("a" * 6, SamplingParams(max_tokens=12))
+    eng.add_request("b" * 6, SamplingParams(max_tokens=12, n=2, temperature=1.0))
+    resumed = False
+    while eng.scheduler.has_work():
+        result = eng.step()
+        resumed |= any("recompute after preemption" in e.text for e in result.events)
+        assert {s.prompt_len for s in eng.snapshot().sequences.values()} <= {6}
+    assert resumed  # the case under test happened

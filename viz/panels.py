@@ -63,7 +63,8 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
     naive = naive_blocks_for(snap, max_len, "max")
     live = [s for s in snap.sequences.values() if s.block_table]
     prompt = sum(s.prompt_len for s in live)
-    hit_rate = sum(s.num_cached_tokens for s in live) / prompt if prompt else 0.0
+    # a sequence resumed after preemption may also find its generated tokens cached: count prompts
+    hit_rate = sum(min(s.num_cached_tokens, s.prompt_len) for s in live) / prompt if prompt else 0.0
     per_block = info.get("kv bytes per block")
     rows = [
         ("blocks used", f"{m.used_blocks} of {snap.num_blocks}"),
