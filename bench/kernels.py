@@ -161,7 +161,7 @@ def bench_sdpa(batch: int, context: int, dtype, device, smoke: bool) -> dict:
 
 
 def bench_paged(ops, batch: int, context: int, block_size: int, dtype, device, smoke: bool,
-                check: bool = True) -> dict:
+                check: bool = True, num_splits: int | None = None) -> dict:
     """The paged kernel over n copies of the batch's cache, identity and shuffled tables."""
     pages = context // block_size
     per_copy_tokens = batch * context
@@ -184,7 +184,7 @@ def bench_paged(ops, batch: int, context: int, block_size: int, dtype, device, s
     for kind, table in tables.items():
         table = table.to(device)
         args = dict(seq_lens=seq_lens, query_start_loc=qsl, scale=scale, max_query_len=1,
-                    max_seq_len=context)
+                    max_seq_len=context, num_splits=num_splits)
         if check:  # the timed configuration, on fresh random data, vs the torch reference
             out = ops.paged_attention(q, k_cache, v_cache, table[0], **args)
             m = min(batch, 16)  # the reference on a subset of the sequences keeps this quick
@@ -273,6 +273,34 @@ def sweep_decode(ops, dtype, device) -> list[dict]:
     return results
 
 
+def sweep_splits(ops, dtype, device) -> list[dict]:
+    """Split-K counts (and two tile configs) on the mid-size shapes where the heuristic's choice
+    matters most: the grid of batch x KV heads programs is smaller than the GPU there."""
+    from kernels import paged_attention as pa
+
+    results = []
+    configs = [None, dict(block_n=128, num_warps=8)]
+    for batch, context in [(32, 2048), (64, 2048), (128, 2048), (32, 8192), (64, 8192)]:
+        for config in configs:
+            for splits in (1, 2, 3, 4, 6, 8, 12, 16):
+                pa.CONFIG_OVERRIDE = config
+                try:
+                    r = bench_paged(ops, batch, context, 16, dtype, device, False, check=True,
+                                    num_splits=splits)
+                except Exception as err:
+                    print(f"  splits B={batch} L={context} {config} x{splits}: {err}")
+                    continue
+                finally:
+                    pa.CONFIG_OVERRIDE = None
+                release(device)
+                r.update(batch=batch, context=context, num_splits=splits, config=config,
+                         heuristic=pa.choose_num_splits(batch, NUM_KV_HEADS, context, 64, device))
+                results.append(r)
+                print(f"  splits B={batch} L={context} {config or 'default'} x{splits}: "
+                      f"{r['shuffled_us']:.1f} us (heuristic x{r['heuristic']})", flush=True)
+    return results
+
+
 # ---------------------------------------------------------------------------------------------
 # copy_blocks and swaps
 
@@ -306,6 +334,8 @@ def bench_cache_ops(ops, dtype, device, smoke: bool, copy_bw: float) -> dict:
     host = torch.zeros((layers, 2, 2 * moved) + kv.shape[3:], dtype=dtype, pin_memory=pin)
     host_ids = torch.randperm(2 * moved, generator=gen)[:moved]
     ops.swap_blocks(kv, host, src, host_ids)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # the swap kernel writes pinned host memory asynchronously
     assert torch.equal(host[:, :, host_ids], kv[:, :, src].cpu()), "swap out wrong"
     out_us = wall_us(lambda: ops.swap_blocks(kv, host, src, host_ids), device)
     in_us = wall_us(lambda: ops.swap_blocks(host, kv, host_ids, dst), device)
@@ -367,6 +397,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--contexts", type=int, nargs="+", default=None)
     ap.add_argument("--block-sizes", type=int, nargs="+", default=None)
     ap.add_argument("--sweep", action="store_true", help="also sweep decode tile configs")
+    ap.add_argument("--split-sweep", action="store_true", help="also sweep split-K counts")
+    ap.add_argument("--only-cache-ops", action="store_true",
+                    help="skip the decode table (copy_blocks and swaps only)")
     args = ap.parse_args(argv)
 
     if args.smoke:
@@ -394,7 +427,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"device {name}, kernels {ops.name}, {dtype}; copy bandwidth {copy_bw:.0f} GB/s")
     print(f"{'batch':>5} {'ctx':>6} {'bs':>3} {'copies':>5} {'ident_us':>9} {'shuf_us':>9}"
           f" {'sdpa_us':>9} {'GB/s':>8} {'of_bw':>6} {'/sdpa':>6} {'shuf/id':>6}")
-    decode = run_decode(ops, batches, contexts, block_sizes, dtype, device, args.smoke, copy_bw)
+    decode = [] if args.only_cache_ops else run_decode(ops, batches, contexts, block_sizes, dtype,
+                                                        device, args.smoke, copy_bw)
     cache = bench_cache_ops(ops, dtype, device, args.smoke, copy_bw)
     cb, sw = cache["copy_blocks"], cache["swap"]
     print(f"copy_blocks: {cb['blocks']} blocks x {cb['layers']} layers in {cb['us']:.1f} us "
@@ -416,11 +450,13 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.sweep and device.type == "cuda":
         results["sweep"] = sweep_decode(ops, dtype, device)
+    if args.split_sweep and device.type == "cuda":
+        results["split_sweep"] = sweep_splits(ops, dtype, device)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
     print(f"wrote {args.out}")
-    if args.png:
+    if args.png and decode:
         plot(results, args.png)
     return results
 

@@ -189,6 +189,8 @@ class CacheEngine:
             raise ValueError(f"layer must be in 0..{self.num_layers - 1}, got {layer}")
         if not 0 <= block_id < count:
             raise ValueError(f"block id must be in 0..{count - 1}, got {block_id}")
+        if cpu and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # a swap out writes host memory asynchronously
         k = cache[layer, 0, block_id].to("cpu", torch.float32)
         v = cache[layer, 1, block_id].to("cpu", torch.float32)
         return k, v

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 
 from engine.cache_engine import CacheEngine
+from engine.decode_graphs import DecodeGraphs
+from engine.sampler import TorchScores
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
@@ -117,7 +119,8 @@ def use_paged_attention(model: Any) -> None:
 class ModelRunner:
     """Runs batches of scheduled sequences through the model, reading and writing the paged pool."""
 
-    def __init__(self, loaded_model: Any, cache_engine: CacheEngine) -> None:
+    def __init__(self, loaded_model: Any, cache_engine: CacheEngine, max_batch: int = 256,
+                 use_graphs: bool | None = None) -> None:
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.cache = cache_engine
@@ -134,6 +137,13 @@ class ModelRunner:
         self.lm_head = self.model.get_output_embeddings()
         self.num_tokens_computed = 0  # every token ever run through the model
         self.num_forward_passes = 0
+        # A ready-made 4-d mask makes transformers skip its own mask building (which would read
+        # position ids back from the device to detect packed sequences): our kernels ignore masks.
+        self._no_mask = torch.zeros((1, 1, 1, 1), dtype=cache_engine.dtype, device=self.device)
+        self._query_starts = torch.arange(max_batch + 1, dtype=torch.int32, device=self.device)
+        max_len = min(self.max_model_len, cache_engine.num_gpu_blocks * self.block_size)
+        self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
+                                   -(-max_len // self.block_size), max_len, use_graphs)
 
     @torch.inference_mode()
     def execute(self, batch: list[ScheduledSeq]) -> torch.Tensor:
@@ -143,14 +153,54 @@ class ModelRunner:
             raise ValueError("execute() needs at least one scheduled sequence")
         meta, input_ids, positions, last_rows = self.prepare(batch)
         out = self.decoder(
-            input_ids=input_ids, position_ids=positions, past_key_values=None, use_cache=False,
-            **{METADATA_KWARG: meta},
+            input_ids=input_ids, position_ids=positions, attention_mask=self._no_mask,
+            past_key_values=None, use_cache=False, **{METADATA_KWARG: meta},
         )
         hidden = out.last_hidden_state[0, last_rows]
         logits = self.lm_head(hidden).float()
         self.num_tokens_computed += int(input_ids.shape[1])
         self.num_forward_passes += 1
         return logits
+
+    def execute_scores(self, batch: list[ScheduledSeq]) -> TorchScores:
+        """The step's scores: pure-decode batches through the static decode path (CUDA graphs on
+        a GPU), anything else (prefills, mixed batches) through `execute`."""
+        if all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
+                len(batch), max((len(s.block_table) for s in batch), default=0)):
+            return self.decode(batch)
+        return TorchScores(self.execute(batch))
+
+    def decode(self, batch: list[ScheduledSeq]) -> TorchScores:
+        """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
+        if not batch:
+            raise ValueError("decode() needs at least one scheduled sequence")
+        bs = self.block_size
+        positions = [s.num_computed for s in batch]
+        for i, seq in enumerate(batch):
+            self._check(i, seq)
+        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(batch, positions, strict=True)]
+        out = self.graphs.run([s.token_ids[0] for s in batch], positions, slots,
+                              [s.block_table for s in batch])
+        self.num_tokens_computed += len(batch)
+        self.num_forward_passes += 1
+        return TorchScores(out.logits, out.logprobs, (out.greedy_ids, out.greedy_logprobs))
+
+    def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,
+                        max_seq_len: int) -> torch.Tensor:
+        """Decoder + LM head for one token per sequence: what the decode graphs capture. No
+        host reads in here (a capture would fail on one)."""
+        meta = PagedMetadata(
+            kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mapping=slots,
+            block_tables=tables, seq_lens=seq_lens,
+            query_start_loc=self._query_starts[: input_ids.shape[0] + 1],
+            max_query_len=1, max_seq_len=max_seq_len,
+        )
+        out = self.decoder(
+            input_ids=input_ids[None], position_ids=positions[None], attention_mask=self._no_mask,
+            past_key_values=None, use_cache=False, **{METADATA_KWARG: meta},
+        )
+        return self.lm_head(out.last_hidden_state[0])
 
     def prepare(self, batch: list[ScheduledSeq]
                 ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -208,7 +258,10 @@ class ModelRunner:
         if len(seq.block_table) < needed:
             raise ValueError(f"sequence {i} needs {needed} blocks for {seq_len} tokens at block "
                              f"size {self.block_size}, its table has {len(seq.block_table)}")
-        for block in seq.block_table:
+        table = seq.block_table
+        if table and min(table) >= 0 and max(table) < self.cache.num_gpu_blocks:
+            return  # the common case, at C speed: this runs for every sequence of every step
+        for block in table:
             if not 0 <= block < self.cache.num_gpu_blocks:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
                                  f"(0..{self.cache.num_gpu_blocks - 1})")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from engine.events import Event
 
@@ -10,10 +12,16 @@ from engine.events import Event
 @dataclass(frozen=True)
 class CompletionOutput:
     index: int
-    text: str
     token_ids: tuple[int, ...]
     cumulative_logprob: float
     finish_reason: str | None  # "length" | "eos" | "stop" | "abort" | None while running
+    detokenize: Callable[[tuple[int, ...]], str] = field(repr=False, compare=False)
+
+    @cached_property
+    def text(self) -> str:
+        """Decoded on first read: a step streams every running request's output, and decoding
+        them all each step would cost more than the step's forward pass."""
+        return self.detokenize(self.token_ids)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class Runtime:
             self.loaded, config.num_gpu_blocks, config.block_size, config.num_cpu_blocks,
             device=self.loaded.device, dtype=self.loaded.dtype,
         )
-        self.runner = ModelRunner(self.loaded, self.cache)
+        self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 256))
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
@@ -35,8 +35,8 @@ class Runtime:
 
     def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
-        batch = [ScheduledSeq(list(toks), n, list(table)) for toks, n, table in items]
-        return TorchScores(self.runner.execute(batch))
+        batch = [ScheduledSeq(toks, n, table) for toks, n, table in items]
+        return self.runner.execute_scores(batch)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         self.cache.copy_blocks(list(pairs))

@@ -13,10 +13,14 @@ from engine.sequence import SamplingParams
 
 
 class TorchScores:
-    def __init__(self, logits: torch.Tensor) -> None:
+    def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor | None = None,
+                 greedy: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """`logprobs` and `greedy` (token ids, their log probs): already computed on the device
+        by the decode graph, when it ran."""
         self.logits = logits.float()  # [rows, vocab]
         self.num_rows = logits.shape[0]
-        self._logprobs: torch.Tensor | None = None
+        self._logprobs = logprobs
+        self._greedy_tensors = greedy
         self._greedy: list[tuple[int, float]] | None = None
 
     def logprobs(self) -> torch.Tensor:
@@ -26,9 +30,11 @@ class TorchScores:
 
     def greedy(self, row: int) -> tuple[int, float]:
         if self._greedy is None:
-            lp = self.logprobs()
-            best = lp.argmax(dim=-1)
-            best_lp = lp.gather(1, best[:, None])[:, 0]
+            if self._greedy_tensors is None:
+                lp = self.logprobs()
+                best = lp.argmax(dim=-1)
+                self._greedy_tensors = best, lp.gather(1, best[:, None])[:, 0]
+            best, best_lp = self._greedy_tensors
             self._greedy = list(zip(best.tolist(), best_lp.tolist(), strict=True))
         return self._greedy[row]
 

@@ -269,20 +269,27 @@ class ServingMixin:
         del self.groups[group.request_id]
         return out
 
+    def _detokenizer(self, stop: tuple[str, ...]) -> Any:
+        decode = self.tokenizer.decode  # not self.decode: last_step must not hold the engine
+
+        def detokenize(ids: tuple[int, ...]) -> str:
+            text = decode(list(ids))
+            for s in stop:
+                if s in text:
+                    text = text[: text.index(s)]
+            return text
+
+        return detokenize
+
     def _request_output(self, group: SequenceGroup, finished: bool = False) -> RequestOutput:
-        stop = group.params.stop
         if group.params.beam_width > 1 and finished:
             hyps = group.finished_beams
             items = [(h.token_ids, h.cumulative_logprob, h.finish_reason) for h in hyps]
         else:
             seqs = group.seqs if finished else group.live()
             items = [(s.output_ids, s.cumulative_logprob, s.finish_reason) for s in seqs]
-        outs = []
-        for i, (ids, lp, reason) in enumerate(items):
-            text = self.decode(ids)
-            for s in stop:
-                if s in text:
-                    text = text[: text.index(s)]
-            outs.append(CompletionOutput(i, text, tuple(ids), lp, reason))
-        return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), tuple(outs),
+        detokenize = self._detokenizer(group.params.stop)
+        outs = tuple(CompletionOutput(i, tuple(ids), lp, reason, detokenize)
+                     for i, (ids, lp, reason) in enumerate(items))
+        return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), outs,
                              finished, group.num_preemptions)

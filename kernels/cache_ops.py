@@ -1,9 +1,8 @@
 """Triton cache operations: write new K/V into their slots, and copy-on-write block copies.
 
 Owns `write_kv` and `copy_blocks` (same signatures as in `kernels.reference`). `swap_blocks`
-moves blocks between devices, which is a DMA transfer rather than a kernel: it is the plain
-torch version from `kernels.reference`, re-exported here so that this module offers every
-cache operation.
+moves blocks between the device pool and the pinned host pool with the same copy kernel: pinned
+host memory is addressable from the GPU, so one launch moves scattered blocks across PCIe.
 
 Layout: `kv_cache[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`, slot
 s = block * block_size + offset (see DESIGN.md "Kernels").
@@ -11,11 +10,13 @@ s = block * block_size + offset (see DESIGN.md "Kernels").
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
 
-from .reference import swap_blocks
+from . import interpreter_enabled, reference
 
 __all__ = ["write_kv", "copy_blocks", "swap_blocks"]
 
@@ -80,23 +81,42 @@ def write_kv(
 
 @triton.jit
 def _copy_blocks_kernel(
-    cache_ptr, src_ptr, dst_ptr,
-    stride_plane, stride_block,
+    src_cache_ptr, dst_cache_ptr, src_ptr, dst_ptr,
+    src_stride_plane, src_stride_block, dst_stride_plane, dst_stride_block,
     BLOCK_NUMEL: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
     """Program (pair, plane, chunk) copies CHUNK elements of block src[pair] -> dst[pair] in one
-    (layer, K|V) plane. A block is contiguous inside a plane: block_size * heads * head_dim."""
+    (layer, K|V) plane. A block is contiguous inside a plane: block_size * heads * head_dim.
+    Source and destination may be two caches, one of them in pinned host memory (a swap)."""
     pair = tl.program_id(0)
     plane = tl.program_id(1).to(tl.int64)
     chunk = tl.program_id(2)
-    src = tl.load(src_ptr + pair)
-    dst = tl.load(dst_ptr + pair)
+    src = tl.load(src_ptr + pair).to(tl.int64)
+    dst = tl.load(dst_ptr + pair).to(tl.int64)
     offs = chunk * CHUNK + tl.arange(0, CHUNK)
     mask = offs < BLOCK_NUMEL
-    base = cache_ptr + plane * stride_plane
-    data = tl.load(base + src * stride_block + offs, mask=mask)
-    tl.store(base + dst * stride_block + offs, data, mask=mask)
+    data = tl.load(src_cache_ptr + plane * src_stride_plane + src * src_stride_block + offs,
+                   mask=mask)
+    tl.store(dst_cache_ptr + plane * dst_stride_plane + dst * dst_stride_block + offs, data,
+             mask=mask)
+
+
+def _launch_block_copy(src_cache: torch.Tensor, dst_cache: torch.Tensor,
+                       src_ids: torch.Tensor, dst_ids: torch.Tensor) -> None:
+    assert src_cache.dim() == 6 and src_cache.is_contiguous() and dst_cache.is_contiguous()
+    assert src_cache.shape[:2] == dst_cache.shape[:2] and src_cache.shape[3:] == dst_cache.shape[3:]
+    num_layers, two, _, block_size, num_heads, head_dim = src_cache.shape
+    block_numel = block_size * num_heads * head_dim
+    chunk = min(triton.next_power_of_2(block_numel), 4096)
+    grid = (src_ids.numel(), num_layers * two, triton.cdiv(block_numel, chunk))
+    # [L, 2, ...] contiguous: plane l * 2 + kv starts at (l * 2 + kv) * stride(1).
+    _copy_blocks_kernel[grid](
+        src_cache, dst_cache, src_ids, dst_ids,
+        src_cache.stride(1), src_cache.stride(2), dst_cache.stride(1), dst_cache.stride(2),
+        BLOCK_NUMEL=block_numel, CHUNK=chunk,
+        num_warps=4,
+    )
 
 
 def copy_blocks(
@@ -107,19 +127,37 @@ def copy_blocks(
     Precondition (true for copy-on-write, whose destinations are freshly allocated): no block
     is both a source and a destination in the same call, since programs run in any order.
     """
-    num_pairs = src_block_ids.numel()
-    if num_pairs == 0:
+    if src_block_ids.numel() == 0:
         return
-    assert kv_cache.dim() == 6 and kv_cache.is_contiguous()
     assert src_block_ids.device == kv_cache.device and dst_block_ids.device == kv_cache.device
-    num_layers, two, _, block_size, num_heads, head_dim = kv_cache.shape
-    block_numel = block_size * num_heads * head_dim
-    chunk = min(triton.next_power_of_2(block_numel), 4096)
-    grid = (num_pairs, num_layers * two, triton.cdiv(block_numel, chunk))
-    # [L, 2, ...] contiguous: plane l * 2 + kv starts at (l * 2 + kv) * stride(1).
-    _copy_blocks_kernel[grid](
-        kv_cache, src_block_ids, dst_block_ids,
-        kv_cache.stride(1), kv_cache.stride(2),
-        BLOCK_NUMEL=block_numel, CHUNK=chunk,
-        num_warps=4,
-    )
+    _launch_block_copy(kv_cache, kv_cache, src_block_ids, dst_block_ids)
+
+
+def swap_blocks(
+    src_cache: torch.Tensor,
+    dst_cache: torch.Tensor,
+    src_block_ids: torch.Tensor,
+    dst_block_ids: torch.Tensor,
+) -> None:
+    """Swap out (device -> pinned host) or in (pinned host -> device) in ONE kernel launch.
+
+    Pinned host memory is mapped into the GPU's address space, so the kernel's loads and stores
+    cross PCIe directly: no staging buffer, no host-side gather or scatter, scattered blocks on
+    both sides. Asynchronous like any launch: synchronise before the host reads a swapped-out
+    block. Anything else (unpinned host memory, two CPU caches) takes the reference path.
+    """
+    if src_block_ids.numel() == 0:
+        return
+    cuda = [c.device for c in (src_cache, dst_cache) if c.device.type == "cuda"]
+    if cuda:  # the host side must be pinned to be reachable from the kernel
+        direct = all(c.device.type == "cuda" or c.is_pinned() for c in (src_cache, dst_cache))
+    else:  # two host caches: only the interpreter (tests) runs the kernel on the CPU
+        direct = interpreter_enabled()
+    if not direct:
+        reference.swap_blocks(src_cache, dst_cache, src_block_ids, dst_block_ids)
+        return
+    device = cuda[0] if cuda else src_cache.device
+    src_ids = src_block_ids.to(device, torch.int64, non_blocking=True)
+    dst_ids = dst_block_ids.to(device, torch.int64, non_blocking=True)
+    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
+        _launch_block_copy(src_cache, dst_cache, src_ids, dst_ids)

@@ -326,6 +326,30 @@ def test_swap_blocks_round_trip_cpu():
     assert torch.equal(back[:, :, in_ids], gpu_like[:, :, out_ids])
 
 
+@needs_triton
+def test_triton_swap_blocks_moves_scattered_blocks_both_ways():
+    """The one-launch swap (on CUDA: straight into pinned host memory) equals the reference."""
+    _, ops = _triton()
+    dev_cache = _kv_cache()
+    on_cuda = DEVICE.type == "cuda"
+    host = torch.zeros(dev_cache.shape[:2] + (6,) + dev_cache.shape[3:], dtype=dev_cache.dtype,
+                       pin_memory=on_cuda)
+    out_ids, host_ids = torch.tensor([7, 2, 9]), torch.tensor([0, 5, 3])
+    ops.swap_blocks(dev_cache, host, out_ids, host_ids)
+    if on_cuda:
+        torch.cuda.synchronize()  # the kernel writes host memory asynchronously
+    expected = torch.zeros_like(host)
+    reference.swap_blocks(dev_cache, expected, out_ids, host_ids)
+    assert torch.equal(host, expected)
+    back = torch.zeros_like(dev_cache)
+    in_ids = torch.tensor([1, 4, 8])
+    ops.swap_blocks(host, back, host_ids, in_ids)
+    expected_back = torch.zeros_like(dev_cache)
+    reference.swap_blocks(host, expected_back, host_ids, in_ids)
+    assert torch.equal(back.cpu(), expected_back.cpu())
+    assert torch.count_nonzero(back[:, :, [0, 2, 3]]) == 0  # nothing written outside the targets
+
+
 @needs_cuda
 def test_swap_blocks_round_trip_cuda_pinned_host():
     dev_cache = _kv_cache(dtype=torch.bfloat16)

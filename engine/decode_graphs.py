@@ -1,0 +1,161 @@
+"""Decode steps from static buffers, replayed as CUDA graphs: the engine's hot loop.
+
+A decode step of a small model is several hundred small kernels (30 layers of norms, projections,
+RoPE, our paged attention, MLP). Launched one by one from Python, the launches cost far more than
+the bytes they move. So a pure-decode step runs from *static* buffers: on a GPU its whole forward
+pass, LM head and greedy choice included, is captured once per batch-size bucket as a CUDA graph
+and then replayed with one call.
+
+What the host does per step is one pass over the batch: it writes every sequence's token,
+position, slot, length and block table into one pinned int32 buffer, copies that buffer to the
+device in one transfer, replays the graph of the smallest bucket that holds the batch, and reads
+back the greedy tokens and their log probabilities in one transfer. Rows past the batch are
+padding: slot -1 (nothing is written) and length 1 (a harmless read of the first block).
+
+Buffer layout (int32), for a capacity of B sequences with block tables W blocks wide:
+
+    [ tokens B | positions B | slots B | seq_lens B | block_tables B x W ]
+
+On the CPU there is nothing to replay: the same function runs eagerly on the exact batch
+(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+
+
+class DecodeOutputs:
+    """The static outputs of one bucket: float32 logits, log probs and the greedy choice."""
+
+    def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor, greedy_ids: torch.Tensor,
+                 greedy_logprobs: torch.Tensor) -> None:
+        self.logits, self.logprobs = logits, logprobs
+        self.greedy_ids, self.greedy_logprobs = greedy_ids, greedy_logprobs
+
+    def rows(self, n: int) -> DecodeOutputs:
+        return DecodeOutputs(self.logits[:n], self.logprobs[:n], self.greedy_ids[:n],
+                             self.greedy_logprobs[:n])
+
+
+class DecodeGraphs:
+    """Static-buffer decode for one ModelRunner; CUDA graphs when the device is a GPU.
+
+    `forward(ids, positions, slots, seq_lens, tables, max_seq_len)` is the runner's
+    decoder + LM head on tensors of B rows, returning [B, vocab] logits.
+    """
+
+    def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device,
+                 max_batch: int, max_blocks_per_seq: int, max_seq_len: int,
+                 use_graphs: bool | None = None, pad: bool | None = None) -> None:
+        self.forward = forward
+        self.device = device
+        self.use_graphs = device.type == "cuda" if use_graphs is None else use_graphs
+        self.pad = self.use_graphs if pad is None else pad  # round batches up to the buckets
+        self.sizes = tuple(b for b in GRAPH_BATCH_SIZES if b < max_batch) + (max_batch,)
+        self.max_batch = max_batch
+        self.width = max_blocks_per_seq
+        # The kernel's split-K grid is fixed at capture: size it for the longest context.
+        self.max_seq_len = max_seq_len
+        n = 4 * max_batch + max_batch * max_blocks_per_seq
+        pin = device.type == "cuda"
+        self.host = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
+        self._host_np = self.host.numpy()
+        self.buffer = torch.zeros(n, dtype=torch.int32, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, DecodeOutputs] = {}
+        self._pool: Any = None
+        self.num_replays = 0
+
+    # ---- public -------------------------------------------------------------------------------
+
+    def fits(self, num_seqs: int, table_width: int) -> bool:
+        return num_seqs <= self.max_batch and table_width <= self.width
+
+    def bucket(self, num_seqs: int) -> int:
+        if not self.pad:
+            return num_seqs
+        return next(b for b in self.sizes if b >= num_seqs)
+
+    @torch.inference_mode()
+    def run(self, token_ids: list[int], positions: list[int], slots: list[int],
+            tables: list[list[int]]) -> DecodeOutputs:
+        """One decode step for len(token_ids) sequences (position p's token goes to slot s)."""
+        n = len(token_ids)
+        size = self.bucket(n)
+        used = self._fill(token_ids, positions, slots, tables, size)
+        self.buffer[:used].copy_(self.host[:used], non_blocking=True)
+        if not self.use_graphs:
+            return self._compute(size).rows(n)
+        if size not in self.graphs:
+            self._capture(size)
+        self.graphs[size].replay()
+        self.num_replays += 1
+        return self.outputs[size].rows(n)
+
+    @torch.inference_mode()
+    def capture(self, sizes: tuple[int, ...] | None = None) -> None:
+        """Capture the graphs of these buckets now (default: all), largest first so that the
+        smaller ones reuse its memory pool. Otherwise each is captured at its first use."""
+        if not self.use_graphs:
+            return
+        for size in sorted(sizes or self.sizes, reverse=True):
+            if size not in self.graphs:
+                self._fill([0] * size, [0] * size, [-1] * size, [[0]] * size, size)
+                self.buffer.copy_(self.host)
+                self._capture(size)
+
+    # ---- internals ------------------------------------------------------------------------------
+
+    def _fill(self, token_ids: list[int], positions: list[int], slots: list[int],
+              tables: list[list[int]], size: int) -> int:
+        b, w, h = self.max_batch, self.width, self._host_np
+        n = len(token_ids)
+        h[0:n] = token_ids
+        h[b:b + n] = positions
+        h[2 * b:2 * b + n] = slots
+        h[3 * b:3 * b + n] = [p + 1 for p in positions]
+        if size > n:  # padding rows: write nothing, read one slot of whatever block row 0 names
+            h[n:size] = 0
+            h[b + n:b + size] = 0
+            h[2 * b + n:2 * b + size] = -1
+            h[3 * b + n:3 * b + size] = 1
+        base = 4 * b
+        for i, table in enumerate(tables):
+            h[base + i * w:base + i * w + len(table)] = table
+        # Entries past a table's end are never read (the kernel stops at the sequence's length).
+        return base + size * w
+
+    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
+        b, w, buf = self.max_batch, self.width, self.buffer
+        return (buf[0:size], buf[b:b + size], buf[2 * b:2 * b + size], buf[3 * b:3 * b + size],
+                buf[4 * b:].view(b, w)[:size])
+
+    def _compute(self, size: int) -> DecodeOutputs:
+        ids, pos, slots, lens, tables = self._views(size)
+        logits = self.forward(ids.long(), pos.long(), slots.long(), lens, tables,
+                              self.max_seq_len).float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        greedy = logprobs.argmax(dim=-1)
+        return DecodeOutputs(logits, logprobs, greedy, logprobs.gather(1, greedy[:, None])[:, 0])
+
+    def _capture(self, size: int) -> None:
+        # Warm up on a side stream first (Triton compiles its kernels, cuBLAS picks its
+        # algorithms): nothing of that may happen inside the capture.
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._compute(size)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self.outputs[size] = self._compute(size)
+        self.graphs[size] = graph
