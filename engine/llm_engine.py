@@ -317,7 +317,18 @@ class LLMEngine(ServingMixin):
 
 
 def _decoded_repr(tokenizer: Any) -> Any:
-    return lambda token_id: repr(tokenizer.decode([token_id]))
+    """How the narration shows one token: its decoded text, memoised (a serving step narrates
+    every sequence's new token, and a tokenizer call per token costs more than the rest of the
+    bookkeeping). At most one entry per vocabulary id, per engine."""
+    shown: dict[int, str] = {}
+
+    def token_repr(token_id: int) -> str:
+        text = shown.get(token_id)
+        if text is None:
+            text = shown[token_id] = repr(tokenizer.decode([token_id]))
+        return text
+
+    return token_repr
 
 
 def _copy_prompt(prompt: object) -> object:

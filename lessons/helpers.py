@@ -192,7 +192,8 @@ class AttentionProbe:
         handles = [attn.register_forward_pre_hook(on_attention, with_kwargs=True),
                    attn.o_proj.register_forward_pre_hook(on_output)]
         try:
-            yield
+            with self.engine.runtime.runner.module_path():  # hooks fire only in the modules
+                yield
         finally:
             for h in handles:
                 h.remove()

@@ -426,3 +426,97 @@ def test_cuda_cache_ops_bf16():
     ops.write_kv(key, value, kv[1, 0], kv[1, 1], slots)
     reference.write_kv(key, value, expected[1, 0], expected[1, 1], slots)
     assert torch.equal(kv, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lean decoder's fused layer ops (kernels/layer_ops.py) against their torch references
+
+
+def _layer_ops():
+    from kernels import layer_ops, layer_reference
+
+    return layer_ops, layer_reference
+
+
+LAYER_DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if HAS_CUDA else [])
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", LAYER_DTYPES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_triton_add_rms_norm_matches_reference(dtype, with_residual):
+    ops, ref = _layer_ops()
+    x = torch.randn(5, 192).to(DEVICE, dtype)
+    res = torch.randn(5, 192).to(DEVICE, dtype) if with_residual else None
+    w = (1 + 0.1 * torch.randn(192)).to(DEVICE, dtype)
+    out, res_out = ops.add_rms_norm(x, res, w, 1e-5)
+    want, want_res = ref.add_rms_norm(x, res, w, 1e-5)
+    torch.testing.assert_close(res_out, want_res, atol=0, rtol=0)  # the sum rounds alike
+    torch.testing.assert_close(out, want, **({} if dtype == torch.float32 else
+                                             {"atol": 2e-2, "rtol": 2e-2}))
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", LAYER_DTYPES)
+@pytest.mark.parametrize("hq, hkv", [(3, 1), (9, 3), (4, 4)])
+def test_triton_rope_write_kv_matches_reference(dtype, hq, hkv):
+    ops, ref = _layer_ops()
+    d, t, bs = 64, 6, 4
+    qkv = torch.randn(t, (hq + 2 * hkv) * d).to(DEVICE, dtype)
+    angles = torch.arange(50)[:, None] * (1e4 ** (-torch.arange(d // 2) / (d // 2)))[None]
+    emb = torch.cat([angles, angles], -1)
+    cos_sin = torch.cat([emb.cos(), emb.sin()], -1).to(DEVICE, dtype)
+    positions = torch.tensor([0, 7, 8, 31, 2, 49], device=DEVICE)
+    slots = torch.tensor([3, 17, -1, 30, 4, 9], device=DEVICE)  # -1: not cached
+    caches = [torch.zeros(10, bs, hkv, d, dtype=dtype, device=DEVICE) for _ in range(4)]
+    q = ops.rope_write_kv(qkv, cos_sin, positions, caches[0], caches[1], slots, hq, hkv)
+    want = ref.rope_write_kv(qkv, cos_sin, positions, caches[2], caches[3], slots, hq, hkv)
+    tol = {} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(q, want, **tol)
+    torch.testing.assert_close(caches[0], caches[2], **tol)
+    torch.testing.assert_close(caches[1], caches[3], atol=0, rtol=0)  # v is copied as is
+    assert torch.count_nonzero(caches[0].flatten(2).abs().sum(-1)) == 5  # five slots written
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", LAYER_DTYPES)
+def test_triton_silu_and_mul_matches_reference(dtype):
+    ops, ref = _layer_ops()
+    gate_up = torch.randn(3, 2 * 1536).to(DEVICE, dtype)
+    tol = {} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(ops.silu_and_mul(gate_up), ref.silu_and_mul(gate_up), **tol)
+
+
+def test_layer_references_follow_the_llama_modules():
+    """The references compute what transformers' Llama modules compute (float64 inputs)."""
+    from transformers.models.llama.modeling_llama import (
+        LlamaRMSNorm,
+        apply_rotary_pos_emb,
+    )
+
+    _, ref = _layer_ops()
+    x, res = torch.randn(4, 32, dtype=torch.float64), torch.randn(4, 32, dtype=torch.float64)
+    norm = LlamaRMSNorm(32, eps=1e-6).double()
+    norm.weight.data.uniform_(0.5, 1.5)
+    out, summed = ref.add_rms_norm(x, res, norm.weight, 1e-6)
+    torch.testing.assert_close(out, norm(x + res))
+    torch.testing.assert_close(summed, x + res)
+
+    hq, hkv, d = 2, 1, 8
+    qkv = torch.randn(3, (hq + 2 * hkv) * d, dtype=torch.float64)
+    pos = torch.tensor([1, 5, 2])
+    emb = torch.arange(8)[:, None] * torch.rand(d // 2, dtype=torch.float64)[None]
+    emb = torch.cat([emb, emb], -1)
+    cos_sin = torch.cat([emb.cos(), emb.sin()], -1)
+    k_cache, v_cache = torch.zeros(2, 2, hkv, d, dtype=torch.float64), torch.zeros(2, 2, hkv, d,
+                                                                                   dtype=torch.float64)
+    q = ref.rope_write_kv(qkv, cos_sin, pos, k_cache, v_cache, torch.tensor([0, 1, 2]), hq, hkv)
+    q_hf, k_hf = apply_rotary_pos_emb(
+        qkv[:, : hq * d].view(3, hq, d).transpose(0, 1), qkv[:, hq * d:(hq + hkv) * d]
+        .view(3, hkv, d).transpose(0, 1), emb[pos].cos(), emb[pos].sin(), unsqueeze_dim=0)
+    torch.testing.assert_close(q, q_hf.transpose(0, 1))
+    torch.testing.assert_close(k_cache.flatten(0, 1)[:3], k_hf.transpose(0, 1))
+
+    gate_up = torch.randn(2, 16, dtype=torch.float64)
+    torch.testing.assert_close(ref.silu_and_mul(gate_up),
+                               torch.nn.functional.silu(gate_up[:, :8]) * gate_up[:, 8:])
