@@ -101,7 +101,31 @@ def make_engine(dtype: str, blocks: int, graphs: bool) -> LLMEngine:
     return eng
 
 
-def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool) -> dict:
+def profile_decode_steps(eng: LLMEngine, batch: list[list[int]], path: str) -> None:
+    """cProfile of 32 decode steps of the same batch (after the timed run: it slows them)."""
+    import cProfile
+    import io
+    import pstats
+
+    for p in batch:
+        eng.add_request(p, SamplingParams(max_tokens=40, ignore_eos=True))
+    while eng.scheduler.waiting:
+        eng.step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(32):
+        eng.step()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
+    with open(path, "w") as f:
+        f.write(out.getvalue())
+    while eng.scheduler.has_work():
+        eng.step()
+
+
+def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool,
+               profile_path: str | None = None) -> dict:
     n = len(batch)
     blocks = n * -(-(len(batch[0]) + new) // 16) + 64
     params = SamplingParams(max_tokens=new, ignore_eos=True)
@@ -112,8 +136,8 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool) -> di
         runner.graphs.capture(tuple(b for b in runner.graphs.sizes if b <= n))
     timers = {name: HostTimer(obj, attr) for name, obj, attr in [
         ("schedule", eng.scheduler, "schedule"),
-        ("model (host + device)", eng.runtime, "execute"),
-        ("postprocess", eng, "_postprocess"),
+        ("model: inputs + launch", eng.runtime, "execute"),
+        ("postprocess (waits for the GPU)", eng, "_postprocess"),
     ]}
     steps = []
     ids = [eng.add_request(p, params) for p in batch]
@@ -121,22 +145,32 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool) -> di
     sync()
     t0 = time.perf_counter()
     while eng.scheduler.has_work():
+        before = {k: t.total for k, t in timers.items()}
         ts = time.perf_counter()
         r = eng.step()
-        steps.append((time.perf_counter() - ts, r.num_prefills, r.num_decodes))
+        parts = {k: t.total - before[k] for k, t in timers.items()}
+        steps.append((time.perf_counter() - ts, r.num_prefills, r.num_decodes, parts))
         done.update({o.request_id: list(o.outputs[0].token_ids) for o in r.finished})
     sync()
     seconds = time.perf_counter() - t0
-    decode_steps = [s for s, p, d in steps if p == 0 and d > 0]
+    decodes = [(s, parts) for s, p, d, parts in steps if p == 0 and d > 0]
+    decode_steps = [s for s, _ in decodes]
+    breakdown = {k: 1e3 * statistics.mean(parts[k] for _, parts in decodes) for k in timers}
+    breakdown["rest of the step"] = 1e3 * statistics.mean(decode_steps) - sum(breakdown.values())
     result = {
         "cuda_graphs": graphs, "seconds": seconds, "tokens_per_s": n * new / seconds,
         "steps": len(steps), "decode_steps": len(decode_steps),
+        "prefill_steps_ms": [round(1e3 * s, 2) for s, p, _, _ in steps if p > 0],
         "mean_decode_step_ms": 1e3 * statistics.mean(decode_steps),
         "median_decode_step_ms": 1e3 * statistics.median(decode_steps),
-        "host_ms_per_step": {k: 1e3 * t.total / len(steps) for k, t in timers.items()},
+        # where a decode step's wall time goes; "postprocess" waits for the GPU (the sampled
+        # tokens are its first read of the step's results)
+        "decode_step_breakdown_ms": breakdown,
         "graph_replays": runner.graphs.num_replays,
         "outputs": [done[i] for i in ids],
     }
+    if profile_path:
+        profile_decode_steps(eng, batch, profile_path)
     if graphs and n in runner.graphs.graphs:
         graph = runner.graphs.graphs[n]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -238,7 +272,8 @@ def main() -> None:
     roofline_ms = 1e3 * (weight_bytes + n * mean_ctx * kv_per_token) / bw
     result["roofline_decode_step_ms"] = roofline_ms
 
-    stage(result, "engine", lambda: run_engine(half, batch, new, graphs=True))
+    profile = os.path.splitext(args.out)[0] + "_profile.txt"
+    stage(result, "engine", lambda: run_engine(half, batch, new, graphs=True, profile_path=profile))
     stage(result, "engine_no_graphs", lambda: run_engine(half, batch, new, graphs=False))
     for key in ("engine", "engine_no_graphs"):
         r = result[key]
@@ -252,8 +287,11 @@ def main() -> None:
     try:
         lm.model.set_attn_implementation("sdpa")
 
+        hf_outputs: dict[str, list[list[int]]] = {}
+
         def generate() -> dict:
             out, s = hf_generate(lm.model, batch, new)
+            hf_outputs["generate"] = out
             r = {"seconds": s, "tokens_per_s": n * new / s}
             if ours:
                 r["engine_vs_this"] = compare(lm.model, batch, ours, out)
@@ -268,6 +306,8 @@ def main() -> None:
             r = {"seconds": s, "tokens_per_s": n * new / s}
             if ours:
                 r["engine_vs_this"] = compare(lm.model, batch, ours, out)
+            if "generate" in hf_outputs:  # HF's two paths against each other, same bf16 model
+                r["hf_generate_vs_this"] = compare(lm.model, batch, hf_outputs["generate"], out)
             return r
 
         stage(result, "hf_generate_batch", generate_batch)
