@@ -59,6 +59,10 @@ class Runtime:
             "kv heads": lm.num_kv_heads,
             "head dim": lm.head_dim,
             "attention kernel": self.cache.ops.name,
+            "layer path": ("lean decoder (fused layer kernels)" if self.runner.lean is not None
+                           else "the model's own modules"),
+            "decode steps": ("replayed as CUDA graphs" if self.runner.graphs.use_graphs
+                             else "run eagerly from static buffers"),
             "kv bytes per token": self.cache.kv_bytes_per_token,
             "kv bytes per block": self.cache.bytes_per_block,
             "pool size": self.cache.sizing_note,

@@ -1,0 +1,133 @@
+"""The GPU targets table of the README, computed from the committed benchmark results.
+
+    python bench/report.py            # print the table
+    python bench/report.py --write    # replace the table between the README's markers
+
+A test holds the README's table equal to this output, so no figure there is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
+
+
+def load(name: str) -> dict:
+    with open(os.path.join(RESULTS, name)) as f:
+        return json.load(f)
+
+
+def _shape(rows: list[dict]) -> str:
+    return ", ".join(f"{r['batch']}×{r['context']}: {r['value']:.2f}" for r in rows)
+
+
+def _worst(rows: list[dict], key: str, high_is_bad: bool) -> dict:
+    return (max if high_is_bad else min)(rows, key=lambda r: r[key])
+
+
+def kernel_rows(k: dict) -> list[tuple[str, str, bool]]:
+    bs = k["config"]["block_size"]
+    rows = [r for r in k["decode"] if r["block_size"] == bs]
+
+    def pick(cond, key):
+        return [dict(r, value=r[key]) for r in rows if cond(r)]
+
+    out = []
+    big = pick(lambda r: r["context"] >= 2048 and r["batch"] >= 32, "paged_over_sdpa")
+    worst = _worst(big, "value", True)
+    out.append(("paged decode / SDPA flash, batch ≥ 32, context ≥ 2048 (≤ 1.0)",
+                f"{min(r['value'] for r in big):.2f}–{worst['value']:.2f}; worst "
+                f"{worst['batch']}×{worst['context']}", worst["value"] <= 1.0))
+    b8 = pick(lambda r: r["batch"] == 8 and r["context"] >= 2048, "paged_over_sdpa")
+    out.append(("paged decode / SDPA flash, batch 8 (≤ 1.2)", _shape(b8),
+                all(r["value"] <= 1.2 for r in b8)))
+    bw = pick(lambda r: r["context"] >= 2048 and r["batch"] >= 64, "shuffled_frac_copy_bw")
+    worst = _worst(bw, "value", False)
+    out.append(("fraction of copy bandwidth, batch ≥ 64, context ≥ 2048 (≥ 0.80)", _shape(bw),
+                worst["value"] >= 0.80))
+    paging = [r["shuffled_over_identity"] for r in k["decode"]
+              if 32 <= r["batch"] <= 256 and 1024 <= r["context"] <= 8192]
+    out.append(("shuffled / identity block table, batch 32–256, context 1k–8k (≤ 1.08)",
+                f"{min(paging):.2f}–{max(paging):.2f}", max(paging) <= 1.08))
+    spread = 0.0
+    groups = itertools.groupby(sorted(k["decode"], key=lambda r: (r["batch"], r["context"])),
+                               key=lambda r: (r["batch"], r["context"]))
+    for (batch, context), group in groups:
+        times = [r["shuffled_us"] for r in group]
+        if batch >= 32 and context >= 1024 and len(times) > 1:
+            spread = max(spread, max(times) / min(times) - 1)
+    sizes = "/".join(str(b) for b in k["config"]["block_sizes"])
+    out.append((f"block sizes {sizes} within 10% (batch ≥ 32, context ≥ 1k)",
+                f"at most {100 * spread:.1f}% apart", spread <= 0.10))
+    cb = k["copy_blocks"]
+    out.append((f"copy_blocks, {cb['blocks']} scattered blocks (≥ 0.8 of copy bandwidth)",
+                f"{cb['frac_copy_bw']:.2f}", cb["frac_copy_bw"] >= 0.8))
+    sw = k["swap"]
+    out.append((f"swap out / in, {sw['blocks']} blocks (≥ 0.7 of pinned rate)",
+                f"{sw['out_frac_of_d2h']:.2f} / {sw['in_frac_of_h2d']:.2f} "
+                f"({sw['out_GBps']:.1f} / {sw['in_GBps']:.1f} GB/s)",
+                min(sw["out_frac_of_d2h"], sw["in_frac_of_h2d"]) >= 0.7))
+    return out
+
+
+def engine_rows(e: dict) -> list[tuple[str, str, bool]]:
+    eng = e["engine"]
+    out = []
+    for key, label in (("hf_generate", "HF generate"), ("hf_generate_batch", "HF generate_batch")):
+        ratio = e.get(f"engine_over_{key}")
+        if ratio is not None:
+            out.append((f"engine tokens/s over {label} (≥ 20)",
+                        f"{ratio:.1f}× ({eng['tokens_per_s']:,.0f} vs "
+                        f"{e[key]['tokens_per_s']:,.0f})", ratio >= 20))
+    out.append(("decode step over roofline (≤ 6)",
+                f"{eng['step_over_roofline']:.1f}× wall ({eng['mean_decode_step_ms']:.2f} ms); "
+                f"GPU part {eng['graph_gpu_over_roofline']:.1f}× "
+                f"({eng['graph_replay_gpu_ms']:.2f} ms) vs {e['roofline_decode_step_ms']:.3f} ms",
+                eng["step_over_roofline"] <= 6))
+    fp32 = e["float32_equivalence"]["engine_vs_hf_generate"]
+    bf16 = e["hf_generate"]["engine_vs_this"]
+    hf_hf = e["hf_generate_batch"].get("hf_generate_vs_this", {})
+    gap = max((p["hf_top2_gap"] for p in bf16["parted"]), default=0.0)
+    out.append(("outputs identical to greedy HF",
+                f"float32: {fp32['identical']}/{fp32['of']}; bf16: {bf16['identical']}/{bf16['of']}, "
+                f"each parting at an HF top-2 logit gap ≤ {gap:g} (HF generate vs its own "
+                f"generate_batch: {hf_hf.get('identical', '?')}/{hf_hf.get('of', '?')})",
+                fp32["identical"] == fp32["of"] and bf16["identical"] == bf16["of"]))
+    return out
+
+
+def table() -> str:
+    k, e = load("kernels.json"), load("engine_throughput.json")
+    lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
+             f"SmolLM2-135M shapes; copy bandwidth {k['copy_bandwidth_GBps']:.0f} GB/s in the "
+             f"kernel run). From `bench/results/kernels.json` and `engine_throughput.json`.", "",
+             "| target | measured | met |", "| --- | --- | --- |"]
+    for name, value, met in kernel_rows(k) + engine_rows(e):
+        lines.append(f"| {name} | {value} | {'yes' if met else '**no**'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true", help="rewrite the README's table")
+    args = ap.parse_args()
+    text = table()
+    if not args.write:
+        print(text)
+        return
+    path = os.path.join(ROOT, "README.md")
+    with open(path) as f:
+        readme = f.read()
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    with open(path, "w") as f:
+        f.write(readme[:start] + "\n" + text + "\n" + readme[end:])
+
+
+if __name__ == "__main__":
+    main()
