@@ -67,7 +67,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     load_seconds: float = 0.0
-    lean: Any = None  # lean_decoder.LeanWeights: the fused view decode steps run on, if any
+    lean: Any = None  # lean_decoder.LeanWeights: the fused view serving steps run on, if any
 
     @property
     def num_layers(self) -> int:

@@ -1,4 +1,4 @@
-"""Triton cache operations: write new K/V into their slots, and copy-on-write block copies.
+"""Triton cache operations: write new K/V into their slots, copy-on-write block copies, swaps.
 
 Owns `write_kv` and `copy_blocks` (same signatures as in `kernels.reference`). `swap_blocks`
 moves blocks between the device pool and the pinned host pool with the same copy kernel: pinned
