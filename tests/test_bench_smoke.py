@@ -1,0 +1,39 @@
+"""The GPU benchmarks' CPU smoke modes: each script still runs end to end as one command and
+writes the JSON the README's table is built from (the GPU numbers themselves come from the
+device runs committed under bench/results/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, out: Path, timeout: int) -> dict:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_kernel_bench_smoke(tmp_path):
+    result = run("kernels.py", tmp_path / "kernels.json", 300)
+    assert result["smoke"] and result["decode"] and "copy_blocks" in result and "swap" in result
+    row = result["decode"][0]
+    assert {"shuffled_us", "sdpa_us", "paged_over_sdpa", "shuffled_over_identity"} <= set(row)
+
+
+@pytest.mark.model
+def test_engine_bench_smoke(tmp_path):
+    result = run("engine_throughput.py", tmp_path / "engine.json", 600)
+    assert result["device"].startswith("cpu")
+    assert result["engine"]["tokens_per_s"] > 0 and result["engine"]["steps"] > 0
+    # greedy float32 on the CPU: the engine's outputs are HF generate's, token for token
+    eq = result["float32_equivalence"]["engine_vs_hf_generate"]
+    assert eq["identical"] == eq["of"] == result["requests"]
+    assert (tmp_path / "engine_profile.txt").exists()
