@@ -69,16 +69,9 @@ def time_us(fn: Callable[[], object], device: torch.device, reps: int = 20,
             for _ in range(calls):
                 fn()
         spin_up(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / calls)
+        us = event_median_us(graph.replay, reps) / calls
         del graph
-        return statistics.median(times)
+        return us
     fn()
     times = []
     for _ in range(reps):
@@ -86,6 +79,19 @@ def time_us(fn: Callable[[], object], device: torch.device, reps: int = 20,
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e6
+
+
+def event_median_us(fn: Callable[[], object], reps: int) -> float:
+    """Median of `reps` device-event timings of `fn`, in microseconds."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
 
 
 def spin_up(device: torch.device, ms: float = 50.0) -> None:
@@ -124,15 +130,7 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
     for _ in range(3):
         dst.copy_(src)
     spin_up(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(10):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return 2 * nbytes / statistics.median(times) / 1e3
+    return 2 * nbytes / event_median_us(lambda: dst.copy_(src), 10) / 1e3
 
 
 def host_device_rates(device: torch.device, nbytes: int) -> dict:
