@@ -72,13 +72,7 @@ def time_us(fn: Callable[[], object], device: torch.device, reps: int = 20,
         us = event_median_us(graph.replay, reps) / calls
         del graph
         return us
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return wall_us(fn, device, reps)
 
 
 def event_median_us(fn: Callable[[], object], reps: int) -> float:
