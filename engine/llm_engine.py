@@ -280,8 +280,14 @@ class LLMEngine(ServingMixin):
         if isinstance(seq_id, bool) or not isinstance(seq_id, int):
             raise ValueError(f"a sequence id is a whole number, got {seq_id!r}")
         seq = self.seqs.get(seq_id)
-        if seq is not None:
+        if seq is not None and seq.status == SequenceStatus.RUNNING:
             return seq
+        if seq is not None:  # a request's sequence the scheduler holds outside the pool
+            where = {SequenceStatus.WAITING: "waiting for its first step (it has no blocks yet)",
+                     SequenceStatus.SWAPPED: "swapped out to the CPU (its blocks are not in the pool)"}
+            raise ValueError(f"seq {seq_id} of request {seq.request_id} is "
+                             f"{where.get(seq.status, seq.status.value)}; step the engine until it "
+                             f"runs, then use it")
         if seq_id in self.freed:
             raise ValueError(f"seq {seq_id} was freed at step {self.freed[seq_id]}; "
                              f"it has no blocks any more")

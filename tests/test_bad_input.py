@@ -102,3 +102,34 @@ def test_bad_config_is_refused(kw, message):
 def test_bad_sampling_params_are_refused(kw, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kw)
+
+
+@pytest.mark.parametrize("op", ["append", "fork", "free"])
+def test_primitives_refuse_a_request_sequence_that_is_not_in_the_pool(op):
+    """A request's sequence that is waiting (no blocks yet) or swapped out (blocks on the CPU)
+    is the scheduler's; append / fork / free on it would give blocks no table holds (found by
+    the fuzz test: add a request, then append to its sequence). Refused, nothing changes."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=1, num_gpu_blocks=3,
+                                 enable_prefix_caching=False))
+    eng.add_request("ab", SamplingParams(max_tokens=1, beam_width=2))
+    before = fingerprint(eng)
+    with pytest.raises(ValueError, match="waiting for its first step"):
+        getattr(eng, op)(0)
+    assert fingerprint(eng) == before
+    eng.check_invariants()
+
+    swapping = LLMEngine(EngineConfig(model=None, block_size=2, num_gpu_blocks=6, num_cpu_blocks=6,
+                                      preemption_mode="swap"))
+    for prompt in ("abcd", "efgh"):
+        swapping.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    for _ in range(20):
+        swapping.step()
+        swapped = [s for s in swapping.seqs.values() if s.status.value == "swapped"]
+        if swapped:
+            break
+    assert swapped, "the pool never ran short: make it smaller"
+    before = fingerprint(swapping)
+    with pytest.raises(ValueError, match="swapped out to the CPU"):
+        getattr(swapping, op)(swapped[0].seq_id)
+    assert fingerprint(swapping) == before
+    swapping.check_invariants()
