@@ -1,0 +1,345 @@
+"""One classroom room: one engine shared by a whole class, stepping in its own thread.
+
+Students' prompts become requests of the room's engine (`add_request`, the same scheduler as the
+serving tab); a background thread calls `step()` while there is work and the room is not paused.
+Everything that touches the engine holds the room's one lock; after each change the room
+publishes a read-only `RoomView` (records.py) that pages and the API read without the lock, so a
+class polling the state never slows the engine down.
+
+The teacher's actions (only with the room's secret): pause, resume, single step, shrink the pool
+(the room takes blocks away from the class by holding them in a sequence of its own, labelled
+"reserved" in the picture, so running requests get preempted), restore it, prefix caching on or
+off, clear (a fresh engine; every request so far is dropped) and close.
+"""
+
+from __future__ import annotations
+
+import hmac
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from classroom.records import RoomRequest, RoomView
+from classroom.settings import RoomError, RoomSettings, check_text
+from engine import LLMEngine, SamplingParams
+
+ACTIONS = ("pause", "resume", "step", "clear", "shrink", "restore", "prefix_on", "prefix_off", "close")
+RESERVED = "reserved by the teacher"
+
+
+class Room:
+    def __init__(self, code: str, secret: str, settings: RoomSettings, device: str = "auto",
+                 idle_seconds: float = 1800, on_close: Callable[[Room], None] | None = None) -> None:
+        self.code, self._secret, self.settings = code, secret, settings
+        self._config = settings.engine_config(device)
+        try:
+            self.engine = LLMEngine(self._config)
+        except (ValueError, RuntimeError, OSError) as err:
+            raise RoomError(f"the room's engine could not start: {err}") from err
+        self._tokenizer = self.engine.tokenizer  # the same for every engine of this room
+        self.idle_seconds = idle_seconds
+        self._on_close = on_close
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self.requests: dict[int, RoomRequest] = {}
+        self._students: dict[str, str] = {}  # a browser session or API client -> its label
+        self._sent: dict[str, int] = {}  # requests each student sent since the last clear
+        self._id_base = 0  # room id = engine request id + this (engine ids restart at a clear)
+        self._cleared_below = 0  # room ids under this were dropped by a clear
+        self.paused = False
+        self.closed = False
+        self.prefix_caching = True
+        self.error = ""
+        self._reserve_target = 0  # blocks the teacher took away from the class
+        self._reserve_seqs: list[int] = []
+        self._reserve_count = 0
+        self._last_activity = time.monotonic()
+        self.view = RoomView({})
+        with self._lock:
+            self._publish()
+        self._thread = threading.Thread(target=self._loop, name=f"room-{code}", daemon=True)
+        self._thread.start()
+
+    # ---- students ------------------------------------------------------------------------------
+
+    def submit(self, student_key: str, prompt: Any, name: str = "") -> int:
+        """Queue a student's prompt; returns the request's id in this room."""
+        if self.closed:
+            raise RoomError(f"room {self.code} is closed")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise RoomError("type a prompt first")
+        prompt = prompt.strip()
+        most = self.settings.max_prompt_chars
+        if len(prompt) > most:
+            raise RoomError(f"your prompt has {len(prompt)} characters; this room takes at most {most}")
+        check_text(prompt, "your prompt")
+        name = (name or "").strip()[:24] if isinstance(name, str) else ""
+        check_text(name, "your name")
+        ids = self._prompt_ids(prompt)  # outside the lock: tokenizing needs no engine state
+        with self._lock:
+            if self.closed:
+                raise RoomError(f"room {self.code} is closed")
+            label = self._students.get(student_key)
+            if label is None and len(self._students) >= self.settings.max_students:
+                raise RoomError(f"room {self.code} is full: it has {len(self._students)} students, the "
+                                "most the teacher allowed")
+            sent = self._sent.get(student_key, 0)
+            if sent >= self.settings.requests_per_student:
+                raise RoomError(f"you have sent {sent} requests, the most this room allows each student")
+            need = self._blocks_for(len(ids) if isinstance(ids, list) else len(self._tokenizer.encode(ids)))
+            if need > self._usable_blocks():
+                raise RoomError(f"your prompt and its answer need {need} blocks, but the pool has "
+                                f"{self._usable_blocks()} for the class now; shorten the prompt")
+            try:
+                rid = self.engine.add_request(ids, SamplingParams(max_tokens=self.settings.max_tokens,
+                                                                  temperature=0.0))
+            except ValueError as err:
+                raise RoomError(str(err)) from err
+            if label is None:
+                label = self._new_label(name)
+                self._students[student_key] = label
+            self._sent[student_key] = sent + 1
+            room_id = self._id_base + rid
+            n_tokens = len(self.engine.groups[rid].prompt_ids)
+            self.requests[room_id] = RoomRequest(room_id, label, prompt, n_tokens, time.monotonic())
+            self._touch()
+            self._publish()
+            self._wake.notify()
+        return room_id
+
+    def _prompt_ids(self, prompt: str) -> list[int] | str:
+        """The engine's prompt: the model's chat template with the shared system prompt first
+        (one identical prefix for the whole class), or plain text in the dry mode."""
+        system = self.settings.system_prompt
+        hf = getattr(self._tokenizer, "hf", None)
+        if hf is not None and getattr(hf, "chat_template", None):
+            messages = ([{"role": "system", "content": system}] if system else [])
+            messages.append({"role": "user", "content": prompt})
+            ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return f"{system}\n\n{prompt}" if system else prompt
+
+    def _new_label(self, name: str) -> str:
+        taken = set(self._students.values())
+        label = name or f"student {len(self._students) + 1}"
+        k = 2
+        while label in taken:
+            label, k = f"{name or 'student'} ({k})", k + 1
+        return label
+
+    def cleared(self, room_id: int) -> bool:
+        return room_id < self._cleared_below
+
+    # ---- the teacher ---------------------------------------------------------------------------
+
+    def check_secret(self, secret: Any) -> None:
+        if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), self._secret.encode()):
+            raise RoomError("only the teacher can control this room: the secret is not this room's")
+
+    def control(self, secret: Any, action: Any, value: Any = None) -> str:
+        """A teacher's action; returns a sentence saying what happened."""
+        self.check_secret(secret)
+        if action not in ACTIONS:
+            raise RoomError(f"unknown action {action!r}; one of: {', '.join(ACTIONS)}")
+        if action == "close":
+            self.close()
+            return f"room {self.code} is closed"
+        with self._lock:
+            if self.closed:
+                raise RoomError(f"room {self.code} is closed")
+            message = getattr(self, f"_do_{action}")(value)
+            self._touch()
+            self._publish()
+            self._wake.notify()
+        return message
+
+    def _do_pause(self, _: Any) -> str:
+        self.paused = True
+        return "paused: the engine waits for Step or Resume"
+
+    def _do_resume(self, _: Any) -> str:
+        self.paused, self.error = False, ""
+        return "running"
+
+    def _do_step(self, _: Any) -> str:
+        self.paused = True
+        if not self.engine.scheduler.has_work():
+            raise RoomError("nothing to step: no request is waiting, running or preempted")
+        self._step()
+        return f"paused after step {self.engine.kv.step}"
+
+    def _do_clear(self, _: Any) -> str:
+        self._cleared_below = self._id_base = self._id_base + len(self.requests)
+        self.engine = LLMEngine(self._config)  # the old one (and its KV pool) goes with it
+        self.engine.kv.enable_prefix_caching = self.prefix_caching
+        self.requests.clear()
+        self._students.clear()
+        self._sent.clear()
+        self._reserve_target, self._reserve_seqs = 0, []
+        self.error = ""
+        return "cleared: a fresh engine, no requests, every student may send again"
+
+    def _do_shrink(self, value: Any) -> str:
+        """Leave `value` blocks of the pool to the class; the rest the room holds itself."""
+        least = self._least_usable()
+        total = self.engine.kv.pool.num_blocks
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= total:
+            raise RoomError(f"shrink the pool to a whole number of blocks from {least} (what the "
+                            f"largest request needs) to {total}, got {value!r}")
+        self._release_reserve()
+        self._reserve_target = total - value
+        self._top_up_reserve()
+        held = self._reserved_blocks()
+        return (f"the class now has {value} of {total} blocks ({held} taken so far; the rest as "
+                "requests free them)")
+
+    def _do_restore(self, _: Any) -> str:
+        self._reserve_target = 0
+        self._release_reserve()
+        return f"the class has the whole pool again ({self.engine.kv.pool.num_blocks} blocks)"
+
+    def _do_prefix_on(self, _: Any) -> str:
+        return self._set_prefix(True)
+
+    def _do_prefix_off(self, _: Any) -> str:
+        return self._set_prefix(False)
+
+    def _set_prefix(self, on: bool) -> str:
+        # The engine reads this flag at every allocation and block seal; a room keeps no op log
+        # to replay, so switching it between steps is safe (blocks cached so far keep their hash).
+        self.prefix_caching = on
+        self.engine.kv.enable_prefix_caching = on
+        return f"prefix caching {'on' if on else 'off'} for new requests"
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self._publish()
+            self._wake.notify()
+
+    # ---- the engine loop -----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self.closed and (self.paused or not self.engine.scheduler.has_work()):
+                    if time.monotonic() - self._last_activity > self.idle_seconds:
+                        self.closed = True
+                        self.error = f"closed after {self.idle_seconds:.0f} s without activity"
+                        self._publish()
+                        break
+                    self._wake.wait(timeout=min(5.0, self.idle_seconds))
+                if self.closed:
+                    break
+                self._step()
+                self._publish()
+            time.sleep(0.002)  # let a waiting submission or teacher action take the lock
+        self.engine = None  # type: ignore[assignment]  (the KV pool goes now, not at the next GC)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _step(self) -> None:
+        try:
+            result = self.engine.step()
+        except Exception as err:  # a bug: the room pauses and says so instead of dying silently
+            traceback.print_exc(file=sys.stderr)
+            self.paused = True
+            self.error = f"the engine failed ({type(err).__name__}: {err}); the room is paused"
+            return
+        self._touch()
+        now = time.monotonic()
+        for out in [*result.outputs, *result.finished]:
+            rec = self.requests.get(self._id_base + out.request_id)
+            if rec is None:
+                continue
+            first = out.outputs[0] if out.outputs else None
+            if first is not None:
+                rec.text = first.text
+                if first.token_ids and rec.first_token_at is None:
+                    rec.first_token_at = now
+            rec.preemptions = out.num_preemptions
+            if out.finished:
+                rec.status, rec.finished_at, rec.blocks = "done", now, ()
+                rec.finish_reason = first.finish_reason if first else "abort"
+        self._top_up_reserve()
+
+    # ---- reserve (the teacher's pool shrink) ---------------------------------------------------
+
+    def _blocks_for(self, prompt_tokens: int) -> int:
+        return -(-(prompt_tokens + self.settings.max_tokens) // self.settings.block_size)
+
+    def _least_usable(self) -> int:
+        live = [self._blocks_for(r.prompt_tokens) for r in self.requests.values() if r.status != "done"]
+        return max([2, *live])
+
+    def _usable_blocks(self) -> int:
+        return self.engine.kv.pool.num_blocks - self._reserve_target
+
+    def _reserved_blocks(self) -> int:
+        return sum(len(self.engine.seqs[s].block_table) for s in self._reserve_seqs)
+
+    def _top_up_reserve(self) -> None:
+        """Take free blocks until the reserve holds its target: one sequence of filler tokens
+        per take, each starting with its own token so no two share a prefix-cache block."""
+        eng, bs = self.engine, self.settings.block_size
+        want = min(self._reserve_target - self._reserved_blocks(), eng.kv.pool.num_allocatable,
+                   eng.max_model_len // bs)
+        if want <= 0:
+            return
+        self._reserve_count += 1
+        first = (7919 * self._reserve_count) % eng.vocab_size
+        self._reserve_seqs.append(eng.add_sequence([first] + [first] * (want * bs - 1)))
+
+    def _release_reserve(self) -> None:
+        for seq in self._reserve_seqs:
+            self.engine.free(seq)
+        self._reserve_seqs = []
+
+    # ---- what others read ----------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._last_activity = time.monotonic()
+
+    def _publish(self) -> None:
+        """Refresh the requests' places and publish a new RoomView (under the lock)."""
+        eng = self.engine
+        sched = eng.scheduler
+        where = {g.request_id: "waiting" for g in sched.waiting}
+        where.update({g.request_id: "running" for g in sched.running})
+        where.update({g.request_id: "swapped" for g in sched.swapped})
+        labels: dict[int, str] = {s: RESERVED for s in self._reserve_seqs}
+        queues: dict[str, list[int]] = {"waiting": [], "running": [], "preempted": []}
+        for rid, place in where.items():  # queue order: first come, first served
+            rec = self.requests.get(self._id_base + rid)
+            if rec is None:
+                continue
+            group = eng.groups[rid]
+            rec.swapped = place == "swapped"
+            rec.status = "preempted" if place == "swapped" or (
+                place == "waiting" and group.num_preemptions) else place
+            queues[rec.status].append(rec.request_id)
+            blocks = [] if place != "running" else [b for s in group.live() for b in s.block_table]
+            rec.blocks = tuple(dict.fromkeys(blocks))
+            for s in group.live():
+                labels[s.seq_id] = f"{rec.student} · #{rec.request_id}"
+        snap = eng.snapshot()
+        m = snap.metrics
+        state = {
+            "code": self.code, "model": self.settings.model, "paused": self.paused,
+            "closed": self.closed, "error": self.error, "step": eng.kv.step,
+            "requests": [r.public() for r in self.requests.values()],
+            "queues": queues, "students": len(self._students),
+            "num_blocks": snap.num_blocks, "usable_blocks": self._usable_blocks(),
+            "reserved_blocks": self._reserved_blocks(), "used_blocks": m.used_blocks,
+            "cached_blocks": m.cached_blocks, "free_blocks": m.free_blocks,
+            "prefix_hit_blocks": m.prefix_hit_blocks, "preemptions": sched.num_preemptions,
+            "cow_copies": m.cow_copies, "evictions": m.evictions, "prefix_caching": self.prefix_caching,
+            "system_prompt": self.settings.system_prompt, "settings": self.settings.to_dict(),
+        }
+        events = tuple(eng.last_step.events) if eng.last_step else ()
+        self.view = RoomView(state, snap, events, labels, self._tokenizer.decode)
