@@ -33,7 +33,7 @@ RESERVED = "reserved by the teacher"
 class Room:
     def __init__(self, code: str, secret: str, settings: RoomSettings, device: str = "auto",
                  idle_seconds: float = 1800, on_close: Callable[[Room], None] | None = None) -> None:
-        self.code, self._secret, self.settings = code, secret, settings
+        self.code, self.secret, self.settings = code, secret, settings
         self._config = settings.engine_config(device)
         try:
             self.engine = LLMEngine(self._config)
@@ -136,7 +136,7 @@ class Room:
     # ---- the teacher ---------------------------------------------------------------------------
 
     def check_secret(self, secret: Any) -> None:
-        if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), self._secret.encode()):
+        if not isinstance(secret, str) or not hmac.compare_digest(secret.encode(), self.secret.encode()):
             raise RoomError("only the teacher can control this room: the secret is not this room's")
 
     def control(self, secret: Any, action: Any, value: Any = None) -> str:
@@ -266,6 +266,8 @@ class Room:
             if out.finished:
                 rec.status, rec.finished_at, rec.blocks = "done", now, ()
                 rec.finish_reason = first.finish_reason if first else "abort"
+                if first is not None and first.finish_reason == "eos":  # the end mark is no text
+                    rec.text = self._tokenizer.decode(list(first.token_ids[:-1]))
         self._top_up_reserve()
 
     # ---- reserve (the teacher's pool shrink) ---------------------------------------------------

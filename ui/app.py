@@ -17,12 +17,14 @@ from typing import Any
 
 import gradio as gr
 
+from classroom import RoomRegistry
 from engine import EngineConfig, SamplingParams
 from ui import limits
 from ui.compare import compare_tab
 from ui.gpu import gpu_task
 from ui.lesson_player import lessons_tab
 from ui.render import render
+from ui.room_pages import add_room_pages
 from ui.session import Session, UserError
 from viz import kv_figure
 
@@ -378,4 +380,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 value.close()
 
         demo.unload(on_unload)
+    # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
+    demo.rooms = RoomRegistry(device)
+    add_room_pages(demo, demo.rooms)
     return demo

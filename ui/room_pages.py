@@ -1,0 +1,149 @@
+"""The classroom pages: `/class` (the teacher opens a room, drives it, and projects it) and `/room`
+(a student's minimal page: prompt, Send, the answer streaming in, where the request is).
+
+Both pages read the room's published view (classroom/records.py) on a gr.Timer, so a page that
+polls never waits for the engine; the room's own thread steps it. A student closing the tab
+loses nothing: the room keeps the request and its text.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from classroom import RoomError, RoomRegistry
+from classroom.settings import BLOCK_SIZES, MODELS, RoomSettings
+from ui.room_api import add_room_api, room_errors, student_key, student_link
+from ui.room_render import metrics_html, projector_figure, qr_svg, queues_html, requests_html, student_html
+
+CLASS_PATH, ROOM_PATH = "/class", "/room"
+DEFAULT_SYSTEM = "You are a friendly tutor. Answer in one short sentence."
+
+
+def add_room_pages(demo: gr.Blocks, registry: RoomRegistry) -> None:
+    """Add the two pages and the API to the app (call outside its `with gr.Blocks()`)."""
+    with demo:
+        gr.Markdown(f"**Classroom mode**: [open a room for your class]({CLASS_PATH.lstrip('/')}), "
+                    "one engine on the projector, every student's request in it.")
+    with demo.route("Classroom", CLASS_PATH, show_in_navbar=False):
+        _teacher_page(demo, registry)
+        add_room_api(registry)
+    with demo.route("Room", ROOM_PATH, show_in_navbar=False):
+        _student_page(demo, registry)
+
+
+def _code_from_link(request: gr.Request) -> str:
+    return dict(request.query_params).get("code", "") if request else ""
+
+
+def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
+    gr.Markdown("# PagedLab classroom: one engine, the whole class")
+    with gr.Accordion("Open a room", open=True) as open_box:
+        with gr.Row():
+            model = gr.Dropdown(list(MODELS), value="default", label="model")
+            block_size = gr.Dropdown(list(BLOCK_SIZES), value=16, label="block size (tokens)")
+            num_blocks = gr.Number(value=64, precision=0, minimum=1, label="pool size (blocks)")
+            swap = gr.Number(value=64, precision=0, minimum=0, label="swap space (blocks)")
+            max_tokens = gr.Number(value=24, precision=0, minimum=1, label="max tokens per answer")
+        with gr.Row():
+            system = gr.Textbox(value=DEFAULT_SYSTEM, label="shared system prompt (every request starts "
+                                "with it: watch the prefix cache share its blocks)", scale=3)
+            students = gr.Number(value=80, precision=0, minimum=1, label="students")
+            each = gr.Number(value=5, precision=0, minimum=1, label="requests per student")
+        open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
+    with gr.Row():
+        with gr.Column(scale=3):
+            joined = gr.Markdown(elem_id="room-joined")
+        qr = gr.HTML()
+    with gr.Row():
+        code = gr.Textbox(label="room code", elem_id="room-code", max_length=12)
+        secret = gr.Textbox(label="teacher secret (keep it: it controls the room)", type="password",
+                            elem_id="room-secret", max_length=64)
+    with gr.Row():
+        buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm") for a, label in (
+            ("pause", "Pause"), ("resume", "Resume"), ("step", "Step"), ("clear", "Clear room"),
+            ("prefix_off", "Prefix caching off"), ("prefix_on", "Prefix caching on"),
+            ("restore", "Whole pool"))}
+        shrink_to = gr.Number(value=24, precision=0, minimum=1, label="blocks for the class")
+        buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
+    said = gr.Markdown(elem_id="room-said")
+    with gr.Row():
+        with gr.Column(scale=3):
+            plot = gr.Plot(label="the room's engine: page tables → physical blocks", elem_id="room-plot")
+        with gr.Column(scale=2):
+            metrics = gr.HTML(elem_id="room-metrics-box")
+            queues = gr.HTML(elem_id="room-queues")
+    requests = gr.HTML(elem_id="room-requests-box")
+    shown_step = gr.State(-1)
+    timer = gr.Timer(1.0)
+
+    @room_errors
+    def on_open(m, bs, nb, sw, mt, sp, st, ea, request: gr.Request):
+        room = registry.open(RoomSettings.parse({
+            "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
+            "system_prompt": sp or "", "max_students": st, "requests_per_student": ea}))
+        link = student_link(request, room.code)
+        text = (f"## Room **{room.code}**\nStudents open **[{link}]({link})** (or scan the code) "
+                f"and press Send. Your secret is in the box below (hidden on the projector); "
+                f"write it down to control this room from another browser.")
+        return text, qr_svg(link), room.code, room.secret, gr.Accordion(open=False)
+
+    open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each],
+                   [joined, qr, code, secret, open_box])
+
+    def make_control(action: str):
+        @room_errors
+        def on_control(c, s, value):
+            return registry.get(c).control(s, action, value)
+        return on_control
+
+    for action, btn in buttons.items():
+        btn.click(make_control(action), [code, secret, shrink_to], [said])
+
+    def on_tick(c, last_step):
+        try:
+            view = registry.get(c).view if c else None
+        except RoomError as err:
+            return gr.skip(), "", f"<p>{err}</p>", "", last_step
+        if view is None:
+            return gr.skip(), "", "", "", last_step
+        step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"])
+        fig = projector_figure(view) if step != last_step else gr.skip()
+        return fig, metrics_html(view), queues_html(view), requests_html(view), step
+
+    timer.tick(on_tick, [code, shown_step], [plot, metrics, queues, requests, shown_step],
+               show_progress="hidden")
+    code.change(lambda: -1, None, [shown_step])
+    demo.load(_code_from_link, None, [code])
+
+
+def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
+    gr.Markdown("# PagedLab classroom")
+    code = gr.Textbox(label="room code", elem_id="student-code", max_length=12)
+    name = gr.Textbox(label="your name (optional)", elem_id="student-name", max_length=24)
+    prompt = gr.Textbox(label="your prompt", elem_id="student-prompt", lines=2, max_length=4000)
+    send = gr.Button("Send", variant="primary", elem_id="student-send")
+    mine_html = gr.HTML(elem_id="student-mine")
+    mine = gr.State([])
+    timer = gr.Timer(0.7, active=False)
+
+    @room_errors
+    def on_send(c, n, p, ids, request: gr.Request):
+        room = registry.get(c)
+        rid = room.submit(student_key(request), p, n)
+        ids = [*ids, rid]
+        return ids, student_html(room.view, ids, False), gr.Timer(active=True), ""
+
+    def on_tick(c, ids):
+        try:
+            room = registry.get(c)
+        except RoomError as err:
+            return f"<p>{err}</p>", gr.Timer(active=False)
+        view = room.view
+        cleared = any(room.cleared(i) for i in ids)
+        live = {r["id"]: r["status"] for r in view.state["requests"]}
+        waiting = any(live.get(i) not in (None, "done") for i in ids)
+        return student_html(view, ids, cleared), gr.Timer(active=waiting and not view.state["closed"])
+
+    send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt])
+    demo.load(_code_from_link, None, [code])
+    timer.tick(on_tick, [code, mine], [mine_html, timer], show_progress="hidden")

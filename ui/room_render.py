@@ -1,0 +1,124 @@
+"""A room's published view -> what the room pages show: the projector's picture (the main figure
+with each student's request labelled), the scheduler's queues, the metrics, the requests table,
+a student's own requests, and the QR code of the student link."""
+
+from __future__ import annotations
+
+import html
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from classroom.records import RoomView
+from viz import pool_figure
+
+STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62728", "done": "#4c78a8"}
+# The main figure takes row labels once viz/pool_figure.py has its `seq_labels` parameter; until
+# then its rows say "seq N" and the queues beside it map seq -> student.
+_LABELS_OK = "seq_labels" in inspect.signature(pool_figure).parameters
+
+
+def projector_figure(view: RoomView) -> Any:
+    if view.snapshot is None:
+        return None
+    if _LABELS_OK:
+        return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels))
+    return pool_figure(view.snapshot, view.events, view.decode)
+
+
+def _badge(status: str, swapped: bool = False) -> str:
+    text = "preempted (swapped to CPU)" if swapped else status
+    return (f"<span style='background:{STATUS_COLOURS.get(status, '#888')};color:white;border-radius:4px;"
+            f"padding:0 6px;font-size:0.9em'>{html.escape(text)}</span>")
+
+
+def queues_html(view: RoomView) -> str:
+    """The scheduler's three queues, first come first served, each request with its student."""
+    state = view.state
+    if not state:
+        return ""
+    by_id = {r["id"]: r for r in state["requests"]}
+    rows = []
+    for name in ("running", "waiting", "preempted"):
+        ids = state["queues"][name]
+        cells = " ".join(f"<span style='white-space:nowrap'>#{i} {html.escape(by_id[i]['student'])}</span>"
+                         for i in ids[:40] if i in by_id)
+        more = f" … +{len(ids) - 40}" if len(ids) > 40 else ""
+        rows.append(f"<tr><td style='vertical-align:top;padding-right:8px'>{_badge(name)} {len(ids)}</td>"
+                    f"<td>{cells or '<i>none</i>'}{more}</td></tr>")
+    seq_rows = " · ".join(f"seq {s}: {html.escape(label)}" for s, label in list(view.seq_labels.items())[:40])
+    return (f"<table id='room-queue-table'>{''.join(rows)}</table>"
+            f"<p style='font-size:0.85em;color:#555'>{seq_rows}</p>")
+
+
+def metrics_html(view: RoomView) -> str:
+    s = view.state
+    if not s:
+        return ""
+    done = sum(1 for r in s["requests"] if r["status"] == "done")
+    ttft = sorted(r["time_to_first_token_s"] for r in s["requests"] if r["time_to_first_token_s"] is not None)
+    median = f"{ttft[len(ttft) // 2]:.2f} s" if ttft else "-"
+    state = "closed" if s["closed"] else "paused" if s["paused"] else "running"
+    items = [
+        ("room", f"<b style='font-size:1.4em;letter-spacing:2px'>{s['code']}</b> "
+                 f"({state}, step {s['step']})"),
+        ("students", s["students"]),
+        ("requests", f"{len(s['requests'])} ({done} done)"),
+        ("blocks used", f"{s['used_blocks']} of {s['usable_blocks']} for the class"
+         + (f" (+{s['reserved_blocks']} reserved by the teacher)" if s["reserved_blocks"] else "")),
+        ("cached / free", f"{s['cached_blocks']} / {s['free_blocks']}"),
+        ("prefix-cache hits", f"{s['prefix_hit_blocks']} blocks"
+         + ("" if s["prefix_caching"] else " (prefix caching off)")),
+        ("preemptions", s["preemptions"]),
+        ("copy-on-write / evictions", f"{s['cow_copies']} / {s['evictions']}"),
+        ("median time to first token", median),
+    ]
+    rows = "".join(f"<tr><td style='color:#555;padding-right:8px'>{k}</td><td>{v}</td></tr>"
+                   for k, v in items)
+    error = f"<p style='color:#d62728'>{html.escape(s['error'])}</p>" if s["error"] else ""
+    return f"<table id='room-metrics'>{rows}</table>{error}"
+
+
+def requests_html(view: RoomView, limit: int = 80) -> str:
+    """Every request of the room, newest first: student, status, its blocks, its text so far."""
+    reqs = list(view.state.get("requests", ()))[::-1][:limit]
+    if not reqs:
+        return "<p><i>No requests yet: students open the link and press Send.</i></p>"
+    rows = [_request_row(r) for r in reqs]
+    return f"<div id='room-requests' style='max-height:420px;overflow-y:auto'>{''.join(rows)}</div>"
+
+
+def _request_row(r: Mapping[str, Any], own: bool = False) -> str:
+    blocks = ", ".join(map(str, r["blocks"])) or "-"
+    extra = f" · preempted {r['preemptions']}×" if r["preemptions"] else ""
+    who = "" if own else f"<b>{html.escape(r['student'])}</b> "
+    prompt = "" if not own else f"<div style='color:#555'>{html.escape(r['prompt'])}</div>"
+    return (f"<div class='room-request' style='border-bottom:1px solid #ddd;padding:4px 0'>"
+            f"{who}#{r['id']} {_badge(r['status'], r['swapped'])} <span style='color:#555'>blocks "
+            f"{blocks}{extra}</span>{prompt}<div>{html.escape(r['text']) or '<i>…</i>'}</div></div>")
+
+
+def student_html(view: RoomView, mine: list[int], cleared: bool) -> str:
+    """A student's own requests, newest first, with where each one is."""
+    by_id = {r["id"]: r for r in view.state.get("requests", ())}
+    parts = []
+    if cleared:
+        parts.append("<p><i>The teacher cleared the room: your earlier requests are gone. "
+                     "Send again!</i></p>")
+    for i in reversed(mine):
+        if i in by_id:
+            parts.append(_request_row(by_id[i], own=True))
+    if view.state.get("paused"):
+        parts.insert(0, "<p><b>The teacher paused the engine.</b> Your request waits.</p>")
+    if view.state.get("closed"):
+        parts.insert(0, "<p><b>This room is closed.</b></p>")
+    return f"<div id='room-mine'>{''.join(parts) or '<i>Type a prompt and press Send.</i>'}</div>"
+
+
+def qr_svg(url: str) -> str:
+    """The student link as a QR code (inline SVG), or nothing if segno is not installed."""
+    try:
+        import segno
+    except ImportError:
+        return ""
+    return segno.make(url, error="m").svg_inline(scale=5)
