@@ -36,6 +36,7 @@ MODES = {
 CSS = """
 .presenter { font-size: 1.55em !important; line-height: 1.5 }
 #pool-plot { min-height: 420px }
+.nav-holder { display: none !important }  /* Gradio draws a page menu once the room pages exist */
 """
 # the right-arrow key presses the lesson's Next button (for a teacher with a clicker)
 HEAD = """<script>

@@ -36,7 +36,6 @@ def _code_from_link(request: gr.Request) -> str:
 
 
 def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
-    gr.Markdown("# PagedLab classroom: one engine, the whole class")
     with gr.Accordion("Open a room", open=True) as open_box:
         with gr.Row():
             model = gr.Dropdown(list(MODELS), value="default", label="model")
@@ -50,29 +49,32 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             students = gr.Number(value=80, precision=0, minimum=1, label="students")
             each = gr.Number(value=5, precision=0, minimum=1, label="requests per student")
         open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
-    with gr.Row():
-        with gr.Column(scale=3):
-            joined = gr.Markdown(elem_id="room-joined")
-        qr = gr.HTML()
-    with gr.Row():
-        code = gr.Textbox(label="room code", elem_id="room-code", max_length=12)
-        secret = gr.Textbox(label="teacher secret (keep it: it controls the room)", type="password",
-                            elem_id="room-secret", max_length=64)
-    with gr.Row():
-        buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm") for a, label in (
-            ("pause", "Pause"), ("resume", "Resume"), ("step", "Step"), ("clear", "Clear room"),
-            ("prefix_off", "Prefix caching off"), ("prefix_on", "Prefix caching on"),
-            ("restore", "Whole pool"))}
-        shrink_to = gr.Number(value=24, precision=0, minimum=1, label="blocks for the class")
-        buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
-    said = gr.Markdown(elem_id="room-said")
+    # the projector: the picture first, the room's code and numbers beside it
     with gr.Row():
         with gr.Column(scale=3):
             plot = gr.Plot(label="the room's engine: page tables → physical blocks", elem_id="room-plot")
+            with gr.Row():
+                buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm", min_width=80)
+                           for a, label in (("pause", "Pause"), ("resume", "Resume"), ("step", "Step"),
+                                            ("clear", "Clear room"), ("prefix_off", "Prefix cache off"),
+                                            ("prefix_on", "Prefix cache on"), ("restore", "Whole pool"))}
+            with gr.Row():
+                shrink_to = gr.Number(value=24, precision=0, minimum=1, label="blocks for the class",
+                                      min_width=120)
+                buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
+                said = gr.Markdown(elem_id="room-said")
         with gr.Column(scale=2):
+            with gr.Row():
+                joined = gr.Markdown(elem_id="room-joined")
+                qr = gr.HTML(elem_id="room-qr")
             metrics = gr.HTML(elem_id="room-metrics-box")
             queues = gr.HTML(elem_id="room-queues")
     requests = gr.HTML(elem_id="room-requests-box")
+    with gr.Row():
+        code = gr.Textbox(label="room code (to project a room opened elsewhere)", elem_id="room-code",
+                          max_length=12)
+        secret = gr.Textbox(label="teacher secret (keep it: it controls the room)", type="password",
+                            elem_id="room-secret", max_length=64)
     shown_step = gr.State(-1)
     timer = gr.Timer(1.0)
 
@@ -82,9 +84,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
             "system_prompt": sp or "", "max_students": st, "requests_per_student": ea}))
         link = student_link(request, room.code)
-        text = (f"## Room **{room.code}**\nStudents open **[{link}]({link})** (or scan the code) "
-                f"and press Send. Your secret is in the box below (hidden on the projector); "
-                f"write it down to control this room from another browser.")
+        text = (f"### Room {room.code}\nOpen **[{link}]({link})** (or scan the code) and press Send.")
         return text, qr_svg(link), room.code, room.secret, gr.Accordion(open=False)
 
     open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each],

@@ -92,7 +92,7 @@ def _request_row(r: Mapping[str, Any], own: bool = False) -> str:
     blocks = ", ".join(map(str, r["blocks"])) or "-"
     extra = f" · preempted {r['preemptions']}×" if r["preemptions"] else ""
     who = "" if own else f"<b>{html.escape(r['student'])}</b> "
-    prompt = "" if not own else f"<div style='color:#555'>{html.escape(r['prompt'])}</div>"
+    prompt = f"<div style='color:#555'>{html.escape(r['prompt'])}</div>"
     return (f"<div class='room-request' style='border-bottom:1px solid #ddd;padding:4px 0'>"
             f"{who}#{r['id']} {_badge(r['status'], r['swapped'])} <span style='color:#555'>blocks "
             f"{blocks}{extra}</span>{prompt}<div>{html.escape(r['text']) or '<i>…</i>'}</div></div>")
@@ -121,4 +121,4 @@ def qr_svg(url: str) -> str:
         import segno
     except ImportError:
         return ""
-    return segno.make(url, error="m").svg_inline(scale=5)
+    return segno.make(url, error="m").svg_inline(scale=4)

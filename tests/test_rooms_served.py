@@ -1,0 +1,176 @@
+"""Classroom rooms on the served app (`python app.py`, real default model): 30 gradio_client
+students at once in one room with a small pool (every request finishes with its own text, the
+shared system prompt's blocks are prefix hits, the pool preempts), a student cannot control the
+room, two rooms do not see each other; then the student page in a 390 px browser and the
+projector view (conditions awaited, never fixed sleeps). With PAGEDLAB_UPDATE_SCREENSHOTS=1 the
+projector screenshot goes to docs/ for the README."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a free port)
+from ui.app_process import ROOT
+
+SYSTEM = "You are a friendly tutor. Answer in one short sentence."
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
+
+
+def client(url: str):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+def wait_state(c, code: str, cond, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = c.predict(code, api_name="/room_state")
+        if cond(state):
+            return state
+        assert time.monotonic() < deadline, f"room state never reached the condition: {state}"
+        time.sleep(0.3)
+
+
+def test_thirty_students_share_one_engine(served_app, default_model):  # noqa: F811
+    teacher = client(served_app)
+    # 36-token prompts at block size 8: the system prompt's two full blocks are shared, each
+    # request holds three more and needs a sixth while decoding; 20 blocks cannot hold everyone
+    room = teacher.predict(json.dumps({"system_prompt": SYSTEM, "max_tokens": 8, "block_size": 8,
+                                       "num_blocks": 20, "swap_blocks": 6}), api_name="/room_open")
+    assert set(room) >= {"code", "secret", "link"} and room["link"].endswith(f"/room?code={room['code']}")
+    code = room["code"]
+    sent: dict[int, str] = {}
+    errors: list[str] = []
+
+    def student(i: int) -> None:
+        try:
+            c = client(served_app)
+            prompt = f"What is {i} plus {i}?"
+            sent[c.predict(code, prompt, api_name="/room_submit")] = prompt
+            c.close()
+        except Exception as err:  # noqa: BLE001 (reported below)
+            errors.append(f"{i}: {err}")
+
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and len(sent) == 30
+    state = wait_state(teacher, code, lambda s: all(r["status"] == "done" for r in s["requests"]))
+    by_id = {r["id"]: r for r in state["requests"]}
+    assert sorted(by_id) == sorted(sent) == list(range(30))
+    for rid, prompt in sent.items():  # each student's id leads to that student's own request
+        assert by_id[rid]["prompt"] == prompt and by_id[rid]["text"].strip()
+    assert state["students"] == 30
+    # the system prompt's full blocks are computed once and then shared
+    assert state["prefix_hit_blocks"] >= 29
+    assert state["preemptions"] > 0 and any(r["preemptions"] for r in state["requests"])
+    # a request's text is what the model says to that prompt alone (no cross-talk, preempted or not)
+    from engine import EngineConfig, LLMEngine, SamplingParams
+
+    alone = LLMEngine(EngineConfig(model="default", device="cpu", block_size=8, num_gpu_blocks=16))
+    hf = alone.tokenizer.hf
+    for r in sorted(state["requests"], key=lambda r: -r["preemptions"])[:3]:
+        ids = hf.apply_chat_template([{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": r["prompt"]}],
+                                     add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        out = alone.generate([ids], SamplingParams(max_tokens=8))[0].outputs[0]
+        tokens = out.token_ids[:-1] if out.finish_reason == "eos" else out.token_ids
+        assert r["text"] == alone.decode(list(tokens)), r
+
+
+def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):  # noqa: F811
+    from gradio_client.exceptions import AppError
+
+    teacher, student = client(served_app), client(served_app)
+    a = teacher.predict(json.dumps({"model": "dry", "block_size": 4, "max_tokens": 4}), api_name="/room_open")
+    b = teacher.predict('{"model": "dry", "block_size": 4, "max_tokens": 4}', api_name="/room_open")
+    rid = student.predict(a["code"], "only for room a", api_name="/room_submit")
+    wait_state(teacher, a["code"], lambda s: s["requests"] and s["requests"][0]["status"] == "done")
+    assert teacher.predict(b["code"], api_name="/room_state")["requests"] == []
+    for secret in ("", "guess", b["secret"]):
+        with pytest.raises(AppError, match="only the teacher"):
+            student.predict(a["code"], secret, "clear", api_name="/room_control")
+    assert teacher.predict(a["code"], api_name="/room_state")["requests"][0]["id"] == rid
+    assert "paused" in teacher.predict(a["code"], a["secret"], "pause", api_name="/room_control")
+    with pytest.raises(AppError, match="no open room"):
+        student.predict("ZZZZZZ", "hello", api_name="/room_submit")
+    for room in (a, b):
+        teacher.predict(room["code"], room["secret"], "close", api_name="/room_control")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
+    projector = browser.new_page(viewport={"width": 1440, "height": 900})
+    errors: list[str] = []
+    projector.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    projector.goto(served_app + "class")
+    projector.locator("#room-open").click()
+    projector.wait_for_function(
+        "() => document.querySelector('#room-code input, #room-code textarea')?.value.length === 6",
+        timeout=60_000)
+    code = projector.locator("#room-code input, #room-code textarea").first.input_value()
+    secret = projector.locator("#room-secret input").first.input_value()
+    assert len(secret) > 16
+    link = projector.locator("#room-joined a").first.get_attribute("href")
+    assert link.endswith(f"/room?code={code}")
+
+    # a phone opens the link: the code is filled in, Send streams the answer in
+    phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    phone.goto(link)
+    phone.wait_for_function(
+        "(c) => document.querySelector('#student-code textarea, #student-code input')?.value === c",
+        arg=code, timeout=60_000)
+    phone.locator("#student-prompt textarea").fill("Why is the sky blue?")
+    phone.locator("#student-send").click()
+    # meanwhile the rest of the class sends theirs, through the API
+    others = [client(served_app) for _ in range(5)]
+    for i, c in enumerate(others):
+        c.predict(code, f"Name a colour number {i}.", api_name="/room_submit")
+    phone.wait_for_function("() => /running|waiting|preempted|done/.test("
+                            "document.querySelector('#student-mine')?.innerText || '')", timeout=60_000)
+    projector.wait_for_function(
+        "() => document.querySelector('#room-queues')?.innerText.includes('student')"
+        " && document.querySelector('#room-plot .main-svg')", timeout=60_000)
+    projector.wait_for_function("() => /running\\s*[1-9]/.test("
+                                "document.querySelector('#room-queues')?.innerText || '')", timeout=60_000)
+    os.makedirs(SHOTS, exist_ok=True)
+    projector.screenshot(path=os.path.join(SHOTS, "classroom-projector.png"))
+    phone.wait_for_function("() => document.querySelector('#student-mine')?.innerText.includes('done')",
+                            timeout=120_000)
+    mine = phone.locator("#student-mine").inner_text()
+    assert "Why is the sky blue?" in mine and "Name a colour" not in mine  # only their own request
+    # the phone's page fits its 390 px screen: nothing to scroll sideways
+    assert phone.evaluate("() => document.documentElement.scrollWidth") <= 390
+    phone.screenshot(path=os.path.join(SHOTS, "classroom-student.png"))
+    projector.wait_for_function("() => document.querySelector('#room-requests-box')?.innerText"
+                                ".includes('Why is the sky blue?')", timeout=60_000)
+    # the teacher pauses from the projector page: the state says so
+    projector.locator("#room-pause").click()
+    projector.wait_for_function("() => document.querySelector('#room-said')?.innerText.includes('paused')",
+                                timeout=30_000)
+    assert client(served_app).predict(code, api_name="/room_state")["paused"] is True
+    assert errors == []
