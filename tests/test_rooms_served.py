@@ -26,7 +26,8 @@ SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOT
 def client(url: str):
     from gradio_client import Client
 
-    return Client(url, verbose=False)
+    # a generous timeout: the 2-core machine runs the model and 30 clients at once
+    return Client(url, verbose=False, httpx_kwargs={"timeout": 120})
 
 
 def wait_state(c, code: str, cond, timeout: float = 120) -> dict:
@@ -50,14 +51,17 @@ def test_thirty_students_share_one_engine(served_app, default_model):  # noqa: F
     sent: dict[int, str] = {}
     errors: list[str] = []
 
+    start = threading.Barrier(30)
+
     def student(i: int) -> None:
         try:
             c = client(served_app)
+            start.wait()  # every client connected: now all of them send at once
             prompt = f"What is {i} plus {i}?"
             sent[c.predict(code, prompt, api_name="/room_submit")] = prompt
             c.close()
         except Exception as err:  # noqa: BLE001 (reported below)
-            errors.append(f"{i}: {err}")
+            errors.append(f"{i}: {type(err).__name__}: {err}")
 
     threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
     for t in threads:
