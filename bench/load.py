@@ -24,6 +24,7 @@ equal what the server last returned to that client.
 
     python bench/load.py [--dry-sessions 32] [--ops 50] [--real-sessions 4] [--real-ops 16]
                          [--out bench/results/load.json]
+    python bench/load.py --room-students 60   # a classroom room instead (bench/room_load.py)
 """
 
 from __future__ import annotations
@@ -190,7 +191,13 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=45.0,
                     help="seconds to wait after the clients close before the 'after' reading")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "load.json"))
+    ap.add_argument("--room-students", type=int, default=0,
+                    help="instead: one classroom room of this many students (bench/room_load.py)")
+    ap.add_argument("--room-max-tokens", type=int, default=16)
+    ap.add_argument("--room-out", default=os.path.join(ROOT, "bench", "results", "load_room.json"))
     args = ap.parse_args()
+    if args.room_students:
+        return room_main(args)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -297,6 +304,26 @@ def main() -> int:
     ok = (not errors and iso["ok"] and result["memory_back_within_10pct"]
           and not result["server_unexpected_exceptions"])
     return 0 if ok else 1
+
+
+def room_main(args: argparse.Namespace) -> int:
+    """One room of --room-students students on the served app (bench/room_load.py)."""
+    from bench.room_load import run_room
+
+    port = free_port()
+    proc = launch(["app.py"], port, {"PAGEDLAB_MAX_ROOM_STUDENTS": str(max(200, args.room_students))},
+                  timeout=300)
+    try:
+        result = run_room(f"http://127.0.0.1:{port}/", proc.pid, args.room_students,
+                          max_tokens=args.room_max_tokens)
+    finally:
+        server_log = stop(proc)
+    result["server_unexpected_exceptions"] = unexpected_exceptions(server_log)
+    os.makedirs(os.path.dirname(args.room_out), exist_ok=True)
+    with open(args.room_out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result, indent=1))
+    return 0 if not result["errors"] and not result["server_unexpected_exceptions"] else 1
 
 
 if __name__ == "__main__":
