@@ -102,6 +102,7 @@ def run_room(url: str, pid: int, n_students: int, max_tokens: int = 16, poll_s: 
                for s in students]
     sampler = RssSampler(pid)
     sampler.start()
+    load0 = os.getloadavg()[0]
     cpu0 = psutil.Process(pid).cpu_times()
     t0 = time.perf_counter()
     for t in threads:
@@ -110,6 +111,7 @@ def run_room(url: str, pid: int, n_students: int, max_tokens: int = 16, poll_s: 
         t.join()
     wall = time.perf_counter() - t0
     cpu1 = psutil.Process(pid).cpu_times()
+    load1 = os.getloadavg()[0]
     sampler.stop_flag.set()
     state = teacher.predict(room["code"], api_name="/room_state")
     teacher.predict(room["code"], room["secret"], "close", api_name="/room_control")
@@ -121,7 +123,10 @@ def run_room(url: str, pid: int, n_students: int, max_tokens: int = 16, poll_s: 
                 "(gradio_client threads) and polls /room_state every second until done",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(),
-                    "note": "a 2-core machine shared with other work while measuring"},
+                    "note": "a 2-core machine shared with other work while measuring",
+                    # runnable tasks on the machine (1-minute average) as the students started and
+                    # ended: above 2, the server got only a share of the two cores
+                    "load_average_start_end": [round(load0, 1), round(load1, 1)]},
         "room": {**settings, "model": "default (SmolLM2-135M, CPU, float32)"},
         "students": n_students,
         "seconds_until_every_answer_was_done": round(wall, 1),

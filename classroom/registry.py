@@ -1,7 +1,7 @@
 """The open rooms of one server: codes, secrets, the cap on rooms, and forgetting closed ones.
 
 The app builds one `RoomRegistry` and hands it to the room pages and the API (no module-level
-state). A code is six characters a class can read off a projector (no 0/O, 1/I); the secret is
+state). A code is six characters a class can read off a projector (no look-alikes); the secret is
 long and random, and only the teacher who opened the room gets it.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from classroom.room import Room
 from classroom.settings import MAX_ROOMS, ROOM_IDLE_SECONDS, RoomError, RoomSettings
 
-CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+CODE_ALPHABET = "ACDEFGHJKLMNPQRTUVWXY34679"  # no look-alikes: 0/O, 1/I, 2/Z, 5/S, 8/B
 CODE_LENGTH = 6
 
 

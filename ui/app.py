@@ -21,7 +21,7 @@ from classroom import RoomRegistry
 from engine import EngineConfig, SamplingParams
 from ui import limits
 from ui.compare import compare_tab
-from ui.gpu import gpu_task
+from ui.gpu import ON_ZEROGPU, gpu_task
 from ui.lesson_player import lessons_tab
 from ui.render import render
 from ui.room_pages import add_room_pages
@@ -382,6 +382,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         demo.unload(on_unload)
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
-    demo.rooms = RoomRegistry(device)
+    # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
+    demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)
     add_room_pages(demo, demo.rooms)
     return demo

@@ -9,6 +9,7 @@ caller sees; anything else is a bug, logged, and answered with a sentence, never
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -40,7 +41,11 @@ def student_key(request: gr.Request | None) -> str:
 
 
 def student_link(request: gr.Request | None, code: str) -> str:
-    """The link students open: this server's address as the teacher's browser reached it."""
+    """The link students open: PAGEDLAB_PUBLIC_URL when set, else this server's address as the
+    teacher's browser reached it."""
+    base = os.environ.get("PAGEDLAB_PUBLIC_URL", "").strip().rstrip("/")
+    if base:
+        return f"{base}/room?code={code}"
     headers = getattr(request, "headers", None) or {}
     host = headers.get("x-forwarded-host") or headers.get("host") or "127.0.0.1:7860"
     proto = headers.get("x-forwarded-proto") or "http"

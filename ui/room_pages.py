@@ -35,6 +35,16 @@ def _code_from_link(request: gr.Request) -> str:
     return dict(request.query_params).get("code", "") if request else ""
 
 
+def _joined(code: str, request: gr.Request | None) -> tuple[str, str]:
+    """The room's code, the student link and its QR code, for the projector."""
+    link = student_link(request, code)
+    text = f"### Room {code}\nOpen **[{link}]({link})** (or scan the code) and press Send."
+    if "//127." in link or "//localhost" in link:
+        text += ("\n\n_Phones cannot reach this address: open this page by the machine's network "
+                 "address (e.g. http://192.168.1.20:7860/class), or set PAGEDLAB_PUBLIC_URL._")
+    return text, qr_svg(link)
+
+
 def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     with gr.Accordion("Open a room", open=True) as open_box:
         with gr.Row():
@@ -83,9 +93,14 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         room = registry.open(RoomSettings.parse({
             "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
             "system_prompt": sp or "", "max_students": st, "requests_per_student": ea}))
-        link = student_link(request, room.code)
-        text = (f"### Room {room.code}\nOpen **[{link}]({link})** (or scan the code) and press Send.")
-        return text, qr_svg(link), room.code, room.secret, gr.Accordion(open=False)
+        return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False))
+
+    def on_load(request: gr.Request):
+        """/class?code=X projects a room opened elsewhere (without its secret)."""
+        c = _code_from_link(request).strip().upper()
+        if not c:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        return (*_joined(c, request), c, gr.Accordion(open=False))
 
     open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each],
                    [joined, qr, code, secret, open_box])
@@ -113,7 +128,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     timer.tick(on_tick, [code, shown_step], [plot, metrics, queues, requests, shown_step],
                show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
-    demo.load(_code_from_link, None, [code])
+    demo.load(on_load, None, [joined, qr, code, open_box])
 
 
 def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
