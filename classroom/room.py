@@ -150,11 +150,12 @@ class Room:
         with self._lock:
             if self.closed:
                 raise RoomError(f"room {self.code} is closed")
-            message = getattr(self, f"_do_{action}")(value)
-            self._touch()
-            self._publish()
-            self._wake.notify()
-        return message
+            try:
+                return getattr(self, f"_do_{action}")(value)
+            finally:  # a refused action may have paused the room: the view must say so
+                self._touch()
+                self._publish()
+                self._wake.notify()
 
     def _do_pause(self, _: Any) -> str:
         self.paused = True

@@ -94,6 +94,7 @@ def test_only_the_secret_controls_and_step_moves_one_step(registry):
     wait_for(lambda: all_done(room))
     with pytest.raises(RoomError, match="nothing to step"):
         room.control(room.secret, "step")
+    assert room.view.state["paused"]  # a refused step still pauses, and the view says so
 
 
 def test_shrinking_the_pool_forces_preemption_and_restore_gives_it_back(registry):

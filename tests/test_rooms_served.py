@@ -150,6 +150,16 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
         arg=code, timeout=60_000)
     phone.locator("#student-prompt textarea").fill("Why is the sky blue?")
     phone.locator("#student-send").click()
+    # a student who sends and closes the tab at once loses nothing: the room keeps the request
+    gone = browser.new_page(viewport={"width": 390, "height": 844})
+    gone.goto(link)
+    gone.wait_for_function("(c) => document.querySelector('#student-code textarea, #student-code input')"
+                           "?.value === c", arg=code, timeout=60_000)
+    gone.locator("#student-prompt textarea").fill("What do bees make?")
+    gone.locator("#student-send").click()
+    gone.wait_for_function("() => document.querySelector('#student-mine')?.innerText.includes('bees')",
+                           timeout=60_000)
+    gone.close()
     # meanwhile the rest of the class sends theirs, through the API
     others = [client(served_app) for _ in range(5)]
     for i, c in enumerate(others):
@@ -172,6 +182,8 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
     phone.screenshot(path=os.path.join(SHOTS, "classroom-student.png"))
     projector.wait_for_function("() => document.querySelector('#room-requests-box')?.innerText"
                                 ".includes('Why is the sky blue?')", timeout=60_000)
+    wait_state(client(served_app), code, lambda st: any(
+        r["prompt"] == "What do bees make?" and r["status"] == "done" and r["text"] for r in st["requests"]))
     # the teacher pauses from the projector page: the state says so
     projector.locator("#room-pause").click()
     projector.wait_for_function("() => document.querySelector('#room-said')?.innerText.includes('paused')",

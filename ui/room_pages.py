@@ -8,6 +8,8 @@ loses nothing: the room keeps the request and its text.
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 from classroom import RoomError, RoomRegistry
@@ -118,7 +120,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         try:
             view = registry.get(c).view if c else None
         except RoomError as err:
-            return gr.skip(), "", f"<p>{err}</p>", "", last_step
+            return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step
         if view is None:
             return gr.skip(), "", "", "", last_step
         step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"])
@@ -152,7 +154,7 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         try:
             room = registry.get(c)
         except RoomError as err:
-            return f"<p>{err}</p>", gr.Timer(active=False)
+            return f"<p>{html.escape(str(err))}</p>", gr.Timer(active=False)
         view = room.view
         cleared = any(room.cleared(i) for i in ids)
         live = {r["id"]: r["status"] for r in view.state["requests"]}
