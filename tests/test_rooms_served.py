@@ -113,6 +113,17 @@ def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):  
         teacher.predict(room["code"], room["secret"], "close", api_name="/room_control")
 
 
+def test_the_room_bench_runs(served_app):  # noqa: F811
+    """bench/room_load.py in small (3 students), so `bench/load.py --room-students` cannot rot; the
+    CPU and memory figures here are this test process's, not the server's."""
+    from bench.room_load import run_room
+
+    result = run_room(served_app, os.getpid(), 3, max_tokens=4, poll_s=0.3, timeout_s=120)
+    assert result["errors"] == 0 and result["answers_done"] == 3 and result["empty_answers"] == 0
+    assert result["room_measured"]["time_to_finish"]["count"] == 3
+    assert result["student_saw"]["time_to_first_token"]["p50_s"] > 0
+
+
 @pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
@@ -176,6 +187,7 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
     phone.wait_for_function("() => document.querySelector('#student-mine')?.innerText.includes('done')",
                             timeout=120_000)
     mine = phone.locator("#student-mine").inner_text()
+    assert phone.locator("#student-pool span").count() == 64  # the whole pool, theirs in colour
     assert "Why is the sky blue?" in mine and "Name a colour" not in mine  # only their own request
     # the phone's page fits its 390 px screen: nothing to scroll sideways
     assert phone.evaluate("() => document.documentElement.scrollWidth") <= 390

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from classroom.records import RoomView
-from viz import pool_figure
+from viz import palette, pool_figure
 
 STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62728", "done": "#4c78a8"}
 # The main figure takes row labels once viz/pool_figure.py has its `seq_labels` parameter; until
@@ -98,10 +98,33 @@ def _request_row(r: Mapping[str, Any], own: bool = False) -> str:
             f"{blocks}{extra}</span>{prompt}<div>{html.escape(r['text']) or '<i>…</i>'}</div></div>")
 
 
+def pool_strip_html(view: RoomView, blocks: set[int]) -> str:
+    """The room's whole pool as a strip of small cells: this student's blocks in colour (gold
+    where the class shares them, e.g. the system prompt's), the others' grey, free ones white."""
+    snap = view.snapshot
+    if snap is None or snap.num_blocks > 1024:
+        return ""
+    cells = []
+    for blk in snap.blocks:
+        if blk.block_id in blocks:
+            colour = palette.SHARED if blk.ref_count > 1 else palette.OWNERS[0]
+        else:
+            colour = "#666" if blk.ref_count else "#d8d8d8" if blk.state == "cached" else "#fff"
+        cells.append(f"<span title='block {blk.block_id}' style='display:inline-block;width:9px;"
+                     f"height:9px;margin:1px;background:{colour};border:1px solid #bbb'></span>")
+    return (f"<div id='student-pool' style='line-height:8px;margin:6px 0'>{''.join(cells)}</div>"
+            "<div style='font-size:0.8em;color:#555'>the room's pool: <b style='color:"
+            f"{palette.OWNERS[0]}'>your blocks</b>, <b style='color:#c08a00'>yours, shared with the "
+            "class</b>, dark grey: the others', light grey: cached</div>")
+
+
 def student_html(view: RoomView, mine: list[int], cleared: bool) -> str:
-    """A student's own requests, newest first, with where each one is."""
+    """A student's own requests, newest first, with where each one is, and their blocks in the
+    room's pool."""
     by_id = {r["id"]: r for r in view.state.get("requests", ())}
     parts = []
+    if mine:  # the pool as it is now, with the blocks this student's requests hold (none when done)
+        parts.append(pool_strip_html(view, {b for i in mine if i in by_id for b in by_id[i]["blocks"]}))
     if cleared:
         parts.append("<p><i>The teacher cleared the room: your earlier requests are gone. "
                      "Send again!</i></p>")
