@@ -166,3 +166,22 @@ def test_an_idle_room_closes_itself_and_leaves_the_registry():
     assert room.closed and "without activity" in room.view.state["error"]
     with pytest.raises(RoomError, match="closed"):
         room.submit("a", "still there?")
+
+
+def test_the_pages_draw_a_room_with_each_request_under_its_student(registry):
+    from ui.room_render import metrics_html, projector_figure, queues_html, requests_html, student_html
+
+    room = registry.open(DRY)
+    room.control(room.secret, "pause")
+    a = room.submit("key-a", "first prompt", "Ana")
+    room.submit("key-b", "second <b>prompt</b>", "Ben")
+    room.control(room.secret, "step")
+    view = room.view
+    assert sorted(view.seq_labels.values()) == ["Ana · #0", "Ben · #1"]
+    fig = projector_figure(view)
+    assert fig.layout.title.text.startswith(f"step {view.state['step']}")
+    assert "#0 Ana" in queues_html(view) and "running" in queues_html(view)
+    assert "students</td><td>2" in metrics_html(view)
+    assert "second &lt;b&gt;prompt" in requests_html(view)  # a prompt is text, never markup
+    mine = student_html(view, [a], cleared=False)
+    assert "first prompt" in mine and "second" not in mine and "id='student-pool'" in mine

@@ -107,6 +107,10 @@ def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):  
             student.predict(a["code"], secret, "clear", api_name="/room_control")
     assert teacher.predict(a["code"], api_name="/room_state")["requests"][0]["id"] == rid
     assert "paused" in teacher.predict(a["code"], a["secret"], "pause", api_name="/room_control")
+    # an ordinary session beside the rooms has its own engine: neither sees the other
+    out = student.predict("Hello", False, api_name="/on_new")
+    assert "operation 1 of 1" in out[-1] and "only for room a" not in str(out)
+    assert len(teacher.predict(a["code"], api_name="/room_state")["requests"]) == 1
     with pytest.raises(AppError, match="no open room"):
         student.predict("ZZZZZZ", "hello", api_name="/room_submit")
     for room in (a, b):
