@@ -85,8 +85,9 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     with gr.Row():
         code = gr.Textbox(label="room code (to project a room opened elsewhere)", elem_id="room-code",
                           max_length=12)
+        # hidden on the projector; the copy button lets the teacher keep it for another browser
         secret = gr.Textbox(label="teacher secret (keep it: it controls the room)", type="password",
-                            elem_id="room-secret", max_length=64)
+                            elem_id="room-secret", max_length=64, buttons=["copy"])
     shown_step = gr.State(-1)
     timer = gr.Timer(1.0)
 
