@@ -60,6 +60,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                                 "with it: watch the prefix cache share its blocks)", scale=3)
             students = gr.Number(value=80, precision=0, minimum=1, label="students")
             each = gr.Number(value=5, precision=0, minimum=1, label="requests per student")
+            chars = gr.Number(value=300, precision=0, minimum=1, label="prompt length (characters)")
         open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
     # the projector: the picture first, the room's code and numbers beside it
     with gr.Row():
@@ -92,10 +93,11 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     timer = gr.Timer(1.0)
 
     @room_errors
-    def on_open(m, bs, nb, sw, mt, sp, st, ea, request: gr.Request):
+    def on_open(m, bs, nb, sw, mt, sp, st, ea, ch, request: gr.Request):
         room = registry.open(RoomSettings.parse({
             "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
-            "system_prompt": sp or "", "max_students": st, "requests_per_student": ea}))
+            "system_prompt": sp or "", "max_students": st, "requests_per_student": ea,
+            "max_prompt_chars": ch}))
         return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False))
 
     def on_load(request: gr.Request):
@@ -105,7 +107,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return (*_joined(c, request), c, gr.Accordion(open=False))
 
-    open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each],
+    open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each, chars],
                    [joined, qr, code, secret, open_box])
 
     def make_control(action: str):
