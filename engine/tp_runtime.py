@@ -114,7 +114,7 @@ class TPRuntime:
         store = dist.TCPStore("127.0.0.1", 0, n + 1, True, wait_for_workers=False,
                               timeout=timedelta(seconds=start_timeout_s))
         threads = max(1, (os.cpu_count() or 1) // n)
-        ctx = multiprocessing.get_context("spawn")  # fork would copy this process's threads
+        ctx = _worker_context()
         procs = [ctx.Process(target=worker_main, args=(r, n, store.port, config.to_dict(), threads),
                              name=f"pagedlab-tp-rank{r}", daemon=True) for r in range(n)]
         self._w = _Workers(procs, store)
@@ -205,10 +205,18 @@ class TPRuntime:
             msg = str(err) if isinstance(err, TensorParallelError | TimeoutError) else (
                 f"talking to the tensor-parallel workers failed ({type(err).__name__}: "
                 f"{str(err)[:300]})")
-            try:
-                self._check_alive()
-            except TensorParallelError as dead:
-                msg = str(dead)
+            # A closed connection usually means a worker died: wait briefly for its exit status
+            # (the fork server reports it a moment later) so the message can name it.
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                try:
+                    self._check_alive()
+                except TensorParallelError as dead:
+                    msg = str(dead)
+                    break
+                if isinstance(err, TimeoutError):
+                    break  # a stuck worker is alive: nothing to wait for
+                time.sleep(0.02)
             self._error = msg
             _stop(self._w, polite=False)
             raise TensorParallelError(f"{msg}; the engine stopped all {self.size} workers") from err
@@ -317,6 +325,20 @@ class TPRuntime:
     @property
     def alive(self) -> bool:
         return not self._w.stopped
+
+
+def _worker_context() -> Any:
+    """How workers start. Not "fork": this process runs threads (torch's pools, the app's
+    server) that a forked child would inherit half-locked. "forkserver" forks each worker from a
+    clean helper process that imported torch and transformers once, so only the first engine pays
+    for those imports (~10 s on two cores); later workers start in about the time a model loads.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["engine.tp_worker", "engine.models", "engine.model_runner",
+                                "engine.cache_engine", "transformers.models.llama.modeling_llama"])
+    return ctx
 
 
 def _peek_heads(model: str | None) -> tuple[int, int] | None:
