@@ -20,6 +20,7 @@ import pytest
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.tp_models import TINY_KV2, save_random_llama
 from engine.tp_runtime import TensorParallelError
+from viz.shards_figure import shards_figure
 
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,8 @@ def test_tp2_beams_and_swap_match_one_process(tp2, kv2_path):
     assert info["kv_bytes_per_rank"] == [one.engine_info()["kv_bytes_per_rank"][0] // 2] * 2
     with pytest.raises(ValueError, match="rank must be"):
         tp2.inspect_block(block, 0, rank=2)
+    fig = shards_figure(tp2.snapshot(), info)  # the picture reads the live engine's numbers
+    assert [t.name for t in fig.data[:2]] == ["rank 0", "rank 1"]
 
 
 def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
