@@ -311,6 +311,7 @@ class TPRuntime:
             "query heads per rank": h["q_heads"] // self.size,
             "kv bytes per block per rank": h["bytes_per_block_rank"],
             "weight bytes per rank": h["weight_bytes_rank"],
+            "device bytes allocated on rank 0 (at start)": h["device_bytes_allocated"],
             "tp last step: message bytes": w.message_bytes,
             "tp last step: logits bytes": w.logits_bytes,
             "tp last step: all-reduces": w.all_reduces,

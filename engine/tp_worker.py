@@ -168,4 +168,7 @@ def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dic
         "weight_bytes_rank": sum(p.numel() * p.element_size()
                                  for p in loaded.model.parameters()),
         "load_seconds": loaded.load_seconds,
+        # what this rank's GPU holds once weights and pool are in (None on a CPU)
+        "device_bytes_allocated": (torch.cuda.memory_allocated(loaded.device)
+                                   if loaded.device.type == "cuda" else None),
     }

@@ -8,6 +8,7 @@ two engines, module-scoped, and the tests that break an engine run last on it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -188,3 +189,18 @@ def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
         proc.kill()
         proc.wait()
     assert _wait_gone(pids) == []
+
+
+def test_bench_smoke_runs_tp2_against_tp1(tmp_path):
+    out = tmp_path / "tp.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--smoke",
+                           "--out", str(out), "--model-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    eq = result["tp2_vs_tp1_greedy_float32"]
+    assert eq["identical"] == eq["of"] == result["requests"]
+    tp2 = result["tp2"]
+    assert tp2["tokens_per_s"] > 0 and tp2["decode_steps"] > 0 and len(tp2["per_gpu"]) == 2
+    assert tp2["per_gpu"][0]["kv_pool_bytes"] * 2 == result["tp1"]["per_gpu"][0]["kv_pool_bytes"]
+    assert tp2["wire_per_decode_step"]["all-reduces"] == 2 * result["model"]["shape"]["num_hidden_layers"]
