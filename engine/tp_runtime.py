@@ -41,6 +41,10 @@ STEP_TIMEOUT_S = 120.0  # the longest a step may take before the engine calls a 
 STOP_TIMEOUT_S = 5.0  # how long close() lets workers exit on their own before killing them
 
 
+_START_HINT = (" (workers start by importing the main module: a script that builds an engine "
+               "must do so under `if __name__ == \"__main__\":`, as multiprocessing requires)")
+
+
 class TensorParallelError(RuntimeError):
     """A tensor-parallel worker died, hung or failed; the engine stopped all of them."""
 
@@ -133,10 +137,13 @@ class TPRuntime:
                                         PollingWaiter(self._check_alive, start_timeout_s))
         except BaseException as err:
             _stop(self._w, polite=False)
-            if isinstance(err, ValueError | TensorParallelError):
+            if isinstance(err, ValueError):
                 raise
+            hint = _START_HINT if "no error report" in str(err) else ""
+            if isinstance(err, TensorParallelError):
+                raise TensorParallelError(f"{err}{hint}") from err
             raise TensorParallelError(f"starting {n} tensor-parallel workers failed: "
-                                      f"{type(err).__name__}: {err}") from err
+                                      f"{type(err).__name__}: {err}{hint}") from err
         self._describe(hello, config)
         self._pending: list[tuple[str, list[tuple[int, int]]]] = []
 

@@ -36,7 +36,7 @@ def test_one_table_and_n_pools_with_the_same_block_ids():
     assert list(tables.text) == [str(b) for s in sorted(snap.sequences) for b in
                                  snap.sequences[s].block_table]
     notes = " ".join(a.text for a in fig.layout.annotations)
-    assert "rank 2</b>: KV heads 2..2" in notes and "24.0 KiB of KV" in notes
+    assert "rank 2</b>: KV head 2" in notes and "24.0 KiB of KV" in notes
 
 
 def test_the_tensor_parallel_setting_is_checked():

@@ -49,8 +49,9 @@ def shards_update(session: Any) -> Any:
     """The shards picture for the session's engine; hidden without tensor parallelism."""
     if session.config.tensor_parallel_size == 1:
         return gr.update(visible=False)
-    eng = session.engine
-    return gr.update(value=shards_figure(eng.snapshot(), eng.engine_info()), visible=True)
+    with session.lock:  # not while an operation (or its replay) is under way
+        eng = session.engine
+        return gr.update(value=shards_figure(eng.snapshot(), eng.engine_info()), visible=True)
 
 
 def rank_setting() -> gr.Number:

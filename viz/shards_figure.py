@@ -30,6 +30,11 @@ def _colour(ref_count: int, state: str, owners: tuple[int, ...]) -> str:
     return palette.CACHED if state == "cached" else palette.FREE
 
 
+def _heads(rank: int, per_rank: int) -> str:
+    first, last = rank * per_rank, (rank + 1) * per_rank - 1
+    return f"KV head {first}" if first == last else f"KV heads {first}..{last}"
+
+
 def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
     """The shards of a tensor-parallel engine. `info` is its engine_info(): the figure reads
     tensor_parallel_size, kv_bytes_per_rank, kv heads (per rank) and the per-block bytes."""
@@ -41,16 +46,18 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
     rows = -(-snap.num_blocks // width)
     gap = 2
     colours = [_colour(b.ref_count, b.state, b.owners) for b in snap.blocks]
+    weights = info.get("weight bytes per rank")
+    weights_note = f" · {human_bytes(weights)} of weights" if weights else ""
     traces: list[Any] = []
     notes: list[dict[str, Any]] = []
     for r in range(n):
         x0 = r * (width + gap)
         xs = [x0 + b.block_id % width for b in snap.blocks]
         ys = [-(b.block_id // width) for b in snap.blocks]
+        mine = _heads(r, heads)
         hover = [f"rank {r}, block {b.block_id}: {b.state}, ref count {b.ref_count}"
                  f"<br>owners {list(b.owners)}, {b.num_filled} slots filled"
-                 f"<br>KV heads {r * heads}..{(r + 1) * heads - 1} only: {human_bytes(block_bytes)}"
-                 for b in snap.blocks]
+                 f"<br>{mine} only: {human_bytes(block_bytes)}" for b in snap.blocks]
         traces.append(go.Scatter(
             x=xs, y=ys, mode="markers+text", text=[str(b.block_id) for b in snap.blocks],
             textfont={"size": 9}, hovertext=hover, hoverinfo="text", showlegend=False,
@@ -58,12 +65,15 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
                     "line": {"width": 1, "color": "#606060"}},
             name=f"rank {r}", **_FAST))
         notes.append({"x": x0 + (width - 1) / 2, "y": 1.2, "showarrow": False,
-                      "text": f"<b>rank {r}</b>: KV heads {r * heads}..{(r + 1) * heads - 1}<br>"
-                              f"{human_bytes(per_rank[r] if r < len(per_rank) else 0)} of KV"})
+                      "text": f"<b>rank {r}</b>: {mine}<br>"
+                              f"{human_bytes(per_rank[r] if r < len(per_rank) else 0)} of KV"
+                              f"{weights_note}"})
     # the block tables: once, above all pools, because one manager keeps them for every rank
     seqs = sorted(snap.sequences.values(), key=lambda s: s.seq_id)
     tx, ty, ttext, tcol, thover = [], [], [], [], []
     for i, s in enumerate(seqs):
+        notes.append({"x": -0.6, "y": 3 + len(seqs) - i, "xanchor": "right", "showarrow": False,
+                      "text": f"seq {s.seq_id}"})
         for j, block in enumerate(s.block_table):
             tx.append(j)
             ty.append(3 + len(seqs) - i)
@@ -74,14 +84,14 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
         x=tx, y=ty, mode="markers+text", text=ttext, textfont={"size": 9, "color": "white"},
         hovertext=thover, hoverinfo="text", showlegend=False, name="block tables",
         marker={"symbol": "square", "size": 22, "color": tcol}, **_FAST))
-    notes.append({"x": -0.5, "y": 4 + len(seqs), "xanchor": "left", "showarrow": False,
+    notes.append({"x": -2, "y": 4 + len(seqs), "xanchor": "left", "showarrow": False,
                   "text": f"<b>one block table per sequence</b> (in the scheduler; sent to all {n} "
                           f"ranks every step)" if seqs else "<b>no sequences yet</b>"})
     fig = go.Figure(traces, **_FAST)
     fig.update_layout(
         title=f"Tensor parallelism: one block table, {n} pools with the same block ids",
         annotations=notes, plot_bgcolor="white", height=260 + 24 * (rows + len(seqs)),
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        xaxis={"visible": False, "range": [-1, n * (width + gap) - gap]},
+        margin={"l": 10, "r": 10, "t": 60, "b": 10}, title_y=0.98,
+        xaxis={"visible": False, "range": [-2.5, n * (width + gap) - gap]},
         yaxis={"visible": False, "range": [-rows - 0.5, 5 + len(seqs)]})
     return fig
