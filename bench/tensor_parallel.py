@@ -57,6 +57,7 @@ def run(model: str, tp: int, dtype: str, device: str, batch_spec: tuple[int, int
     blocks = n * -(-(plen + new) // 16) + 16
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
                        block_size=16, num_gpu_blocks=blocks, max_num_seqs=n,
+                       enable_prefix_caching=False,  # the warm-up's prompts must not be hits
                        max_num_batched_tokens=max(2048, n * plen))
     start = time.perf_counter()
     eng = LLMEngine(cfg)
@@ -66,7 +67,8 @@ def run(model: str, tp: int, dtype: str, device: str, batch_spec: tuple[int, int
             eng.runtime.runner.graphs.use_graphs = eng.runtime.runner.graphs.pad = False
         batch = prompts(eng, n, plen)
         params = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
-        eng.generate(batch[:2], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+        # warm-up at the timed batch size (TP = 1 captures its decode graph for it here)
+        eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
         ids = [eng.add_request(p, params) for p in batch]
         done: dict[int, tuple[int, ...]] = {}
         decode_steps: list[float] = []

@@ -89,9 +89,10 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
                           f"ranks every step)" if seqs else "<b>no sequences yet</b>"})
     fig = go.Figure(traces, **_FAST)
     fig.update_layout(
-        title=f"Tensor parallelism: one block table, {n} pools with the same block ids",
+        title={"text": f"Tensor parallelism: one block table, {n} pools with the same block ids",
+               "y": 0.98},
         annotations=notes, plot_bgcolor="white", height=260 + 24 * (rows + len(seqs)),
-        margin={"l": 10, "r": 10, "t": 60, "b": 10}, title_y=0.98,
+        margin={"l": 10, "r": 10, "t": 60, "b": 10},
         xaxis={"visible": False, "range": [-2.5, n * (width + gap) - gap]},
         yaxis={"visible": False, "range": [-rows - 0.5, 5 + len(seqs)]})
     return fig
