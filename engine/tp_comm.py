@@ -1,6 +1,7 @@
 """The wire between the engine and its tensor-parallel workers: torch.distributed, nothing else.
 
-Three kinds of process group, all built on one TCPStore that the engine process hosts:
+Three kinds of process group, all meeting through one FileStore in a private temporary folder
+(no port open to the network):
 
 - "ctl": gloo, the engine (rank 0) and the N workers (ranks 1..N). Every step the engine
   broadcasts one message (the step's tokens, positions, block tables, copy and swap lists) to
@@ -31,9 +32,12 @@ Waiter = Callable[[Any, str], None]  # (a Work, what it is for) -> returns when 
 
 def gloo_group(store: Any, name: str, rank: int, size: int, timeout_s: float) -> Any:
     """A gloo process group of `size` ranks that meet under `name` in `store` (blocks until all
-    of them have joined)."""
-    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size,
-                                 timedelta(seconds=timeout_s))
+    of them have joined). It listens on the loopback interface only: the workers run on this
+    machine, and nothing from the network may reach the pickled messages."""
+    options = dist.ProcessGroupGloo._Options()
+    options._timeout = timedelta(seconds=timeout_s)
+    options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+    return dist.ProcessGroupGloo(dist.PrefixStore(name, store), rank, size, options)
 
 
 def blocking_wait(work: Any, what: str) -> None:

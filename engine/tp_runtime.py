@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
+import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ class _Workers:
 
     procs: list[Any]
     store: Any
+    folder: str
     ctl: Any = None
     replies: list[Any] = field(default_factory=list)
     stopped: bool = False
@@ -96,6 +99,7 @@ def _stop(w: _Workers, polite: bool) -> None:
         p.join(STOP_TIMEOUT_S)
     # Only now drop the groups: their pending transfers fail fast once the peers are gone.
     w.ctl, w.replies = None, []
+    shutil.rmtree(w.folder, ignore_errors=True)
 
 
 class TPRuntime:
@@ -115,13 +119,15 @@ class TPRuntime:
         known = _peek_heads(config.model)
         if known is not None:  # fail before spawning anything when the config is at hand
             check_tp_size(n, known[0], known[1], config.model)
-        store = dist.TCPStore("127.0.0.1", 0, n + 1, True, wait_for_workers=False,
-                              timeout=timedelta(seconds=start_timeout_s))
+        folder = tempfile.mkdtemp(prefix="pagedlab-tp-")  # private (0700): the store's file
+        store = dist.FileStore(os.path.join(folder, "store"), n + 1)
+        store.set_timeout(timedelta(seconds=start_timeout_s))
         threads = max(1, (os.cpu_count() or 1) // n)
         ctx = _worker_context()
-        procs = [ctx.Process(target=worker_main, args=(r, n, store.port, config.to_dict(), threads),
-                             name=f"pagedlab-tp-rank{r}", daemon=True) for r in range(n)]
-        self._w = _Workers(procs, store)
+        args = (n, os.path.join(folder, "store"), config.to_dict(), threads)
+        procs = [ctx.Process(target=worker_main, args=(r, *args), name=f"pagedlab-tp-rank{r}",
+                             daemon=True) for r in range(n)]
+        self._w = _Workers(procs, store, folder)
         self._finalizer = weakref.finalize(self, _stop, self._w, True)
         self._error: str | None = None
         self.wire = WireStats()

@@ -31,11 +31,12 @@ WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as 
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
 
 
-def worker_main(rank: int, size: int, port: int, config: dict[str, Any], threads: int) -> None:
-    """Entry point of worker `rank` of `size`; the engine's store listens on localhost:`port`."""
+def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
+                threads: int) -> None:
+    """Entry point of worker `rank` of `size`; `store_path` is the engine's FileStore."""
     _exit_with_parent()
-    store = dist.TCPStore("127.0.0.1", port, size + 1, False,
-                          timeout=timedelta(seconds=WORKER_TIMEOUT_S))
+    store = dist.FileStore(store_path, size + 1)
+    store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
     try:
         worker = _Worker(rank, size, store, config, threads)
     except BaseException as err:  # noqa: BLE001 - every failure must reach the engine as text
@@ -94,16 +95,12 @@ class _Worker:
         full = {"q_heads": loaded.num_q_heads, "kv_heads": loaded.num_kv_heads,
                 "intermediate": int(loaded.config.intermediate_size)}
         check_tp_size(size, loaded.num_q_heads, loaded.num_kv_heads, cfg.model)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                store=dist.PrefixStore("tp", store), rank=rank, world_size=size,
-                                timeout=timedelta(seconds=ALL_REDUCE_TIMEOUT_S),
-                                **({"device_id": device} if device.type == "cuda" else {}))
-        shard_model(loaded, rank, size, _all_reduce)
+        reducer = _Reducer(store, rank, size, device)
+        shard_model(loaded, rank, size, reducer.sum)
         cache = CacheEngine(loaded, cfg.num_gpu_blocks, cfg.block_size, cfg.num_cpu_blocks,
                             device=device, dtype=loaded.dtype)
         if cfg.num_gpu_blocks is None:  # every rank must index the same block ids: the smallest
-            blocks = torch.tensor([cache.num_gpu_blocks], device=device)
-            dist.all_reduce(blocks, op=dist.ReduceOp.MIN)
+            blocks = reducer.min(torch.tensor([cache.num_gpu_blocks], device=device))
             if int(blocks.item()) < cache.num_gpu_blocks:
                 note = f"{int(blocks.item())} blocks: the smallest pool of the {size} ranks"
                 del cache
@@ -144,9 +141,33 @@ class _Worker:
             self.reply.broadcast(logits, 1).wait()
 
 
-def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    dist.all_reduce(t)
-    return t
+class _Reducer:
+    """The workers' all-reduce: NCCL between GPUs (the process's default group, one GPU per
+    rank), else a gloo group on the loopback interface."""
+
+    def __init__(self, store: Any, rank: int, size: int, device: torch.device) -> None:
+        self.nccl = device.type == "cuda"
+        if self.nccl:
+            dist.init_process_group("nccl", store=dist.PrefixStore("tp", store), rank=rank,
+                                    world_size=size, device_id=device,
+                                    timeout=timedelta(seconds=ALL_REDUCE_TIMEOUT_S))
+        else:
+            self.group = gloo_group(store, "tp", rank, size, ALL_REDUCE_TIMEOUT_S)
+
+    def sum(self, t: torch.Tensor) -> torch.Tensor:
+        return self._reduce(t, dist.ReduceOp.SUM)
+
+    def min(self, t: torch.Tensor) -> torch.Tensor:
+        return self._reduce(t, dist.ReduceOp.MIN)
+
+    def _reduce(self, t: torch.Tensor, op: Any) -> torch.Tensor:
+        if self.nccl:
+            dist.all_reduce(t, op=op)
+        else:
+            options = dist.AllreduceOptions()
+            options.reduceOp = op
+            self.group.allreduce([t], options).wait()
+        return t
 
 
 def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dict[str, Any]:

@@ -162,6 +162,7 @@ def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
     with pytest.raises(TensorParallelError, match=rf"rank 1 \(pid {pids[1]}\) exited with code -9"):
         tp2.append(seq, n=2)
     assert _wait_gone(pids) == []
+    assert not Path(tp2.runtime._w.folder).exists()  # the store's private folder went with them
     tp2.check_invariants()
     tp2.close()  # idempotent
 
