@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import threading
 import traceback
 from datetime import timedelta
@@ -34,7 +35,7 @@ ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this wor
 def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
                 threads: int) -> None:
     """Entry point of worker `rank` of `size`; `store_path` is the engine's FileStore."""
-    _exit_with_parent()
+    _exit_with_parent(os.path.dirname(store_path))
     store = dist.FileStore(store_path, size + 1)
     store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
     try:
@@ -51,21 +52,24 @@ def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
 
 
 def _report(store: Any, rank: int, err: BaseException) -> None:
-    traceback.print_exc()
+    if not isinstance(err, ValueError):  # a bad setting is the engine's message to give
+        traceback.print_exc()
     try:
         store.set(f"error/{rank}", f"{type(err).__name__}: {err}")
     except Exception:  # noqa: BLE001 - the engine is gone; nobody to tell
         pass
 
 
-def _exit_with_parent() -> None:
-    """End this process as soon as the engine's process ends, however it ends."""
+def _exit_with_parent(folder: str) -> None:
+    """End this process as soon as the engine's process ends, however it ends (and remove the
+    store's folder, which a killed engine could not)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
 
     def watch() -> None:
         multiprocessing.connection.wait([parent.sentinel])
+        shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
 
     threading.Thread(target=watch, name="pagedlab-tp-watchdog", daemon=True).start()

@@ -174,6 +174,7 @@ if __name__ == "__main__":
     eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_size=4,
                                  num_gpu_blocks=8, device="cpu"))
     print(*eng.engine_info()["worker pids"], flush=True)
+    print(eng.runtime._w.folder, flush=True)
     time.sleep(600)
 """
 
@@ -185,11 +186,13 @@ def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        folder = proc.stdout.readline().strip()
+        assert len(pids) == 2 and all(_alive(p) for p in pids) and Path(folder).is_dir()
     finally:
         proc.kill()
         proc.wait()
     assert _wait_gone(pids) == []
+    assert not Path(folder).exists()
 
 
 def test_bench_smoke_runs_tp2_against_tp1(tmp_path):
