@@ -195,7 +195,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return (session, *render(session))
 
         @_guard
-        def on_apply(m, bs, nb, pf, n, session):
+        def on_apply(m, bs, nb, pf, session, n=1):  # n (tensor parallel) last: older callers
             return show(Session(tp_panel.with_tp(_config(m, bs, nb, pf, device), n)))
 
         @_guard
@@ -335,7 +335,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # operation changes nothing.
         on_status: dict[str, Any] = {"show_progress_on": [status]}
         outs = [state, *views]
-        apply.click(on_apply, [mode, block_size, num_blocks, prefix, tp, state], outs, **on_status)
+        apply.click(on_apply, [mode, block_size, num_blocks, prefix, state, tp], outs, **on_status)
         new_seq.click(on_new, [prompt, as_chat, state], outs, **on_status)
         append.click(on_append, [seq, n, state], outs, **on_status)
         fork.click(on_fork, [seq, state], outs, **on_status)

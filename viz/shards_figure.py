@@ -90,7 +90,7 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
     fig = go.Figure(traces, **_FAST)
     fig.update_layout(
         title={"text": f"Tensor parallelism: one block table, {n} pools with the same block ids",
-               "y": 0.98},
+               "y": 0.98, "x": 0.5, "xanchor": "center"},  # the app's plot label sits top left
         annotations=notes, plot_bgcolor="white", height=260 + 24 * (rows + len(seqs)),
         margin={"l": 10, "r": 10, "t": 60, "b": 10},
         xaxis={"visible": False, "range": [-2.5, n * (width + gap) - gap]},
