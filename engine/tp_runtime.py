@@ -143,8 +143,8 @@ class TPRuntime:
                                         PollingWaiter(self._check_alive, start_timeout_s))
         except BaseException as err:
             _stop(self._w, polite=False)
-            if isinstance(err, ValueError):
-                raise
+            if isinstance(err, ValueError) or not isinstance(err, Exception):
+                raise  # a bad setting (the user's fix), or Ctrl-C
             hint = _START_HINT if "no error report" in str(err) else ""
             if isinstance(err, TensorParallelError):
                 raise TensorParallelError(f"{err}{hint}") from err
