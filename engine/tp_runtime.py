@@ -8,10 +8,12 @@ N workers (engine/tp_worker.py) each hold a shard of the heads and their slice o
 Why the engine is not itself rank 0 (as vLLM's driver worker is): the app runs one engine per
 browser session inside one process, and a process can join only one default process group;
 a separate scheduler process also survives a crashing worker to report it. The cost is one more
-hop for the logits (worker 0 -> engine), a few hundred kB per step on localhost.
+hop for what the sampler needs (worker 0 -> engine).
 
 Per step the engine sends one message (tokens, positions as `num_computed`, block tables, and
-the copy / swap lists queued since the last step) and gets the logits back from worker 0.
+the copy / swap lists queued since the last step) and gets back from worker 0 each row's greedy
+token and log probability; the full logits follow only when a request samples or searches beams
+(`RemoteScores`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class WireStats:
     """What crossed the wire in the last step that ran the model."""
 
     message_bytes: int = 0  # engine -> every worker: tokens, block tables, copy / swap lists
-    logits_bytes: int = 0  # worker 0 -> engine
+    logits_bytes: int = 0  # worker 0 -> engine: greedy picks, and logits where a request samples
     tokens: int = 0  # tokens the step computed
     all_reduces: int = 0  # among the workers: two per layer
     all_reduce_bytes: int = 0  # the payload of those all-reduces (each is tokens x hidden)
@@ -84,7 +86,7 @@ def _stop(w: _Workers, polite: bool) -> None:
     w.stopped = True
     if polite and w.ctl is not None:
         try:
-            waiter = PollingWaiter(lambda: None, STOP_TIMEOUT_S)
+            waiter = PollingWaiter(lambda: None, STOP_TIMEOUT_S)  # nobody to name: just stop
             broadcast_object(w.ctl, {"cmd": "stop"}, 0, 0, waiter)
         except Exception:  # noqa: BLE001 - a worker already gone: kill below
             pass
@@ -132,6 +134,7 @@ class TPRuntime:
         self._error: str | None = None
         self.wire = WireStats()
         self.num_tokens_computed = 0
+        self._steps = 0  # forward passes run: which step's logits worker 0 holds
         try:
             for p in procs:
                 p.start()
@@ -246,23 +249,41 @@ class TPRuntime:
 
     # ---- Runtime's interface --------------------------------------------------------------------
 
-    def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
+    def execute(self, items: list[tuple[list[int], int, list[int]]]) -> RemoteScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
         items = [(list(map(int, t)), int(n), list(map(int, b))) for t, n, b in items]
 
         def run() -> torch.Tensor:
             sent = self._send({"cmd": "execute", "items": items})
-            logits = self._receive(0, torch.empty((len(items), self.model_info["logits_dim"]),
-                                                  dtype=torch.float32))
-            self._count(sent, logits, sum(len(t) for t, _, _ in items))
-            return logits
+            picks = self._receive(0, torch.empty((len(items), 2), dtype=torch.float64))
+            self._count(sent, picks, sum(len(t) for t, _, _ in items))
+            return picks
 
-        return TorchScores(self._call(run))
+        picks = self._call(run)
+        self._steps += 1
+        greedy = [(int(t), float(lp)) for t, lp in picks.tolist()]
+        return RemoteScores(greedy, self._fetch_logits, self._steps)
 
-    def _count(self, sent: int, logits: torch.Tensor, tokens: int) -> None:
+    def _fetch_logits(self, step: int, rows: int) -> torch.Tensor:
+        """The full logits of step `step`, which worker 0 still holds if no step came since."""
+        if step != self._steps:
+            raise RuntimeError("these scores belong to an earlier step; worker 0 keeps only the "
+                               "last step's logits")
+
+        def run() -> torch.Tensor:
+            self._send({"cmd": "logits"})
+            return self._receive(0, torch.empty((rows, self.model_info["logits_dim"]),
+                                                dtype=torch.float32))
+
+        logits = self._call(run)
+        self.wire.logits_bytes += logits.numel() * 4
+        self.wire.totals["logits_bytes"] += logits.numel() * 4
+        return logits
+
+    def _count(self, sent: int, picks: torch.Tensor, tokens: int) -> None:
         layers, hidden = self.model_info["layers"], self.model_info["hidden"]
         w = self.wire
-        w.message_bytes, w.logits_bytes, w.tokens = sent, logits.numel() * 4, tokens
+        w.message_bytes, w.logits_bytes, w.tokens = sent, picks.numel() * 8, tokens
         w.all_reduces = 2 * layers
         w.all_reduce_bytes = 2 * layers * tokens * hidden * self.element_size
         w.totals["steps"] += 1
@@ -320,13 +341,14 @@ class TPRuntime:
             "kv bytes per block": h["bytes_per_block_rank"] * self.size,
             "pool size": h["sizing"],
             "tokens computed by the model": self.num_tokens_computed,
+            "vocab size": h["logits_dim"],
             "kv heads per rank": h["kv_heads"] // self.size,
             "query heads per rank": h["q_heads"] // self.size,
             "kv bytes per block per rank": h["bytes_per_block_rank"],
             "weight bytes per rank": h["weight_bytes_rank"],
             "device bytes allocated on rank 0 (at start)": h["device_bytes_allocated"],
             "tp last step: message bytes": w.message_bytes,
-            "tp last step: logits bytes": w.logits_bytes,
+            "tp last step: bytes back from rank 0": w.logits_bytes,
             "tp last step: all-reduces": w.all_reduces,
             "tp last step: all-reduce bytes": w.all_reduce_bytes,
             "worker pids": [p.pid for p in self._w.procs],
@@ -339,6 +361,46 @@ class TPRuntime:
     @property
     def alive(self) -> bool:
         return not self._w.stopped
+
+
+class RemoteScores:
+    """A step's scores when worker 0 holds the logits: the greedy pick of every row came with
+    the step; the full logits cross the wire only for a row that samples or searches beams
+    (then once for the whole step). The interface of sampler.TorchScores."""
+
+    def __init__(self, greedy: list[tuple[int, float]], fetch: Any, step: int) -> None:
+        self._greedy = greedy
+        self.num_rows = len(greedy)
+        self._fetch, self._step = fetch, step
+        self._full: TorchScores | None = None
+
+    def full(self) -> TorchScores:
+        if self._full is None:
+            self._full = TorchScores(self._fetch(self._step, self.num_rows))
+        return self._full
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.full().logits
+
+    def logprobs(self) -> torch.Tensor:
+        return self.full().logprobs()
+
+    def greedy(self, row: int) -> tuple[int, float]:
+        return self._greedy[row]
+
+    def sample(self, row: int, params: Any, generator: torch.Generator) -> tuple[int, float]:
+        if params.temperature == 0:
+            return self._greedy[row]
+        return self.full().sample(row, params, generator)
+
+    def top(self, row: int, k: int) -> list[tuple[int, float]]:
+        return self.full().top(row, k)
+
+    def make_generator(self, seed: int) -> torch.Generator:
+        gen = torch.Generator(device="cpu")  # the logits, when fetched, are on the CPU
+        gen.manual_seed(seed)
+        return gen
 
 
 def _worker_context() -> Any:

@@ -82,8 +82,11 @@ def _serve(eng: LLMEngine) -> list[list[tuple[int, ...]]]:
     for p in PROMPTS:
         eng.add_request(p, beams)
     eng.add_request("A third request", greedy)
+    # sampling fetches the full logits from worker 0 (greedy rows get only their pick)
+    eng.add_request("Sampled", SamplingParams(max_tokens=6, n=2, temperature=0.8, seed=1,
+                                              ignore_eos=True))
     done = {}
-    while len(done) < 3:
+    while len(done) < 4:
         for out in eng.step().finished:
             done[out.request_id] = [c.token_ids for c in out.outputs]
         eng.check_invariants()
