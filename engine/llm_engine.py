@@ -167,11 +167,11 @@ class LLMEngine(ServingMixin):
             "prefix caching": cfg.enable_prefix_caching,
             "preemption": cfg.preemption_mode,
             "max tokens per sequence": self.max_model_len,
+            "tensor_parallel_size": cfg.tensor_parallel_size,
         }
         if self.runtime is not None:
             info.update(self.runtime.info())
             per_rank = getattr(self.runtime, "kv_bytes_per_rank", None)
-            info["tensor_parallel_size"] = cfg.tensor_parallel_size
             info["kv_bytes_per_rank"] = (per_rank() if per_rank else
                                          [self.runtime.cache.bytes_per_block * self.kv.pool.num_blocks])
         return info

@@ -215,6 +215,9 @@ class TPRuntime:
         if self._error is not None:
             raise TensorParallelError(f"{self._error}. This engine's workers are stopped; build a "
                                       f"new engine (the session replays its log)")
+        if self._w.stopped:
+            raise TensorParallelError("this engine was closed and its workers are stopped; build "
+                                      "a new engine")
         try:
             return fn(*args)
         except Exception as err:  # noqa: BLE001 - dead peer, timeout, transport error

@@ -168,6 +168,8 @@ def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
     assert not Path(tp2.runtime._w.folder).exists()  # the store's private folder went with them
     tp2.check_invariants()
     tp2.close()  # idempotent
+    with pytest.raises(TensorParallelError, match="workers are stopped"):
+        tp2.append(seq, n=1)
 
 
 ORPHAN_SCRIPT = """
