@@ -47,3 +47,13 @@ def test_the_tensor_parallel_setting_is_checked():
         tp_panel.with_tp(EngineConfig(model=None, num_gpu_blocks=8), 3)
     with pytest.raises(UserError, match="tensor parallel size"):
         tp_panel.with_tp(real, 8)
+
+
+def test_the_shards_plot_hides_without_tensor_parallelism_and_ranks_are_checked():
+    from ui.session import Session
+
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    assert tp_panel.shards_update(s)["visible"] is False
+    assert tp_panel.rank_of(None, s) is None and tp_panel.rank_of(0, s) == 0
+    with pytest.raises(UserError, match="rank"):
+        tp_panel.rank_of(1, s)  # one process: rank 0 only
