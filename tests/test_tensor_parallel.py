@@ -134,9 +134,14 @@ def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
     assert info["tp last step: all-reduces"] == 2 * 30
 
 
-def test_size_that_does_not_divide_the_kv_heads_is_refused():
+def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path):
     with pytest.raises(ValueError, match=r"3 KV heads.*Valid sizes: 1, 3"):
         LLMEngine(EngineConfig(model="default", tensor_parallel_size=2, device="cpu"))
+    with pytest.raises(ValueError, match=r"2 KV heads.*Valid sizes: 1, 2"):
+        LLMEngine(EngineConfig(model=kv2_path, tensor_parallel_size=4, device="cpu"))
+    # no config on disk to read first: the workers load the model and refuse it themselves
+    with pytest.raises(ValueError, match=r"1 KV heads.*Valid sizes: 1$"):
+        LLMEngine(EngineConfig(model="tiny-random", tensor_parallel_size=2, device="cpu"))
     with pytest.raises(ValueError, match="dry mode"):
         EngineConfig(model=None, tensor_parallel_size=2)
     with pytest.raises(ValueError, match="tensor_parallel_size"):
