@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
+MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it further
 
 
 def _positive_int(name: str, value: object, high: int) -> None:
@@ -28,6 +29,7 @@ class EngineConfig:
     seed: int = 0
     max_num_seqs: int = 256  # serving: sequences in one step
     max_num_batched_tokens: int = 2048  # serving: tokens in one step
+    tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp_runtime.py)
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
@@ -58,6 +60,10 @@ class EngineConfig:
             raise ValueError(f"seed must be a non-negative whole number, got {self.seed!r}")
         _positive_int("max_num_seqs", self.max_num_seqs, 1 << 16)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens, 1 << 20)
+        _positive_int("tensor_parallel_size", self.tensor_parallel_size, MAX_TENSOR_PARALLEL)
+        if self.tensor_parallel_size > 1 and self.model is None:
+            raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
+                             "mode has no model (use tensor_parallel_size=1 or load a model)")
 
     @property
     def dry(self) -> bool:

@@ -52,6 +52,8 @@ class LeanWeights:
     num_kv_heads: int
     head_dim: int
     scale: float
+    # Tensor parallelism (engine/tp_shard.py): sums a row-parallel output over the ranks.
+    reduce: Any = None
 
 
 def fuse_projections(model: Any) -> LeanWeights | None:
@@ -146,8 +148,12 @@ def lean_forward(w: LeanWeights, ops: Any, kv_cache: torch.Tensor, input_ids: to
                                    query_start_loc, w.scale, max_query_len=max_query_len,
                                    max_seq_len=max_seq_len)
         h = F.linear(attn.flatten(1), layer.o_weight, layer.o_bias)
+        if w.reduce is not None:
+            h = w.reduce(h)
         x, residual = ops.add_rms_norm(h, residual, layer.post_norm, w.eps)
         h = F.linear(ops.silu_and_mul(F.linear(x, layer.gate_up_weight)), layer.down_weight)
+        if w.reduce is not None:
+            h = w.reduce(h)
     if last_rows is not None:  # the LM head only where a next token is wanted
         h, residual = h[last_rows], residual[last_rows]
     x, _ = ops.add_rms_norm(h, residual, w.final_norm, w.eps)

@@ -41,7 +41,12 @@ class LLMEngine(ServingMixin):
         else:
             from engine.runtime import Runtime  # torch only when there is a model
 
-            self.runtime = Runtime(config)
+            if config.tensor_parallel_size > 1:  # N worker processes, one block table
+                from engine.tp_runtime import TPRuntime
+
+                self.runtime = TPRuntime(config)
+            else:
+                self.runtime = Runtime(config)
             self.tokenizer = self.runtime.tokenizer
             num_blocks = self.runtime.num_gpu_blocks
             self.max_model_len = self.runtime.max_model_len
@@ -162,20 +167,39 @@ class LLMEngine(ServingMixin):
             "prefix caching": cfg.enable_prefix_caching,
             "preemption": cfg.preemption_mode,
             "max tokens per sequence": self.max_model_len,
+            "tensor_parallel_size": cfg.tensor_parallel_size,
         }
         if self.runtime is not None:
             info.update(self.runtime.info())
+            per_rank = getattr(self.runtime, "kv_bytes_per_rank", None)
+            info["kv_bytes_per_rank"] = (per_rank() if per_rank else
+                                         [self.runtime.cache.bytes_per_block * self.kv.pool.num_blocks])
         return info
 
-    def inspect_block(self, block_id: int, layer: int) -> tuple[Any, Any]:
+    def close(self) -> None:
+        """Let go of the engine's resources now: under tensor parallelism, end its worker
+        processes (idempotent; a dropped engine does the same when it is collected)."""
+        close = getattr(self.runtime, "close", None)
+        if close is not None:
+            close()
+
+    def inspect_block(self, block_id: int, layer: int, rank: int | None = None
+                      ) -> tuple[Any, Any]:
         """The real K and V of one physical block in one layer (CPU float tensors,
-        [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors."""
+        [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors.
+        Under tensor parallelism, `rank` picks one worker's slice (kv_heads / N heads)."""
         if self.runtime is None:
             raise ValueError("the dry mode has no K/V tensors to inspect; load a model")
         nb, nl = self.kv.pool.num_blocks, self.runtime.loaded.num_layers
         for name, v, hi in (("block id", block_id, nb), ("layer", layer, nl)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
                 raise ValueError(f"{name} must be a whole number from 0 to {hi - 1}, got {v!r}")
+        if rank is not None:
+            if self.config.tensor_parallel_size == 1 and rank == 0:
+                return self.runtime.read_block(block_id, layer)
+            if self.config.tensor_parallel_size == 1:
+                raise ValueError(f"rank must be 0 without tensor parallelism, got {rank!r}")
+            return self.runtime.read_block(block_id, layer, rank)
         return self.runtime.read_block(block_id, layer)
 
     # ---- dispatch --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import gradio as gr
 
 from classroom import RoomRegistry
 from engine import EngineConfig, SamplingParams
-from ui import limits
+from ui import limits, tp_panel
 from ui.compare import compare_tab
 from ui.gpu import ON_ZEROGPU, gpu_task
 from ui.lesson_player import lessons_tab
@@ -122,11 +122,13 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             num_blocks = gr.Number(value=first.config.num_gpu_blocks, precision=0, minimum=1,
                                    maximum=limits.MAX_DRY_BLOCKS, label="pool size (blocks)")
             prefix = gr.Checkbox(value=True, label="prefix caching")
+            tp = tp_panel.tp_setting()
             apply = gr.Button("Apply (new session)")
         status = gr.Markdown()
         with gr.Row():
             with gr.Column(scale=3):
                 plot = gr.Plot(label="page tables → physical blocks", elem_id="pool-plot")
+                shards = tp_panel.shards_plot()
                 with gr.Row():
                     back = gr.Button("◀ Back")
                     nxt = gr.Button("Next ▶")
@@ -182,6 +184,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                     with gr.Row():
                         block_id = gr.Number(value=0, precision=0, minimum=0, label="block id")
                         layer = gr.Number(value=0, precision=0, minimum=0, label="layer")
+                        rank = tp_panel.rank_setting()
                         inspect = gr.Button("Show K/V")
                     kv_plot = gr.Plot()
             open_lesson_link = lessons_tab(device)
@@ -195,8 +198,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return (session, *render(session))
 
         @_guard
-        def on_apply(m, bs, nb, pf, session):
-            return show(Session(_config(m, bs, nb, pf, device)))
+        def on_apply(m, bs, nb, pf, session, n=1):  # n (tensor parallel) last: older callers
+            return show(Session(tp_panel.with_tp(_config(m, bs, nb, pf, device), n)))
 
         @_guard
         def on_new(text, chat, session):
@@ -308,12 +311,12 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return show(Session.from_bytes(raw))
 
         @_guard
-        def on_inspect(b, lyr, session):
+        def on_inspect(b, lyr, r, session):
             eng = session.engine
             b = limits.whole(0 if b is None else b, "block id", 0, eng.kv.pool.num_blocks - 1)
             lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
             try:
-                k, v = eng.inspect_block(b, lyr)
+                k, v = eng.inspect_block(b, lyr, tp_panel.rank_of(r, session))
             except (ValueError, TypeError) as err:
                 raise UserError(str(err)) from err
             blk = eng.snapshot().blocks[b]
@@ -335,7 +338,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # operation changes nothing.
         on_status: dict[str, Any] = {"show_progress_on": [status]}
         outs = [state, *views]
-        apply.click(on_apply, [mode, block_size, num_blocks, prefix, state], outs, **on_status)
+        apply.click(on_apply, [mode, block_size, num_blocks, prefix, state, tp], outs, **on_status)
         new_seq.click(on_new, [prompt, as_chat, state], outs, **on_status)
         append.click(on_append, [seq, n, state], outs, **on_status)
         fork.click(on_fork, [seq, state], outs, **on_status)
@@ -364,7 +367,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         timer.tick(on_tick, [state], [timer, *outs], **on_status)
         export.click(on_export, [state], [export_file, link])
         import_file.upload(on_import, [import_file, state], outs, **on_status)
-        inspect.click(on_inspect, [block_id, layer, state], [kv_plot])
+        inspect.click(on_inspect, [block_id, layer, rank, state], [kv_plot])
+        plot.change(tp_panel.shards_update, [state], [shards])
         info_tab = next(t for t in demo.blocks.values() if isinstance(t, gr.Tab) and t.label == "Engine")
         info_tab.select(lambda s: s.engine.engine_info(), [state], [info])
         demo.load(on_load, [state], outs, **on_status)

@@ -58,6 +58,10 @@ MAX_DRY_BLOCKS = _env_int("PAGEDLAB_MAX_DRY_BLOCKS", 4096)
 MAX_REAL_POOL_TOKENS = _env_int("PAGEDLAB_MAX_REAL_POOL_TOKENS", 4096)
 #: block sizes the UI offers (the kernels take 1..128)
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+# tensor-parallel sizes a session may start: each rank is a process holding a model shard (off
+# by default on ZeroGPU, whose forked GPU worker is no place to start processes)
+_ZEROGPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
+TP_SIZES = (1, 3) if _env_int("PAGEDLAB_ALLOW_TENSOR_PARALLEL", 0 if _ZEROGPU else 1, low=0) else (1,)
 #: sessions holding an engine at once (each real-model session holds its own KV pool)
 MAX_SESSIONS = _env_int("PAGEDLAB_MAX_SESSIONS", 64)
 #: an imported trace file or link, in bytes
@@ -128,6 +132,9 @@ def check_config(config: Any) -> None:
     if config.model not in ALLOWED_MODELS:
         raise UserError(f"model {config.model!r} is not available here; PagedLab runs only "
                         f"'default', 'tiny-random' or the dry mode")
+    if getattr(config, "tensor_parallel_size", 1) not in TP_SIZES:
+        raise UserError(f"tensor parallel size {config.tensor_parallel_size} is not offered here; "
+                        f"choose one of {', '.join(map(str, TP_SIZES))}")
     if config.block_size not in BLOCK_SIZES:
         raise UserError(f"block size {config.block_size} is not offered; choose one of "
                         f"{', '.join(map(str, BLOCK_SIZES))}")

@@ -1,0 +1,220 @@
+"""Tensor parallelism on the CPU (gloo): N worker processes give the single-process engine's
+greedy tokens, beams and swaps included; a dead or stuck worker is a clear error and leaves no
+process behind.
+
+Each engine here starts real worker processes (seconds each on two cores), so the tests share
+two engines, module-scoped, and the tests that break an engine run last on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.tp_models import TINY_KV2, save_random_llama
+from engine.tp_runtime import TensorParallelError
+from viz.shards_figure import shards_figure
+
+pytestmark = pytest.mark.model
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ["The capital of France is", "Once upon a time, a small robot"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (its parent has not reaped it yet)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.fixture(scope="module")
+def kv2_path(tmp_path_factory) -> str:
+    return str(save_random_llama(tmp_path_factory.mktemp("tp") / "llama-kv2", TINY_KV2))
+
+
+def _kv2_config(path: str, tp: int) -> EngineConfig:
+    # 12 blocks of 4 slots cannot hold two 2-beam requests of ~20 tokens: the scheduler swaps
+    return EngineConfig(model=path, tensor_parallel_size=tp, block_size=4, num_gpu_blocks=12,
+                        num_cpu_blocks=32, preemption_mode="swap", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def tp2(kv2_path):
+    eng = LLMEngine(_kv2_config(kv2_path, 2))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def tp3_default(default_model):
+    eng = LLMEngine(EngineConfig(model="default", tensor_parallel_size=3, device="cpu",
+                                 dtype="float32", block_size=16, num_gpu_blocks=32))
+    yield eng
+    eng.close()
+
+
+def _serve(eng: LLMEngine) -> list[list[tuple[int, ...]]]:
+    beams = SamplingParams(max_tokens=10, beam_width=2, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    for p in PROMPTS:
+        eng.add_request(p, beams)
+    eng.add_request("A third request", greedy)
+    # sampling fetches the full logits from worker 0 (greedy rows get only their pick)
+    eng.add_request("Sampled", SamplingParams(max_tokens=6, n=2, temperature=0.8, seed=1,
+                                              ignore_eos=True))
+    done = {}
+    while len(done) < 4:
+        for out in eng.step().finished:
+            done[out.request_id] = [c.token_ids for c in out.outputs]
+        eng.check_invariants()
+    return [done[r] for r in sorted(done)]
+
+
+def test_tp2_beams_and_swap_match_one_process(tp2, kv2_path):
+    one = LLMEngine(_kv2_config(kv2_path, 1))
+    assert _serve(tp2) == _serve(one)
+    assert tp2.scheduler.num_preemptions > 0, "the pool was meant to force swaps"
+    assert tp2.scheduler.num_preemptions == one.scheduler.num_preemptions
+    assert tp2.snapshot().metrics.used_blocks == 0
+    # same block ids everywhere: rank slices side by side are the one-process block, bit for bit
+    seq = tp2.add_sequence(PROMPTS[0])
+    one_seq = one.add_sequence(PROMPTS[0])
+    block = tp2.snapshot().sequences[seq].block_table[0]
+    assert one.snapshot().sequences[one_seq].block_table[0] == block
+    k, v = tp2.inspect_block(block, 1)
+    k0, v0 = tp2.inspect_block(block, 1, rank=0)
+    k1, _ = tp2.inspect_block(block, 1, rank=1)
+    assert k0.shape[1] == k1.shape[1] == 1 and k.shape[1] == 2
+    ko, vo = one.inspect_block(block, 1)
+    assert (k - ko).abs().max() < 1e-5 and (v - vo).abs().max() < 1e-5
+    assert (k[:, :1] == k0).all() and (k[:, 1:] == k1).all() and k.abs().sum() > 0
+    info = tp2.engine_info()
+    assert info["tensor_parallel_size"] == 2
+    assert info["kv_bytes_per_rank"] == [one.engine_info()["kv_bytes_per_rank"][0] // 2] * 2
+    with pytest.raises(ValueError, match="rank must be"):
+        tp2.inspect_block(block, 0, rank=2)
+    fig = shards_figure(tp2.snapshot(), info)  # the picture reads the live engine's numbers
+    assert [t.name for t in fig.data[:2]] == ["rank 0", "rank 1"]
+
+
+def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
+    one = LLMEngine(EngineConfig(model="default", device="cpu", dtype="float32",
+                                 block_size=16, num_gpu_blocks=32))
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    got = [o.outputs[0].token_ids for o in tp3_default.generate(PROMPTS, params)]
+    want = [o.outputs[0].token_ids for o in one.generate(PROMPTS, params)]
+    assert got == want
+    tp3_default.check_invariants()
+    info = tp3_default.engine_info()
+    assert info["tensor_parallel_size"] == 3 and info["kv heads per rank"] == 1
+    assert sum(info["kv_bytes_per_rank"]) == one.engine_info()["kv_bytes_per_rank"][0]
+    assert info["tp last step: all-reduces"] == 2 * 30
+
+
+def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path):
+    with pytest.raises(ValueError, match=r"3 KV heads.*Valid sizes: 1, 3"):
+        LLMEngine(EngineConfig(model="default", tensor_parallel_size=2, device="cpu"))
+    with pytest.raises(ValueError, match=r"2 KV heads.*Valid sizes: 1, 2"):
+        LLMEngine(EngineConfig(model=kv2_path, tensor_parallel_size=4, device="cpu"))
+    # no config on disk to read first: the workers load the model and refuse it themselves
+    with pytest.raises(ValueError, match=r"1 KV heads.*Valid sizes: 1$"):
+        LLMEngine(EngineConfig(model="tiny-random", tensor_parallel_size=2, device="cpu"))
+    with pytest.raises(ValueError, match="dry mode"):
+        EngineConfig(model=None, tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="tensor_parallel_size"):
+        EngineConfig(tensor_parallel_size=0)
+
+
+def test_stuck_worker_is_a_clear_error_in_bounded_time(tp3_default):
+    pids = tp3_default.engine_info()["worker pids"]
+    seq = tp3_default.add_sequence("Hello")
+    tp3_default.runtime.step_timeout_s = 3.0
+    os.kill(pids[2], signal.SIGSTOP)
+    start = time.monotonic()
+    with pytest.raises(TensorParallelError, match="did not answer within 3 s"):
+        tp3_default.append(seq, n=1)
+    assert time.monotonic() - start < 15
+    assert _wait_gone(pids) == []
+    tp3_default.check_invariants()
+    with pytest.raises(TensorParallelError, match="workers are stopped"):
+        tp3_default.append(seq, n=1)
+
+
+def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
+    pids = tp2.engine_info()["worker pids"]
+    seq = tp2.add_sequence("Hello there")
+    os.kill(pids[1], signal.SIGKILL)
+    with pytest.raises(TensorParallelError, match=rf"rank 1 \(pid {pids[1]}\) exited with code -9"):
+        tp2.append(seq, n=2)
+    assert _wait_gone(pids) == []
+    assert not Path(tp2.runtime._w.folder).exists()  # the store's private folder went with them
+    tp2.check_invariants()
+    tp2.close()  # idempotent
+    with pytest.raises(TensorParallelError, match="workers are stopped"):
+        tp2.append(seq, n=1)
+
+
+ORPHAN_SCRIPT = """
+import sys, time
+from engine import EngineConfig, LLMEngine
+if __name__ == "__main__":
+    eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_size=4,
+                                 num_gpu_blocks=8, device="cpu"))
+    print(*eng.engine_info()["worker pids"], flush=True)
+    print(eng.runtime._w.folder, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
+    script = tmp_path / "engine_proc.py"
+    script.write_text(ORPHAN_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), kv2_path], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        folder = proc.stdout.readline().strip()
+        assert len(pids) == 2 and all(_alive(p) for p in pids) and Path(folder).is_dir()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _wait_gone(pids) == []
+    assert not Path(folder).exists()
+
+
+def test_bench_smoke_runs_tp2_against_tp1(tmp_path):
+    out = tmp_path / "tp.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--smoke",
+                           "--out", str(out), "--model-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    eq = result["tp2_vs_tp1_greedy_float32"]
+    assert eq["identical"] == eq["of"] == result["requests"]
+    tp2 = result["tp2"]
+    assert tp2["tokens_per_s"] > 0 and tp2["decode_steps"] > 0 and len(tp2["per_gpu"]) == 2
+    assert tp2["per_gpu"][0]["kv_pool_bytes"] * 2 == result["tp1"]["per_gpu"][0]["kv_pool_bytes"]
+    assert tp2["wire_per_decode_step"]["all-reduces"] == 2 * result["model"]["shape"]["num_hidden_layers"]
