@@ -44,6 +44,9 @@ class Session:
         self.pos = 0  # the engine shows ops[:pos]
         self._engine: LLMEngine | None = None
         self.lock = threading.Lock()  # a fast clicker cannot interleave two operations
+        # what the picture outlines (a view choice, not an operation: not in the op log)
+        self.selected_seq: int | None = None
+        self.selected_block: int | None = None
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)

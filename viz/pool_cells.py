@@ -1,0 +1,109 @@
+"""The physical pool as ONE plotly Heatmap: every block's slots with their token text (token
+level) or one cell per block (block level). Colour = owner, shared, cached or free; empty slots
+white; the slot the pending token will take is marked. customdata[0] of every cell is the block
+id, which the page's click handler reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from engine.snapshot import BlockView
+from viz import palette
+from viz.pool_layout import PoolLayout
+
+FAST = {"_validate": False}  # traces built here are fixed in code; tests validate the JSON
+MAX_TEXT_BLOCKS = 512  # block level: ref counts printed in cells up to this pool size
+
+# categories of the discrete colour scale
+FREE, CACHED, SHARED, PENDING, OWNER0 = 0, 1, 2, 3, 4
+COLOURS = [palette.FREE, palette.CACHED, palette.SHARED, palette.PENDING, *palette.OWNERS]
+
+
+def colourscale() -> list[list]:
+    n = len(COLOURS)
+    scale = []
+    for i, c in enumerate(COLOURS):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
+def category(block: BlockView) -> int:
+    if block.ref_count > 1:
+        return SHARED
+    if block.ref_count == 1:
+        return OWNER0 + block.owners[0] % len(palette.OWNERS)
+    return CACHED if block.state == "cached" else FREE
+
+
+def owner_category(seq_id: int) -> int:
+    return OWNER0 + seq_id % len(palette.OWNERS)
+
+
+def escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace("\n", "⏎")
+
+
+def shorten(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: max(1, n - 1)] + "…"
+
+
+def slot_text(token: str, chars: int) -> str:
+    """A token as it fits a slot: a leading space becomes '·' only when nothing else shows."""
+    t = token.replace("\n", "⏎").strip(" ") or "␣"
+    return escape(shorten(t, chars))
+
+
+_HOVER = ("<b>block %{customdata[1]}</b> (%{customdata[2]}), ref count %{customdata[3]}"
+          "<br>owners %{customdata[4]} · filled %{customdata[5]} · hash %{customdata[6]}"
+          "%{customdata[7]}<extra></extra>")
+
+
+def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
+                 pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "") -> go.Heatmap:
+    """pending: block id -> (slot, token text) of a pending token whose next slot is there."""
+    cols = len(layout.x_edges()) - 1
+    z: list[list] = [[None] * cols for _ in range(layout.rows)]
+    text = [[""] * cols for _ in range(layout.rows)]
+    custom: list[list] = [[None] * cols for _ in range(layout.rows)]
+    per_col = layout.columns_per_block
+    chars = max(1, int(1000 / max(layout.width, 1.0) / 6.5))  # on a ~1000 px picture, 11 px type
+    show_refs = len(blocks) <= MAX_TEXT_BLOCKS
+    for blk in blocks:
+        r, c = divmod(blk.block_id, layout.per_row)
+        cat = category(blk)
+        info = [blk.block_id, f"{prefix}{blk.block_id}", blk.state, blk.ref_count,
+                ", ".join(f"seq {o}" for o in blk.owners) or "-", f"{blk.num_filled}/{layout.block_size}",
+                "-" if blk.block_hash is None else f"{blk.block_hash & 0xFFFFFFFF:08x}"]
+        col0 = c * per_col
+        if not layout.token_level:
+            z[r][col0] = cat
+            text[r][col0] = str(blk.ref_count) if show_refs and blk.ref_count else ""
+            tokens = "".join(token_text(t) for t in blk.token_ids)
+            custom[r][col0] = [*info, f"<br>tokens: {escape(shorten(tokens, 60))}" if tokens else ""]
+            continue
+        z[r][col0] = cat
+        text[r][col0] = f"{prefix}{blk.block_id}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
+        custom[r][col0] = [*info, ""]
+        pend = pending.get(blk.block_id)
+        for s in range(layout.block_size):
+            col = col0 + 1 + s
+            if s < len(blk.token_ids):
+                tok = token_text(blk.token_ids[s])
+                z[r][col] = cat
+                text[r][col] = slot_text(tok, chars)
+                custom[r][col] = [*info, f"<br>slot {s}: {escape(repr(tok))}"]
+            elif pend is not None and pend[0] == s:
+                z[r][col] = PENDING
+                text[r][col] = "▸" + slot_text(pend[1], max(1, chars - 1))
+                custom[r][col] = [*info, f"<br>slot {s}: next, the pending token {escape(repr(pend[1]))}"
+                                         " (sampled, written by the next step)"]
+            else:
+                z[r][col] = FREE
+                custom[r][col] = [*info, f"<br>slot {s}: empty"]
+    return go.Heatmap(**FAST,
+        z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
+        texttemplate="%{text}", textfont={"size": 11}, customdata=custom, zmin=-0.5,
+        zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
+        name=name, hovertemplate=_HOVER, hoverongaps=False)
