@@ -1,9 +1,9 @@
 """The Gradio app: the main picture is the page, the controls of the current mode beside it.
 
 Layout: a thin top bar (title, status, presenter mode, reduce motion); then the picture (left,
-~70% wide) with the sequences and numbers under it, and a column of mode tabs beside it
-(Playground, Serving, Lessons, Compare, Settings), the timeline bar, the block inspector and the
-events of the last step. On a phone the column wraps under the picture. Each panel lives in its
+~70% wide) and a column beside it: mode tabs (Playground, Serving, Lessons, Compare, Settings),
+the timeline bar, the block inspector and the events of the last step; the sequences' text and
+the numbers below both. On a phone the column wraps under the picture. Each panel lives in its
 own module with its callbacks (ui/*_panel.py, ui/lesson_player.py); this file composes them.
 
 Data flows one way: a click runs an engine operation on the session (ui/session.py), and the page
@@ -47,17 +47,16 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # a session closed by its browser (or idle for a day) frees its engine at once
         page.state = gr.State(first, time_to_live=24 * 3600, delete_callback=Session.close)
         with gr.Row(elem_id="top-bar", equal_height=True):
-            gr.Markdown("**PagedLab**: a paged KV cache, block by block" + startup_note,
-                        elem_id="title", min_height=0)
-            page.status = gr.Markdown(elem_id="status")
-            presenter = gr.Checkbox(label="presenter mode", elem_id="presenter", scale=0, min_width=150)
-            reduce = gr.Checkbox(label="reduce motion", elem_id="reduce-motion", scale=0, min_width=140)
+            with gr.Column(scale=4, min_width=240):
+                gr.Markdown("**PagedLab**: a paged KV cache, block by block" + startup_note,
+                            elem_id="title")
+                page.status = gr.Markdown(elem_id="status")
+            with gr.Column(scale=1, min_width=240), gr.Row(elem_id="look"):
+                presenter = gr.Checkbox(label="presenter mode", elem_id="presenter", min_width=110)
+                reduce = gr.Checkbox(label="reduce motion", elem_id="reduce-motion", min_width=110)
         with gr.Row(elem_id="main-row"):
             with gr.Column(scale=7, min_width=300, elem_id="picture-col"):
                 page.plot = gr.Plot(show_label=False, elem_id="pool-plot")
-                with gr.Row():
-                    page.seqs = gr.HTML(elem_id="sequences")
-                    page.metrics = gr.HTML(elem_id="metrics")
             with gr.Column(scale=3, min_width=330, elem_id="controls-col"):
                 with gr.Tabs() as tabs:
                     with gr.Tab("Playground", id="playground") as playground_tab:
@@ -73,6 +72,11 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 bar, wire_timeline = timeline_panel(page)
                 wire_inspector = inspector_panel(page)
                 page.events = gr.Markdown(elem_id="event-log")
+        with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
+            with gr.Column(scale=7, min_width=300):
+                page.seqs = gr.HTML(elem_id="sequences")
+            with gr.Column(scale=3, min_width=300):
+                page.metrics = gr.HTML(elem_id="metrics")
         for wire in (wire_playground, wire_serving, wire_lessons, wire_settings, wire_timeline,
                      wire_inspector):
             wire()

@@ -70,7 +70,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             snap = eng.snapshot()
             return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
                     gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
-                    pool_figure(snap, (), eng.decode), event_log_markdown([]),
+                    pool_figure(snap, (), eng.decode),
+                    event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
                     metrics_html(snap, eng.engine_info(), eng.max_model_len))
         text = f"### {step.title}\n\n{step.narration_markdown}"
@@ -81,7 +82,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         snap = step.snapshot
         return (ls, f"**{run.lesson.title}**: step {step.index + 1} of {step.total}{done}",
                 gr.update(value=text, elem_classes=cls), ask,
-                pool_figure(snap, step.events, eng.decode), event_log_markdown(list(step.events)),
+                pool_figure(snap, step.events, eng.decode),
+                event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
                 metrics_html(snap, eng.engine_info(), eng.max_model_len))
 

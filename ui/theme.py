@@ -28,7 +28,11 @@ body.pl-presenter .gradio-container { font-size: 1.35em }
 body.pl-presenter .gradio-container .prose, body.pl-presenter .gradio-container button,
 body.pl-presenter .gradio-container label span, body.pl-presenter .gradio-container table {
   font-size: 1.35em !important; line-height: 1.45 }
-@media (max-width: 600px) { .gradio-container { padding: 4px !important } }
+#top-bar .gap, #top-bar .form { gap: 2px }
+@media (max-width: 600px) {
+  .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
+    padding-right: 4px !important }
+}
 """
 
 # JS run in the page when a checkbox changes: a class on <body> switches the look, no round trip
