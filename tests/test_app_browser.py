@@ -150,7 +150,16 @@ def test_clicking_a_block_opens_its_kv_and_a_row_selects_the_sequence(page):
     assert page.console_errors == []
 
 
+COUNT_MOTION = """() => { window.plMotions = 0; const animate = Element.prototype.animate;
+  Element.prototype.animate = function (...args) { window.plMotions += 1; return animate.apply(this, args); };
+}"""
+# the page's script has handled the figure now shown (bound its clicks, played its motion)
+HANDLED = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
+          " return gd && gd.layout && gd.__plAnim === gd.layout.meta.anim; }"
+
+
 def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
+    page.evaluate(COUNT_MOTION)
     click_and_wait(page, "#append", "wrote")  # seq 1 (selected by the click) writes its tail
     assert "copy-on-write" in events_text(page)
     page.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot').data"
@@ -162,13 +171,21 @@ def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
         const r = gd.querySelectorAll('.scatterlayer > .trace')[k].getBoundingClientRect();
         return [r.top, r.bottom, r.width]; }""")
     assert 0 <= arrow[0] and arrow[1] <= WIDE["height"] and arrow[2] > 0  # on the first screen
-    page.wait_for_timeout(600)  # the arrow's motion (<= 0.5 s) has ended
+    page.wait_for_function(HANDLED, timeout=10_000)
+    assert page.evaluate("window.plMotions") > 0  # the copy's arrow drew itself, the block faded in
+    page.wait_for_timeout(600)  # the motion (<= 0.5 s) has ended: the screenshot shows the end state
     os.makedirs(SHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SHOTS, "playground-cow.png"), full_page=False)
+    page.click("#reduce-motion")
+    page.wait_for_function("() => document.body.classList.contains('pl-reduce-motion')", timeout=10_000)
+    page.evaluate("window.plMotions = 0")
     page.click("#tl-back")
     page.wait_for_function("() => !document.querySelector('#event-log').innerText.includes('copy-on-write')",
                            timeout=60_000)
     assert "copy-on-write" not in page.evaluate(PICTURE)["names"]
+    page.wait_for_function(HANDLED, timeout=10_000)
+    assert page.evaluate("window.plMotions") == 0  # reduce motion: the change is drawn, not moved
+    page.click("#reduce-motion")
     assert page.console_errors == []
 
 
@@ -214,10 +231,8 @@ def test_a_link_opens_a_lesson_step(page, served_app):  # noqa: F811
     assert page.console_errors == []
 
 
-def test_play_replays_the_log_and_pause_stops_it(page, served_app):  # noqa: F811
-    page.goto(served_app)
-    page.wait_for_selector("#new-seq", timeout=60_000)
-    page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
+def test_play_replays_the_log_and_pause_stops_it(browser, dry_app):
+    page = open_page(browser, dry_app, WIDE)  # the log's replay, not the model, is under test
     for selector, text in (("#new-seq", "prefill"), ("#fork", "forked"), ("#fork", "seq 2"),
                            ("#fork", "seq 3")):
         click_and_wait(page, selector, text)
@@ -236,3 +251,4 @@ def test_play_replays_the_log_and_pause_stops_it(page, served_app):  # noqa: F81
     page.wait_for_timeout(3000)  # a playing timer would have moved on by now
     assert events_text(page) == paused_at
     assert page.console_errors == []
+    page.close()

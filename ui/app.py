@@ -69,8 +69,9 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                         compare_tab()
                     with gr.Tab("Settings", id="settings") as settings_tab:
                         wire_settings = settings_panel(page, first, default_mode)
-                bar, wire_timeline = timeline_panel(page)
-                wire_inspector = inspector_panel(page)
+                with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
+                    _, wire_timeline = timeline_panel(page)
+                    wire_inspector = inspector_panel(page)
                 page.events = gr.Markdown(elem_id="event-log")
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):
@@ -82,28 +83,32 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             wire()
 
         # the picture shows the engine of the mode in front: the session's, or the lesson's
+        def on_session_tab(session: Session):
+            session.lesson_front = False
+            return (*show(session), gr.update(visible=True))
+
         for tab in (playground_tab, serving_tab, settings_tab):
-            tab.select(lambda s: (*show(s), gr.update(visible=True)), [page.state], [*page.outs, bar],
-                       **page.quiet)
+            tab.select(on_session_tab, [page.state], [*page.outs, tools], **page.quiet)
         view_fn, view_inputs, view_outputs = lesson_view
 
-        def on_lessons(ls, presenter_on):
-            shown = view_fn(ls, presenter_on)
-            return (*shown, gr.update(visible=False))  # the bar moves the playground, not the lesson
+        def on_lessons(ls, presenter_on, session: Session):
+            session.lesson_front = True  # clicks on the picture no longer act on the session
+            return (*view_fn(ls, presenter_on), gr.update(visible=False))
 
-        lesson_tab.select(on_lessons, view_inputs, [*view_outputs, bar])
+        lesson_tab.select(on_lessons, [*view_inputs, page.state], [*view_outputs, tools])
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
         reduce.change(_look, [reduce], None, js=REDUCE_MOTION_JS, queue=False)
 
         link_fn, link_inputs, link_outputs = lesson_link
 
-        def on_lesson_link(ls, presenter_on, request: gr.Request):
+        def on_lesson_link(ls, presenter_on, session: Session, request: gr.Request):
             """?lesson=02_paging&step=3 opens that lesson step, in the Lessons tab."""
             asked = request is not None and bool(dict(request.query_params).get("lesson"))
             if not asked:
                 return (*(gr.update() for _ in link_outputs), gr.Tabs(), gr.update())
             shown = link_fn(ls, presenter_on, request)
+            session.lesson_front = True
             return (*shown, gr.Tabs(selected="lessons"), gr.update(visible=False))
 
         def on_load(session: Session, request: gr.Request):
@@ -117,7 +122,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         # the lesson link runs after the session's first picture, so a lesson link wins
         demo.load(on_load, [page.state], page.outs, **page.quiet).then(
-            on_lesson_link, link_inputs, [*link_outputs, tabs, bar])
+            on_lesson_link, [*link_inputs, page.state], [*link_outputs, tabs, tools])
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.

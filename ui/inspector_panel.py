@@ -56,6 +56,8 @@ def inspector_panel(page: Page) -> Callable[[], None]:
 
     @guard
     def on_click(value, session: Session):
+        if session.lesson_front:  # the picture shows a lesson's engine: nothing here to select
+            return tuple(gr.update() for _ in range(len(page.outs) + 4))
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())

@@ -59,9 +59,11 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     def view(ls: LessonSession, presenter_on: bool):
         run = ls.run
         cls = ["presenter"] if presenter_on else []
-        keep = (gr.update(), gr.update(), gr.update(), gr.update())
+        keep = (gr.update(), gr.update(), gr.update(), gr.update(), gr.update())
         if run is None:
             return (ls, "", gr.update(value="", elem_classes=cls), "", *keep)
+        config = run.engine.config
+        where = "lesson engine: " + ("dry mode" if config.dry else f"model {config.model}")
         step = run.current
         q = run.question_for_next()
         ask = f"**Before you press Next, predict:** {q.text}" if q else ""
@@ -73,7 +75,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
                     pool_figure(snap, (), eng.decode),
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
-                    metrics_html(snap, eng.engine_info(), eng.max_model_len))
+                    metrics_html(snap, eng.engine_info(), eng.max_model_len), f"{where} · step 0")
         text = f"### {step.title}\n\n{step.narration_markdown}"
         if step.question:
             text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
@@ -85,7 +87,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
                 pool_figure(snap, step.events, eng.decode),
                 event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
-                metrics_html(snap, eng.engine_info(), eng.max_model_len))
+                metrics_html(snap, eng.engine_info(), eng.max_model_len),
+                f"{where} · step {step.index + 1} of {step.total}")
 
     def guarded(fn):
         def wrapped(ls, presenter_on, *args):
@@ -134,7 +137,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     outs: list = [state, progress, narration, question]
 
     def wire() -> None:
-        outs.extend([page.plot, page.events, page.seqs, page.metrics])  # all built by now
+        outs.extend([page.plot, page.events, page.seqs, page.metrics, page.status])  # built by now
         start.click(guarded(do_start), [state, presenter, choice], outs)
         nxt.click(guarded(do_next), [state, presenter], outs)
         back.click(guarded(do_back), [state, presenter], outs)

@@ -47,6 +47,7 @@ class Session:
         # what the picture outlines (a view choice, not an operation: not in the op log)
         self.selected_seq: int | None = None
         self.selected_block: int | None = None
+        self.lesson_front = False  # the picture shows a lesson's engine, not this session's
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)

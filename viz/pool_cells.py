@@ -68,7 +68,7 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
     text = [[""] * cols for _ in range(layout.rows)]
     custom: list[list] = [[None] * cols for _ in range(layout.rows)]
     per_col = layout.columns_per_block
-    chars = max(1, int(1000 / max(layout.width, 1.0) / 6.5))  # on a ~1000 px picture, 11 px type
+    chars = max(1, int(1000 / max(layout.width, 1.0) / 6.2))  # on a ~1000 px picture, 10 px type
     show_refs = len(blocks) <= MAX_TEXT_BLOCKS
     for blk in blocks:
         r, c = divmod(blk.block_id, layout.per_row)
@@ -104,6 +104,7 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
                 custom[r][col] = [*info, f"<br>slot {s}: empty"]
     return go.Heatmap(**FAST,
         z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
-        texttemplate="%{text}", textfont={"size": 11}, customdata=custom, zmin=-0.5,
+        texttemplate="%{text}", textfont={"size": 10 if layout.token_level else 11}, customdata=custom,
+        zmin=-0.5,
         zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
         name=name, hovertemplate=_HOVER, hoverongaps=False)
