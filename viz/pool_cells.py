@@ -55,9 +55,12 @@ def slot_text(token: str, chars: int) -> str:
     return escape(shorten(t, chars))
 
 
-_HOVER = ("<b>block %{customdata[1]}</b> (%{customdata[2]}), ref count %{customdata[3]}"
-          "<br>owners %{customdata[4]} · filled %{customdata[5]} · hash %{customdata[6]}"
-          "%{customdata[7]}<extra></extra>")
+def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
+    """A block's hover text, short: every big pool sends one per block."""
+    owners = ",".join(map(str, blk.owners)) or "-"
+    digest = "" if blk.block_hash is None else f" · hash {blk.block_hash & 0xFFFFFFFF:08x}"
+    return (f"block {prefix}{blk.block_id} · {blk.state} · ref {blk.ref_count} · seq {owners} · "
+            f"{blk.num_filled}/{block_size}{digest}")
 
 
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
@@ -73,19 +76,17 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
     for blk in blocks:
         r, c = divmod(blk.block_id, layout.per_row)
         cat = category(blk)
-        info = [blk.block_id, f"{prefix}{blk.block_id}", blk.state, blk.ref_count,
-                ", ".join(f"seq {o}" for o in blk.owners) or "-", f"{blk.num_filled}/{layout.block_size}",
-                "-" if blk.block_hash is None else f"{blk.block_hash & 0xFFFFFFFF:08x}"]
+        about = block_hover(blk, layout.block_size, prefix)
         col0 = c * per_col
+        z[r][col0] = cat
         if not layout.token_level:
-            z[r][col0] = cat
             text[r][col0] = str(blk.ref_count) if show_refs and blk.ref_count else ""
             tokens = "".join(token_text(t) for t in blk.token_ids)
-            custom[r][col0] = [*info, f"<br>tokens: {escape(shorten(tokens, 60))}" if tokens else ""]
+            custom[r][col0] = [blk.block_id, about + (f"<br>tokens: {escape(shorten(tokens, 60))}"
+                                                      if tokens else "")]
             continue
-        z[r][col0] = cat
         text[r][col0] = f"{prefix}{blk.block_id}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
-        custom[r][col0] = [*info, ""]
+        custom[r][col0] = [blk.block_id, about]
         pend = pending.get(blk.block_id)
         for s in range(layout.block_size):
             col = col0 + 1 + s
@@ -93,18 +94,18 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
                 tok = token_text(blk.token_ids[s])
                 z[r][col] = cat
                 text[r][col] = slot_text(tok, chars)
-                custom[r][col] = [*info, f"<br>slot {s}: {escape(repr(tok))}"]
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: {escape(repr(tok))}"]
             elif pend is not None and pend[0] == s:
                 z[r][col] = PENDING
                 text[r][col] = "▸" + slot_text(pend[1], max(1, chars - 1))
-                custom[r][col] = [*info, f"<br>slot {s}: next, the pending token {escape(repr(pend[1]))}"
-                                         " (sampled, written by the next step)"]
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: next, the pending "
+                                                f"token {escape(repr(pend[1]))} (sampled, not yet written)"]
             else:
                 z[r][col] = FREE
-                custom[r][col] = [*info, f"<br>slot {s}: empty"]
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: empty"]
     return go.Heatmap(**FAST,
         z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
         texttemplate="%{text}", textfont={"size": 10 if layout.token_level else 11}, customdata=custom,
         zmin=-0.5,
         zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
-        name=name, hovertemplate=_HOVER, hoverongaps=False)
+        name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)
