@@ -62,12 +62,10 @@ def main() -> None:
             pg.get_by_role("tab", name="Serving").click()
             pg.get_by_label("beam width").fill("3")
             pg.get_by_label("max tokens").fill("12")
-            pg.click("#add-request")
-            wait_log(pg, "request")
-            for _ in range(5):
-                before = pg.locator("#event-log").inner_text()
-                pg.click("#serve-step")
-                pg.wait_for_function("(o) => document.querySelector('#event-log').innerText !== o",
+            for selector in ("#add-request", *["#serve-step"] * 5):
+                before = pg.locator("#status").inner_text()  # "... operation k of k"
+                pg.click(selector)
+                pg.wait_for_function("(o) => document.querySelector('#status').innerText !== o",
                                      arg=before, timeout=120_000)
             settle(pg)
             pg.screenshot(path=os.path.join(out, "beam-search.png"))

@@ -112,6 +112,11 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
             for sel in ("#new-seq", "#append", "#fork", "#free"):
                 b = pg.locator(sel).bounding_box()
                 assert b["x"] >= box["x"] + box["width"] - 1 and b["y"] + b["height"] <= viewport["height"]
+            pg.click("#presenter")  # presenter mode: large type on the page and in the picture
+            pg.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')"
+                                 ".layout.title.font.size > 20", timeout=30_000)
+            assert pg.evaluate("document.body.classList.contains('pl-presenter')")
+            pg.click("#presenter")
         else:  # on a phone the controls follow the picture; the picture shows the new sequence
             pg.evaluate("window.scrollTo(0, 0)")
             assert "seq 0" in pg.locator("#pool-plot").inner_text()

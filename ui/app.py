@@ -98,6 +98,18 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         lesson_tab.select(on_lessons, [*view_inputs, page.state], [*view_outputs, tools])
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
+
+        def on_presenter(on: bool, session: Session, ls):
+            """Large type in the picture too: the session's, or the lesson's when it is in front."""
+            session.presenter = bool(on)
+            if not session.lesson_front:
+                return show(session)
+            if ls.run is None:
+                return (session, *(gr.update() for _ in page.outs[1:]))
+            _, _, _, _, plot, events, seqs, metrics, status = view_fn(ls, on)
+            return (session, plot, events, seqs, metrics, gr.update(), gr.update(), status)
+
+        presenter.change(on_presenter, [presenter, page.state, view_inputs[0]], page.outs, **page.quiet)
         reduce.change(_look, [reduce], None, js=REDUCE_MOTION_JS, queue=False)
 
         link_fn, link_inputs, link_outputs = lesson_link

@@ -72,7 +72,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             snap = eng.snapshot()
             return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
                     gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
-                    pool_figure(snap, (), eng.decode),
+                    pool_figure(snap, (), eng.decode, large=presenter_on),
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
                     metrics_html(snap, eng.engine_info(), eng.max_model_len), f"{where} · step 0")
@@ -84,7 +84,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         snap = step.snapshot
         return (ls, f"**{run.lesson.title}**: step {step.index + 1} of {step.total}{done}",
                 gr.update(value=text, elem_classes=cls), ask,
-                pool_figure(snap, step.events, eng.decode),
+                pool_figure(snap, step.events, eng.decode, large=presenter_on),
                 event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
                 metrics_html(snap, eng.engine_info(), eng.max_model_len),
@@ -142,6 +142,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         nxt.click(guarded(do_next), [state, presenter], outs)
         back.click(guarded(do_back), [state, presenter], outs)
         restart.click(guarded(do_restart), [state, presenter], outs)
+        # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front
         presenter.change(lambda p: gr.update(elem_classes=["presenter"] if p else []), [presenter],
                          [narration])
     return wire, (open_link, [state, presenter], outs), (view, [state, presenter], outs)

@@ -26,7 +26,8 @@ def render(session: Session) -> tuple:
     block = session.selected_block
     if block is not None and not 0 <= block < snap.num_blocks:
         block = None
-    fig = pool_figure(snap, events, eng.decode, selected_seq=chosen, selected_block=block)
+    fig = pool_figure(snap, events, eng.decode, selected_seq=chosen, selected_block=block,
+                      large=session.presenter)
     timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"

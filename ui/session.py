@@ -48,6 +48,7 @@ class Session:
         self.selected_seq: int | None = None
         self.selected_block: int | None = None
         self.lesson_front = False  # the picture shows a lesson's engine, not this session's
+        self.presenter = False  # large type in the picture (presenter mode)
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)

@@ -20,6 +20,7 @@ CSS = """
 #top-bar p { margin: 0 }
 #pool-plot { min-height: 360px }
 #pool-plot .nsewdrag { cursor: pointer !important }
+#pool-plot .modebar-container { display: none !important }  /* zoom tools: the picture is fixed */
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }

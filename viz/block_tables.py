@@ -24,7 +24,7 @@ def table_geometry(seqs: Sequence[SequenceView], width: float) -> tuple[float, i
 
 
 def table_heatmap(snap: Snapshot, seqs: Sequence[SequenceView], top: float, width: float,
-                  token_text: Callable[[int], str]) -> tuple[go.Heatmap, list[tuple]]:
+                  token_text: Callable[[int], str], scale: float = 1.0) -> tuple[go.Heatmap, list[tuple]]:
     """The tables' heatmap (row i at y = top - i) and, per entry drawn, (x, y, seq id, phys id,
     swapped) for the links. customdata[0] of a cell is the sequence id (the click handler)."""
     cell, fit = table_geometry(seqs, width)
@@ -59,7 +59,7 @@ def table_heatmap(snap: Snapshot, seqs: Sequence[SequenceView], top: float, widt
             custom[i][shown] = [seq.seq_id, f"pending token {escape(repr(tok))}: sampled, not yet in a slot"]
     heat = go.Heatmap(**FAST,
         z=z, x=[j * cell for j in range(cols + 1)], y=[top - i for i in range(len(seqs))], text=text,
-        texttemplate="%{text}", textfont={"size": 12}, customdata=custom, zmin=-0.5,
+        texttemplate="%{text}", textfont={"size": 12 * scale}, customdata=custom, zmin=-0.5,
         zmax=len(colourscale()) // 2 - 0.5, colorscale=colourscale(), showscale=False, xgap=3, ygap=6,
         name="block tables", hoverongaps=False,
         hovertemplate="<b>seq %{customdata[0]}</b><br>%{customdata[1]}<extra></extra>")

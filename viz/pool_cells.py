@@ -64,14 +64,16 @@ def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
 
 
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
-                 pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "") -> go.Heatmap:
-    """pending: block id -> (slot, token text) of a pending token whose next slot is there."""
+                 pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
+                 scale: float = 1.0) -> go.Heatmap:
+    """pending: block id -> (slot, token text) of a pending token whose next slot is there;
+    scale: type size (presenter mode)."""
     cols = len(layout.x_edges()) - 1
     z: list[list] = [[None] * cols for _ in range(layout.rows)]
     text = [[""] * cols for _ in range(layout.rows)]
     custom: list[list] = [[None] * cols for _ in range(layout.rows)]
     per_col = layout.columns_per_block
-    chars = max(1, int(1000 / max(layout.width, 1.0) / 6.2))  # on a ~1000 px picture, 10 px type
+    chars = max(1, int(850 / max(layout.width, 1.0) / (6.3 * scale)))  # ~850 px of plot, 10 px type
     show_refs = len(blocks) <= MAX_TEXT_BLOCKS
     for blk in blocks:
         r, c = divmod(blk.block_id, layout.per_row)
@@ -105,7 +107,7 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
                 custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: empty"]
     return go.Heatmap(**FAST,
         z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
-        texttemplate="%{text}", textfont={"size": 10 if layout.token_level else 11}, customdata=custom,
-        zmin=-0.5,
+        texttemplate="%{text}", textfont={"size": (10 if layout.token_level else 11) * scale},
+        customdata=custom, zmin=-0.5,
         zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
         name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)

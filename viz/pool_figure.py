@@ -60,8 +60,11 @@ def anim_key(snap: Snapshot, events: Sequence[Event]) -> str:
 def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 decode: Callable[[list[int]], str] | None = None, *,
                 seq_labels: Mapping[int, str] | None = None, selected_seq: int | None = None,
-                selected_block: int | None = None, block_level: bool = False) -> go.Figure:
-    """The whole picture for one snapshot and the events of the step that led to it."""
+                selected_block: int | None = None, block_level: bool = False,
+                large: bool = False) -> go.Figure:
+    """The whole picture for one snapshot and the events of the step that led to it.
+    `large`: presenter mode (type and rows 1.35x, for a projector)."""
+    k = 1.35 if large else 1.0
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -79,12 +82,12 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs:
             pending[s.block_table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
     top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
-    traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool")]
+    traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=k)]
     if cpu is not None:
-        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c"))
+        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k))
     entries: list[tuple] = []
     if seqs:
-        table, entries = table_heatmap(snap, seqs, top, gpu.width, token_text)
+        table, entries = table_heatmap(snap, seqs, top, gpu.width, token_text, scale=k)
         line = links(entries, gpu, cpu, "block table links", "rgba(60,70,85,0.32)", 1.2)
         traces += [line] if line is not None else []
         traces.append(table)
@@ -103,19 +106,19 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         if s.seq_id == selected_seq:
             label = f"<b>▶ {label}</b>"
         notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
-                          font={"color": palette.owner_colour(s.seq_id), "size": 14}))
+                          font={"color": palette.owner_colour(s.seq_id), "size": 14 * k}))
     if seqs:
         notes.append(dict(x=0, y=top + 0.55,
                           text="block tables: logical block → physical block, slots filled",
                           xanchor="left", yanchor="bottom", showarrow=False,
-                          font={"size": 12, "color": palette.MUTED}))
+                          font={"size": 12 * k, "color": palette.MUTED}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
-                      showarrow=False, font={"size": 12, "color": palette.MUTED}))
+                      showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
     bottom = -gpu.rows + 0.4
     if cpu is not None:
         notes.append(dict(x=0, y=cpu.y0 + 0.55, text="CPU swap space", xanchor="left",
-                          yanchor="bottom", showarrow=False, font={"size": 12, "color": palette.MUTED}))
+                          yanchor="bottom", showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
         bottom = cpu.y0 - cpu.rows + 0.4
     if len(entries) > 4000:
         notes.append(dict(x=gpu.width, y=top + 0.55, text=f"{len(entries)} table entries: links not drawn",
@@ -129,15 +132,15 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     rows = top + 1.6 - bottom
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
-        height=int(min(1600, max(320, 84 + (ROW_PX if rows <= 30 else 21) * rows))),
-        margin={"l": 96, "r": 12, "t": 72, "b": 8}, font={"family": FONT, "color": palette.INK},
+        height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
+        margin={"l": 78 * k, "r": 8, "t": 72 * k, "b": 8}, font={"family": FONT, "color": palette.INK},
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
-        hoverlabel={"align": "left", "font": {"size": 13}}, dragmode=False,
+        hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
         title={"text": f"<b>step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
-                       f"<br><span style='font-size:12px'>{_legend()}</span>",
+                       f"<br><span style='font-size:{12 * k:.0f}px'>{_legend()}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
-               "pad": {"t": 12}, "font": {"size": 16}},
+               "pad": {"t": 12}, "font": {"size": 16 * k}},
     )
     fig.update_xaxes(visible=False, fixedrange=True, range=[-0.3, gpu.width + 0.3])
     fig.update_yaxes(visible=False, fixedrange=True, range=[bottom - 0.2, top + 1.3])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-TARGET_WIDTH = 44.0  # plot units across (about one slot per 25 px on a 1000 px picture)
+TARGET_WIDTH = 44.0  # plot units across (about one slot per 20 px on a 900 px picture)
+MIN_WIDTH = 20.0
 MAX_TOKEN_ROWS = 48  # taller than this and the token picture no longer fits a screen or two
 LABEL_W = 2.0  # the block-id cell of a token-level strip is two slots wide
 GAP_W = 0.6  # between two strips of a row
@@ -74,7 +75,11 @@ class PoolLayout:
 
 
 def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False) -> PoolLayout:
-    per_row = max(1, round(TARGET_WIDTH / (LABEL_W + block_size + GAP_W)))
+    strip = LABEL_W + block_size + GAP_W
+    most = max(1, round(TARGET_WIDTH / strip))  # the narrowest slots that still hold text
+    # a small pool gets wider slots (longer token text): as few strips per row as keep it
+    # within ~16 rows, but never fewer than fill MIN_WIDTH units (a very wide slot reads oddly)
+    per_row = min(most, max(math.ceil(num_blocks / 16), math.ceil(MIN_WIDTH / strip), 1))
     rows = math.ceil(num_blocks / per_row)
     if not force_block_level and block_size <= 32 and rows <= MAX_TOKEN_ROWS:
         return PoolLayout(num_blocks, block_size, True, per_row)
