@@ -18,7 +18,7 @@ from ui.app_process import free_port, launch, stop  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 HANDLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
-           " return gd && gd.layout && gd.__plAnim === gd.layout.meta.anim; }")
+           " return gd && gd.layout && window.plAnimated === gd.layout.meta.anim; }")
 
 
 def wait_log(pg, text: str) -> None:

@@ -160,7 +160,7 @@ COUNT_MOTION = """() => { window.plMotions = 0; const animate = Element.prototyp
 }"""
 # the page's script has handled the figure now shown (bound its clicks, played its motion)
 HANDLED = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
-          " return gd && gd.layout && gd.__plAnim === gd.layout.meta.anim; }"
+          " return gd && gd.layout && window.plAnimated === gd.layout.meta.anim; }"
 
 
 def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):

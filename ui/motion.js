@@ -80,9 +80,11 @@
         gd.on('plotly_click', onClick);
         gd.__plEvents = gd._ev;
       }
+      // Gradio may draw a redraw of the same step (a selection, presenter mode) into a new
+      // element: remember the last step animated on the page, not per element
       const key = gd.layout && gd.layout.meta && gd.layout.meta.anim;
-      if (key && key !== gd.__plAnim) {
-        gd.__plAnim = key;
+      if (key && key !== window.plAnimated) {
+        window.plAnimated = key;
         animate(gd);
       }
     });

@@ -40,21 +40,25 @@ ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
 FONT = "'Source Sans 3', 'Source Sans Pro', system-ui, sans-serif"
 
 
-def _legend() -> str:
+def _legend(two_lines: bool = False) -> str:
     def swatch(colour: str, label: str, edge: str = "") -> str:
         return f"<span style='color:{edge or colour}'>■</span> {label}"
     owners = "".join(f"<span style='color:{c}'>■</span>" for c in palette.OWNERS[:4])
-    return " · ".join([
+    parts = [
         f"{owners} owned by one sequence", swatch(palette.SHARED, "shared", "#c9b800"),
         swatch(palette.CACHED, "cached"), "□ free / empty slot", "▸ pending token",
         f"<span style='color:{palette.NEW}'>▭</span> new", "➜ copy-on-write",
         f"<span style='color:{palette.PREFIX_HIT}'>▭</span> prefix hit",
-        f"<span style='color:{palette.EVICT}'>▭</span> evicted"])
+        f"<span style='color:{palette.EVICT}'>▭</span> evicted"]
+    if two_lines:
+        return " · ".join(parts[:5]) + "<br>" + " · ".join(parts[5:])
+    return " · ".join(parts)
 
 
 def anim_key(snap: Snapshot, events: Sequence[Event]) -> str:
     """Changes when the picture shows another step: the page animates each key once."""
-    return f"{snap.step}:{len(events)}:{hash(tuple((e.kind, e.block_ids) for e in events)) & 0xFFFFFF:x}"
+    changes = hash(tuple((e.kind, e.block_ids) for e in events)) & 0xFFFFFF
+    return f"{snap.mode}:{snap.num_blocks}x{snap.block_size}:{snap.step}:{len(events)}:{changes:x}"
 
 
 def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
@@ -133,14 +137,15 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
-        margin={"l": 78 * k, "r": 8, "t": 72 * k, "b": 8}, font={"family": FONT, "color": palette.INK},
+        margin={"l": 78 * k, "r": 8, "t": 72 * k + (24 if large else 0), "b": 8},
+        font={"family": FONT, "color": palette.INK},
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
         title={"text": f"<b>step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
-                       f"<br><span style='font-size:{12 * k:.0f}px'>{_legend()}</span>",
+                       f"<br><span style='font-size:{12 * k:.0f}px'>{_legend(large)}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
-               "pad": {"t": 12}, "font": {"size": 16 * k}},
+               "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
     )
     fig.update_xaxes(visible=False, fixedrange=True, range=[-0.3, gpu.width + 0.3])
     fig.update_yaxes(visible=False, fixedrange=True, range=[bottom - 0.2, top + 1.3])
