@@ -124,15 +124,15 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         query = dict(request.query_params) if request is not None else {}
         name, step = query.get("lesson"), query.get("step", "")
         if not name:
-            return view(ls, presenter_on)
+            return (*view(ls, presenter_on), gr.update())
         lesson = by_name.get(name)
         if lesson is None:
             gr.Warning(f"the link names no lesson {name!r}; lessons: {', '.join(by_name)}")
-            return view(ls, presenter_on)
+            return (*view(ls, presenter_on), gr.update())
         ls.run = LessonRun(lesson, device=page.device)
         if step.isdigit() and int(step) > 0:
             ls.run.goto(min(int(step), ls.run.total) - 1)
-        return view(ls, presenter_on)
+        return (*view(ls, presenter_on), gr.update(value=lesson.title))  # the list names it too
 
     outs: list = [state, progress, narration, question]
 
@@ -145,4 +145,9 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front
         presenter.change(lambda p: gr.update(elem_classes=["presenter"] if p else []), [presenter],
                          [narration])
-    return wire, (open_link, [state, presenter], outs), (view, [state, presenter], outs)
+    link_outs: list = []  # filled by wire_all(), which the page calls before it wires the link
+
+    def wire_all() -> None:
+        wire()
+        link_outs.extend([*outs, choice])
+    return wire_all, (open_link, [state, presenter], link_outs), (view, [state, presenter], outs)
