@@ -62,8 +62,8 @@ def open_page(browser, url: str, viewport: dict):
     errors: list[str] = []
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.goto(url)
-    pg.wait_for_selector("#new-seq", timeout=60_000)
-    pg.wait_for_function(PICTURE, timeout=60_000)
+    pg.wait_for_selector("#new-seq", timeout=120_000)  # generous: a busy 2-core machine
+    pg.wait_for_function(PICTURE, timeout=120_000)
     pg.console_errors = errors
     return pg
 

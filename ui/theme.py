@@ -24,6 +24,7 @@ CSS = """
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
+#controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
 .presenter { font-size: 1.55em !important; line-height: 1.5 }
 body.pl-presenter .gradio-container { font-size: 1.35em }
 body.pl-presenter .gradio-container .prose, body.pl-presenter .gradio-container button,
