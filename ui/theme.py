@@ -32,6 +32,9 @@ body.pl-presenter .gradio-container label span, body.pl-presenter .gradio-contai
   font-size: 1.35em !important; line-height: 1.45 }
 #top-bar .gap, #top-bar .form { gap: 2px }
 @media (max-width: 600px) {
+  /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
+     block tables stay, and a tap on a block opens the inspector with its tokens */
+  #pool-plot .heatmaplayer text[style*="font-size: 10px"] { display: none }
   .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
     padding-right: 4px !important }
 }
