@@ -130,7 +130,7 @@ def test_selection_and_row_labels():
     fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode, seq_labels={b: "Ada's request"},
                       selected_seq=b, selected_block=1)
     labels = [n.text for n in fig.layout.annotations]
-    assert "seq 0" in labels and "<b>▶ Ada's request</b>" in labels
+    assert "<b>seq 0</b>" in labels and "<b>▶ Ada's request</b>" in labels  # block 1's owners
     assert sum(x is None for x in trace(fig, "selected links").x) == 2  # both tables point at 1
     assert trace(fig, "selected") is not None and trace(fig, "selected sequence") is not None
 

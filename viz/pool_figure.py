@@ -104,11 +104,16 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
 
     fig = go.Figure(traces, **FAST)
     notes = []
+    holders = set()  # the selected block's owners: their row labels are bold
+    if selected_block is not None and 0 <= selected_block < snap.num_blocks:
+        holders = set(snap.blocks[selected_block].owners)
     for i, s in enumerate(seqs):
         label = (seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
         label = label if len(label) <= 16 else label[:15] + "…"
         if s.seq_id == selected_seq:
             label = f"<b>▶ {label}</b>"
+        elif s.seq_id in holders:
+            label = f"<b>{label}</b>"
         notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
                           font={"color": palette.owner_colour(s.seq_id), "size": 14 * k}))
     if seqs:
