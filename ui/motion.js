@@ -85,7 +85,11 @@
       const key = gd.layout && gd.layout.meta && gd.layout.meta.anim;
       if (key && key !== window.plAnimated) {
         window.plAnimated = key;
-        animate(gd);
+        try {
+          animate(gd);
+        } catch (err) { // motion is a garnish: a failure must never cost the clicks
+          console.warn('PagedLab motion:', err);
+        }
       }
     });
   }, 100);
