@@ -55,12 +55,19 @@ class Session:
 
     # On a ZeroGPU Space a handler runs in a forked GPU worker and its arguments and results are
     # pickled: a session travels as config + op log, and the worker rebuilds the engine by replay.
+    # what the page shows besides the log (selection, lesson in front, presenter mode) travels too
+    _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter")
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "ops": self.ops, "pos": self.pos}
+        return {"config": self.config, "ops": self.ops, "pos": self.pos,
+                "view": {k: getattr(self, k) for k in self._VIEW}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])
         self.ops, self.pos = state["ops"], state["pos"]
+        for k, v in state.get("view", {}).items():
+            if k in self._VIEW:
+                setattr(self, k, v)
 
     @property
     def engine(self) -> LLMEngine:
