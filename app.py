@@ -20,7 +20,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from ui import build_app
-    from ui.app import CSS, HEAD
+    from ui.app import CSS, HEAD, THEME
 
     mode, note = "dry (bookkeeping only, no model)", ""
     if not args.dry:
@@ -36,7 +36,7 @@ def main() -> int:
             print(f"[pagedlab] {err}", file=sys.stderr)
     demo = build_app(mode, args.device, note)
     demo.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
-                                                  css=CSS, head=HEAD)
+                                                  css=CSS, head=HEAD, theme=THEME)
     return 0
 
 

@@ -1,6 +1,11 @@
-"""The app in a real browser (Debian's Chromium driven by Playwright), on the real default model:
-new sequence -> append -> fork -> append shows a copy-on-write in the figure and the event log;
-Back restores the previous picture; a lesson plays to the end with Next; no console errors.
+"""The app in a real browser (Debian's Chromium driven by Playwright).
+
+Dry app (fast): the layout at 1440 x 900 and on a 390 x 844 phone (the picture starts in the
+upper half and is >= 60% of the window wide; the controls sit beside it or under it).
+Real default model: New sequence puts the prompt's tokens in their slots (trace text, not
+hover); clicking a block opens its real K/V, clicking a table row selects the sequence; Fork then
+Append shows the copy-on-write without scrolling; Back restores; a lesson played to its end
+drives the main picture and the events panel; Play / Pause; no console errors.
 Screenshots go to /tmp, or to docs/ (the README shows them) with PAGEDLAB_UPDATE_SCREENSHOTS=1."""
 
 from __future__ import annotations
@@ -11,31 +16,71 @@ import shutil
 import pytest
 
 from tests.test_ui import served_app  # noqa: F401  (the launched app fixture)
-from ui.app_process import ROOT
+from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
 # the README's screenshots are refreshed only on request, so a test run leaves the tree clean
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
+WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
+
+# the page position of a picture cell: the pool cell whose customdata[0] is a block id, or the
+# block-table cell of a sequence id
+CELL_XY = """([name, want]) => {
+  const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const t = gd.data.find((d) => d.name === name);
+  const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  for (let r = 0; r < t.z.length; r++) for (let c = 0; c < t.z[r].length; c++) {
+    const cd = t.customdata[r][c];
+    if (cd && cd[0] === want) {
+      return [area.left + xa.l2p((t.x[c] + t.x[c + 1]) / 2), area.top + ya.l2p(t.y[r])];
+    }
+  }
+  return null;
+}"""
+PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot'); return gd && gd.data ? " \
+          "{title: gd.layout.title.text, names: gd.data.map((t) => t.name), " \
+          "pool: gd.data.find((t) => t.name === 'pool').text} : null; }"
 
 
 @pytest.fixture(scope="module")
-def page(served_app):  # noqa: F811
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])
-        pg = browser.new_page(viewport={"width": 1500, "height": 1100})
-        errors: list[str] = []
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.goto(served_app)
-        pg.wait_for_selector("#new-seq", timeout=60_000)
-        pg.console_errors = errors
-        yield pg
-        browser.close()
+        yield b
+        b.close()
+
+
+def open_page(browser, url: str, viewport: dict):
+    pg = browser.new_page(viewport=viewport)
+    errors: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.goto(url)
+    pg.wait_for_selector("#new-seq", timeout=120_000)  # generous: a busy 2-core machine
+    pg.wait_for_function(PICTURE, timeout=120_000)
+    pg.console_errors = errors
+    return pg
+
+
+@pytest.fixture(scope="module")
+def dry_app():
+    port = free_port()
+    proc = launch(["app.py", "--dry"], port)
+    yield f"http://127.0.0.1:{port}/"
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def page(browser, served_app):  # noqa: F811
+    pg = open_page(browser, served_app, WIDE)
+    yield pg
+    pg.close()
 
 
 def events_text(pg) -> str:
@@ -48,45 +93,137 @@ def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None
                          timeout=timeout)
 
 
-def test_playground_shows_copy_on_write_and_back_restores(page):
+def picture_box(pg) -> dict:
+    return pg.locator("#pool-plot .js-plotly-plot").bounding_box()
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1440x900", "390x844"])
+def test_the_picture_is_the_page(browser, dry_app, viewport):
+    pg = open_page(browser, dry_app, viewport)
+    try:
+        box = picture_box(pg)  # as the page opens
+        assert box["y"] < viewport["height"] / 2  # starts in the upper half of the first screen
+        assert box["width"] >= 0.6 * viewport["width"]
+        assert box["x"] + box["width"] <= viewport["width"] + 1  # no sideways scrolling
+        assert pg.evaluate("document.documentElement.scrollWidth") <= viewport["width"] + 1
+        click_and_wait(pg, "#new-seq", "prefill")
+        if viewport is WIDE:  # the playground's controls sit beside the picture, on screen
+            assert pg.evaluate("window.scrollY") == 0  # the click did not scroll the page
+            for sel in ("#new-seq", "#append", "#fork", "#free"):
+                b = pg.locator(sel).bounding_box()
+                assert b["x"] >= box["x"] + box["width"] - 1 and b["y"] + b["height"] <= viewport["height"]
+            pg.click("#presenter")  # presenter mode: large type on the page and in the picture
+            pg.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')"
+                                 ".layout.title.font.size > 20", timeout=30_000)
+            assert pg.evaluate("document.body.classList.contains('pl-presenter')")
+            pg.click("#presenter")
+        else:  # on a phone the controls follow the picture; the picture shows the new sequence
+            pg.evaluate("window.scrollTo(0, 0)")
+            assert "seq 0" in pg.locator("#pool-plot").inner_text()
+        pg.screenshot(path=os.path.join(SHOTS, f"layout-{viewport['width']}.png"))
+        assert pg.console_errors == []
+    finally:
+        pg.close()
+
+
+def test_new_sequence_puts_the_prompts_tokens_in_their_slots(page, default_model):
     click_and_wait(page, "#new-seq", "prefill")
-    click_and_wait(page, "#append", "wrote")
+    pool = page.evaluate(PICTURE)["pool"]
+    ids = default_model.tokenizer.encode("Four score and seven years ago")
+    tokens = [default_model.tokenizer.decode([t]).strip() for t in ids]
+    shown = [t for t in pool[0] if t and not t[0].isdigit() and not t.startswith("▸")][: len(tokens)]
+    assert len(shown) == len(tokens)
+    for text, token in zip(shown, tokens, strict=True):  # truncated to fit, never another token
+        assert token.startswith(text.rstrip("…")), (text, token)
+    drawn = page.locator("#pool-plot").inner_text().split("\n")  # drawn, not only in the data
+    assert all(text in drawn for text in shown)
+
+
+def test_clicking_a_block_opens_its_kv_and_a_row_selects_the_sequence(page):
     click_and_wait(page, "#fork", "forked into seq 1")
-    page.locator("#pool-plot .main-svg").first.wait_for()
-    before_cow = page.locator("#pool-plot").inner_html()
-    # the sequence dropdown now holds the child: append to it writes into the shared tail
-    click_and_wait(page, "#append", "copy-on-write")
-    assert "copy-on-write" in events_text(page)
-    page.wait_for_timeout(500)
-    os.makedirs(SHOTS, exist_ok=True)
-    page.screenshot(path=os.path.join(SHOTS, "playground-cow.png"), full_page=False)
-    after_cow = page.locator("#pool-plot").inner_html()
-    assert after_cow != before_cow
-    page.get_by_role("button", name="◀ Back").first.click()
-    page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
+    page.mouse.click(*page.evaluate(CELL_XY, ["pool", 0]))
+    page.wait_for_function("() => { const n = document.querySelector('#inspector-note');"
+                           " return n && n.innerText.includes('Block 0'); }", timeout=60_000)
+    page.wait_for_selector("#kv-plot .main-svg", timeout=60_000)  # the real K/V heatmaps
+    assert "ref count 2" in page.locator("#inspector-note").inner_text()
+    assert "selected" in page.evaluate(PICTURE)["names"]
+    page.mouse.click(*page.evaluate(CELL_XY, ["block tables", 0]))
+    page.wait_for_function("() => document.querySelector('#seq-choice input').value === '0'",
                            timeout=60_000)
-    assert "copy-on-write" not in events_text(page)
+    page.mouse.click(*page.evaluate(CELL_XY, ["block tables", 1]))
+    page.wait_for_function("() => document.querySelector('#seq-choice input').value === '1'",
+                           timeout=60_000)
     assert page.console_errors == []
 
 
-def test_a_lesson_plays_to_the_end_with_next(page):
+COUNT_MOTION = """() => { window.plMotions = 0; const animate = Element.prototype.animate;
+  Element.prototype.animate = function (...args) { window.plMotions += 1; return animate.apply(this, args); };
+}"""
+# the page's script has handled the figure now shown (bound its clicks, played its motion)
+HANDLED = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
+          " return gd && gd.layout && window.plAnimated === gd.layout.meta.anim; }"
+
+
+def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
+    page.evaluate(COUNT_MOTION)
+    click_and_wait(page, "#append", "wrote")  # seq 1 (selected by the click) writes its tail
+    assert "copy-on-write" in events_text(page)
+    page.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot').data"
+                           ".find((t) => t.name === 'copy-on-write')", timeout=60_000)
+    assert page.evaluate("window.scrollY") == 0
+    arrow = page.evaluate("""() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
+        const k = gd.data.filter((t) => (t.type || 'scatter') === 'scatter')
+                    .findIndex((t) => t.name === 'copy-on-write');
+        const r = gd.querySelectorAll('.scatterlayer > .trace')[k].getBoundingClientRect();
+        return [r.top, r.bottom, r.width]; }""")
+    assert 0 <= arrow[0] and arrow[1] <= WIDE["height"] and arrow[2] > 0  # on the first screen
+    page.wait_for_function(HANDLED, timeout=10_000)
+    assert page.evaluate("window.plMotions") > 0  # the copy's arrow drew itself, the block faded in
+    page.wait_for_timeout(600)  # the motion (<= 0.5 s) has ended: the screenshot shows the end state
+    os.makedirs(SHOTS, exist_ok=True)
+    page.screenshot(path=os.path.join(SHOTS, "playground-cow.png"), full_page=False)
+    page.click("#reduce-motion")
+    page.wait_for_function("() => document.body.classList.contains('pl-reduce-motion')", timeout=10_000)
+    page.evaluate("window.plMotions = 0")
+    page.click("#tl-back")
+    page.wait_for_function("() => !document.querySelector('#event-log').innerText.includes('copy-on-write')",
+                           timeout=60_000)
+    assert "copy-on-write" not in page.evaluate(PICTURE)["names"]
+    page.wait_for_function(HANDLED, timeout=10_000)
+    assert page.evaluate("window.plMotions") == 0  # reduce motion: the change is drawn, not moved
+    page.click("#reduce-motion")
+    assert page.console_errors == []
+
+
+def test_a_lesson_played_to_its_end_drives_the_main_picture_and_events(page):
     page.get_by_role("tab", name="Lessons").click()
     page.click("#lesson-start")
     page.wait_for_function("() => document.querySelector('#lesson-narration').innerText.length > 20",
                            timeout=60_000)
-    seen = set()
+    seen, logs = set(), set()
     for _ in range(40):
         text = page.locator("#lesson-narration").inner_text()
         seen.add(text)
-        if "the end" in page.locator("body").inner_text():
+        logs.add(events_text(page))
+        if "the end" in page.locator("#lesson-progress").inner_text():
             break
         page.click("#lesson-next")
         page.wait_for_function(
             "(old) => document.querySelector('#lesson-narration').innerText !== old", arg=text,
             timeout=60_000)
-    assert "the end" in page.locator("body").inner_text()
+    assert "the end" in page.locator("#lesson-progress").inner_text()
     assert len(seen) >= 3  # the narration changed at every step
+    assert len(page.locator(".js-plotly-plot").all()) >= 1
+    # lesson 1's pool (32 blocks of 16) is on the one main picture, its events beside it
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
+                           ".includes('32 blocks')", timeout=60_000)
+    assert "No events yet" not in events_text(page)
+    assert any("prefill" in log for log in logs)  # the lesson's own steps, narrated beside it
+    assert not page.locator("#lesson-plot").count()  # no second plot
     page.screenshot(path=os.path.join(SHOTS, "lesson.png"), full_page=False)
+    page.get_by_role("tab", name="Playground").click()  # back to the playground's own engine
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
+                           ".includes('64 blocks')", timeout=60_000)
     assert page.console_errors == []
 
 
@@ -94,29 +231,30 @@ def test_a_link_opens_a_lesson_step(page, served_app):  # noqa: F811
     page.goto(served_app + "?lesson=02_paging&step=2")
     page.wait_for_function("() => document.body.innerText.includes('step 2 of')", timeout=60_000)
     page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
-    assert "2. Paging" in page.locator("body").inner_text()
+    assert "2. Paging" in page.locator("#lesson-progress").inner_text()
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
+                           ".includes('16 blocks')", timeout=60_000)  # lesson 2's pool
     assert page.console_errors == []
 
 
-def test_play_replays_the_log_and_pause_stops_it(page, served_app):  # noqa: F811
-    page.goto(served_app)
-    page.wait_for_selector("#new-seq", timeout=60_000)
-    page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
+def test_play_replays_the_log_and_pause_stops_it(browser, dry_app):
+    page = open_page(browser, dry_app, WIDE)  # the log's replay, not the model, is under test
     for selector, text in (("#new-seq", "prefill"), ("#fork", "forked"), ("#fork", "seq 2"),
                            ("#fork", "seq 3")):
         click_and_wait(page, selector, text)
     for _ in range(3):  # one Back at a time: a click on a busy button is dropped, not queued
         before = events_text(page)
-        page.get_by_role("button", name="◀ Back").first.click()
+        page.click("#tl-back")
         page.wait_for_function("(old) => document.querySelector('#event-log').innerText !== old",
                                arg=before, timeout=60_000)
     assert "forked" not in events_text(page)
-    page.get_by_role("button", name="Play").first.click()
+    page.click("#tl-play")
     page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
                            timeout=60_000)
-    page.get_by_role("button", name="Pause").first.click()
+    page.click("#tl-pause")
     page.wait_for_timeout(300)
     paused_at = events_text(page)
     page.wait_for_timeout(3000)  # a playing timer would have moved on by now
     assert events_text(page) == paused_at
     assert page.console_errors == []
+    page.close()

@@ -134,6 +134,9 @@ def test_a_session_pickles_as_its_log_and_replays_to_the_same_state():
     worker.run("free", a)
     back = pickle.loads(pickle.dumps(worker))
     assert back.ops == worker.ops and fingerprint(back.engine) == fingerprint(worker.engine)
+    worker.selected_block, worker.presenter = 1, True  # what the page shows travels with it
+    back = pickle.loads(pickle.dumps(worker))
+    assert (back.selected_block, back.presenter, back.lesson_front) == (1, True, False)
 
 
 def test_sessions_beyond_the_cap_get_a_clear_message_and_closing_frees_a_place(monkeypatch):

@@ -41,16 +41,16 @@ def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: i
 
 
 def compare_tab() -> None:
-    with gr.Tab("Compare"):
-        gr.Markdown("Contiguous reservation against paging, on the same requests (dry engine).")
-        with gr.Row():
-            count = gr.Number(value=200, precision=0, minimum=1, maximum=10000, label="requests")
-            max_len = gr.Number(value=2048, precision=0, minimum=8, maximum=65536, label="max length")
-            pool = gr.Number(value=32768, precision=0, minimum=16, maximum=1 << 20,
-                             label="pool (token slots)")
-            bs = gr.Dropdown([1, 4, 8, 16, 32, 64, 128], value=16, label="block size")
-            seed = gr.Number(value=0, precision=0, minimum=0, label="seed")
-            go_btn = gr.Button("Compare", variant="primary")
-        table = gr.Markdown()
-        chart = gr.Plot()
-        go_btn.click(compare, [count, max_len, pool, bs, seed], [table, chart])
+    """The Compare controls and results, inside the tab the page gives them."""
+    gr.Markdown("Contiguous reservation against paging, on the same requests (dry engine).")
+    with gr.Row():
+        count = gr.Number(value=200, precision=0, minimum=1, maximum=10000, label="requests")
+        max_len = gr.Number(value=2048, precision=0, minimum=8, maximum=65536, label="max length")
+        pool = gr.Number(value=32768, precision=0, minimum=16, maximum=1 << 20,
+                         label="pool (token slots)")
+        bs = gr.Dropdown([1, 4, 8, 16, 32, 64, 128], value=16, label="block size")
+        seed = gr.Number(value=0, precision=0, minimum=0, label="seed")
+        go_btn = gr.Button("Compare", variant="primary")
+    table = gr.Markdown()
+    chart = gr.Plot()
+    go_btn.click(compare, [count, max_len, pool, bs, seed], [table, chart])

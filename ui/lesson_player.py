@@ -1,6 +1,7 @@
 """The Lessons tab: pick a lesson, read one idea per step, press Next; the engine runs the step
-and the picture and numbers update. Presenter mode for projectors: larger type, picture first;
-the right-arrow key presses Next."""
+and the MAIN picture, the events panel, the sequences and the numbers show the lesson's engine
+(one picture serves the playground and the lessons). Presenter mode (large type) is the page's
+checkbox; the right-arrow key presses Next."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import gradio as gr
 
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
-from viz import event_log_markdown, pool_figure
+from ui.page import Page
+from ui.render import token_text
+from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
 class LessonSession:
@@ -21,105 +24,130 @@ class LessonSession:
         return LessonSession()
 
 
-def lessons_tab(device: str = "auto") -> tuple:
-    """Build the tab. Returns (fn, inputs, outputs) for the page's load event, which opens the
-    lesson step a link names: ?lesson=<file name without .md>&step=<1-based step>."""
+def lesson_list_markdown(lessons) -> str:
+    """One line per lesson. The titles carry their own numbers ("1. The KV cache"), so this is
+    not a numbered Markdown list (that read "1. 1. The KV cache")."""
+    return "\n\n".join(f"**{lesson.title}**: {lesson.summary}" for lesson in lessons)
+
+
+def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
+    """Build the tab's controls. Returns a function that wires them (once the page's picture and
+    panels exist), (fn, inputs, outputs) for the page's load event, which opens the lesson step
+    a link names (?lesson=<file name without .md>&step=<1-based step>), and (view fn, inputs,
+    outputs) to redraw the lesson when the tab is selected again."""
     try:
         lessons = load_all()
         error = ""
     except LessonError as err:
         lessons, error = [], f"**A lesson failed to load:** {err}"
     by_title = {lesson.title: lesson for lesson in lessons}
-    with gr.Tab("Lessons", id="lessons"):
-        state = gr.State(LessonSession())
-        with gr.Row():
-            choice = gr.Dropdown(list(by_title), label="lesson", value=next(iter(by_title), None))
-            start = gr.Button("Start", variant="primary", elem_id="lesson-start")
-            presenter = gr.Checkbox(label="presenter mode (large type; → key = Next)")
-        gr.Markdown(error or "\n".join(f"- **{t}**: {lesson.summary}"
-                                                 for t, lesson in by_title.items()))
-        with gr.Row():
-            with gr.Column(scale=2):
-                progress = gr.Markdown()
-                narration = gr.Markdown(elem_id="lesson-narration")
-                question = gr.Markdown(elem_id="lesson-question")
-                with gr.Row():
-                    back = gr.Button("◀ Back", elem_id="lesson-back")
-                    nxt = gr.Button("Next ▶", variant="primary", elem_id="lesson-next")
-                    restart = gr.Button("Restart")
-            with gr.Column(scale=3):
-                plot = gr.Plot(elem_id="lesson-plot")
-                log = gr.Markdown()
+    state = gr.State(LessonSession())
+    with gr.Row():
+        choice = gr.Dropdown(list(by_title), label="lesson", value=next(iter(by_title), None),
+                             min_width=160, scale=3)
+        start = gr.Button("Start", variant="primary", elem_id="lesson-start", min_width=70, scale=1)
+    with gr.Accordion("All lessons", open=False):
+        gr.Markdown(error or lesson_list_markdown(lessons), elem_id="lesson-list")
+    progress = gr.Markdown(elem_id="lesson-progress")
+    question = gr.Markdown(elem_id="lesson-question")
+    with gr.Row():
+        back = gr.Button("◀ Back", elem_id="lesson-back", min_width=70)
+        nxt = gr.Button("Next ▶", variant="primary", elem_id="lesson-next", min_width=70)
+        restart = gr.Button("Restart", min_width=70)
+    narration = gr.Markdown(elem_id="lesson-narration")
 
-        def view(ls: LessonSession, presenter_on: bool):
-            run = ls.run
-            cls = ["presenter"] if presenter_on else []
-            if run is None:
-                return (ls, "", gr.update(value="", elem_classes=cls), "", None, "")
-            step = run.current
-            q = run.question_for_next()
-            ask = f"**Before you press Next, predict:** {q.text}" if q else ""
-            if step is None:
-                return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
-                        gr.update(value=run.intro_markdown(), elem_classes=cls), ask, None, "")
-            text = f"### {step.title}\n\n{step.narration_markdown}"
-            if step.question:
-                text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
-                         f"{step.answer_text}" + (f"\n\n{step.explanation}" if step.explanation else ""))
-            done = " · the end: well done" if step.is_last else ""
-            fig = pool_figure(step.snapshot, step.events, run.engine.decode)
-            return (ls, f"**{run.lesson.title}**: step {step.index + 1} of {step.total}{done}",
-                    gr.update(value=text, elem_classes=cls), ask, fig,
-                    event_log_markdown(list(step.events)))
+    def view(ls: LessonSession, presenter_on: bool):
+        run = ls.run
+        cls = ["presenter"] if presenter_on else []
+        keep = (gr.update(), gr.update(), gr.update(), gr.update(), gr.update())
+        if run is None:
+            return (ls, "", gr.update(value="", elem_classes=cls), "", *keep)
+        config = run.engine.config
+        where = "lesson engine: " + ("dry mode" if config.dry else f"model {config.model}")
+        step = run.current
+        q = run.question_for_next()
+        ask = f"**Before you press Next, predict:** {q.text}" if q else ""
+        eng = run.engine
+        if step is None:
+            snap = eng.snapshot()
+            return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
+                    gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
+                    pool_figure(snap, (), eng.decode, large=presenter_on),
+                    event_log_markdown([], empty="The lesson's engine is ready: press Next."),
+                    sequences_html(snap, token_text(eng)),
+                    metrics_html(snap, eng.engine_info(), eng.max_model_len), f"{where} · step 0")
+        text = f"### {step.title}\n\n{step.narration_markdown}"
+        if step.question:
+            text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
+                     f"{step.answer_text}" + (f"\n\n{step.explanation}" if step.explanation else ""))
+        done = " · the end: well done" if step.is_last else ""
+        snap = step.snapshot
+        return (ls, f"**{run.lesson.title}**: step {step.index + 1} of {step.total}{done}",
+                gr.update(value=text, elem_classes=cls), ask,
+                pool_figure(snap, step.events, eng.decode, large=presenter_on),
+                event_log_markdown(list(step.events), empty="This step ran no operation."),
+                sequences_html(snap, token_text(eng)),
+                metrics_html(snap, eng.engine_info(), eng.max_model_len),
+                f"{where} · step {step.index + 1} of {step.total}")
 
-        def guarded(fn):
-            def wrapped(ls, presenter_on, *args):
-                try:
-                    fn(ls, *args)
-                except (LessonError, ValueError) as err:
-                    raise gr.Error(str(err)) from err
-                return view(ls, presenter_on)
-            return wrapped
-
-        def do_start(ls, title):
-            if title not in by_title:
-                raise ValueError("choose a lesson first")
-            ls.run = LessonRun(by_title[title], device=device)
-
-        def do_next(ls):
-            if ls.run is None:
-                raise ValueError("press Start first")
-            if not ls.run.done:
-                ls.run.next()
-
-        def do_back(ls):
-            if ls.run is not None:
-                ls.run.back()
-
-        def do_restart(ls):
-            if ls.run is not None:
-                ls.run.restart()
-
-        by_name = {lesson.name: lesson for lesson in lessons}
-
-        def open_link(ls, presenter_on, request: gr.Request):
-            query = dict(request.query_params) if request is not None else {}
-            name, step = query.get("lesson"), query.get("step", "")
-            if not name:
-                return view(ls, presenter_on)
-            lesson = by_name.get(name)
-            if lesson is None:
-                gr.Warning(f"the link names no lesson {name!r}; lessons: {', '.join(by_name)}")
-                return view(ls, presenter_on)
-            ls.run = LessonRun(lesson, device=device)
-            if step.isdigit() and int(step) > 0:
-                ls.run.goto(min(int(step), ls.run.total) - 1)
+    def guarded(fn):
+        def wrapped(ls, presenter_on, *args):
+            try:
+                fn(ls, *args)
+            except (LessonError, ValueError) as err:
+                raise gr.Error(str(err)) from err
             return view(ls, presenter_on)
+        return wrapped
 
-        outs = [state, progress, narration, question, plot, log]
+    def do_start(ls, title):
+        if title not in by_title:
+            raise ValueError("choose a lesson first")
+        ls.run = LessonRun(by_title[title], device=page.device)
+
+    def do_next(ls):
+        if ls.run is None:
+            raise ValueError("press Start first")
+        if not ls.run.done:
+            ls.run.next()
+
+    def do_back(ls):
+        if ls.run is not None:
+            ls.run.back()
+
+    def do_restart(ls):
+        if ls.run is not None:
+            ls.run.restart()
+
+    by_name = {lesson.name: lesson for lesson in lessons}
+
+    def open_link(ls, presenter_on, request: gr.Request):
+        query = dict(request.query_params) if request is not None else {}
+        name, step = query.get("lesson"), query.get("step", "")
+        if not name:
+            return (*view(ls, presenter_on), gr.update())
+        lesson = by_name.get(name)
+        if lesson is None:
+            gr.Warning(f"the link names no lesson {name!r}; lessons: {', '.join(by_name)}")
+            return (*view(ls, presenter_on), gr.update())
+        ls.run = LessonRun(lesson, device=page.device)
+        if step.isdigit() and int(step) > 0:
+            ls.run.goto(min(int(step), ls.run.total) - 1)
+        return (*view(ls, presenter_on), gr.update(value=lesson.title))  # the list names it too
+
+    outs: list = [state, progress, narration, question]
+
+    def wire() -> None:
+        outs.extend([page.plot, page.events, page.seqs, page.metrics, page.status])  # built by now
         start.click(guarded(do_start), [state, presenter, choice], outs)
         nxt.click(guarded(do_next), [state, presenter], outs)
         back.click(guarded(do_back), [state, presenter], outs)
         restart.click(guarded(do_restart), [state, presenter], outs)
-        presenter.change(lambda ls, p: view(ls, p), [state, presenter], outs)
-        return open_link, [state, presenter], outs
+        # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front
+        presenter.change(lambda p: gr.update(elem_classes=["presenter"] if p else []), [presenter],
+                         [narration])
+    link_outs: list = []  # filled by wire_all(), which the page calls before it wires the link
+
+    def wire_all() -> None:
+        wire()
+        link_outs.extend([*outs, choice])
+    return wire_all, (open_link, [state, presenter], link_outs), (view, [state, presenter], outs)

@@ -1,4 +1,5 @@
-"""Session -> what the page shows (figures and panels), as one tuple for the Gradio outputs."""
+"""Session -> what the page shows (figures and panels), as one tuple for the Gradio outputs:
+(picture, events, sequences, metrics, timeline, sequence dropdown, status)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,17 @@ def render(session: Session) -> tuple:
     eng = session.engine
     snap = eng.snapshot()
     events = eng.last_events if session.pos else []
-    fig = pool_figure(snap, events, eng.decode)
     live = [str(s) for s in snap.sequences]
+    chosen = session.selected_seq if session.selected_seq in snap.sequences else None
+    if chosen is None and live:
+        chosen = int(live[-1])
+    block = session.selected_block
+    if block is not None and not 0 <= block < snap.num_blocks:
+        block = None
+    fig = pool_figure(snap, events, eng.decode, selected_seq=chosen, selected_block=block,
+                      large=session.presenter)
     timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
-    seq_choice = gr.update(choices=live, value=live[-1] if live else None)
+    seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"
     mode = "dry mode: bookkeeping only, no model" if eng.config.dry else f"model: {eng.config.model}"
     return (fig, event_log_markdown(events), sequences_html(snap, token_text(eng)),

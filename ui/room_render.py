@@ -5,7 +5,6 @@ a student's own requests, and the QR code of the student link."""
 from __future__ import annotations
 
 import html
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,17 +12,12 @@ from classroom.records import RoomView
 from viz import palette, pool_figure
 
 STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62728", "done": "#4c78a8"}
-# The main figure takes row labels once viz/pool_figure.py has its `seq_labels` parameter; until
-# then its rows say "seq N" and the queues beside it map seq -> student.
-_LABELS_OK = "seq_labels" in inspect.signature(pool_figure).parameters
 
 
 def projector_figure(view: RoomView) -> Any:
     if view.snapshot is None:
         return None
-    if _LABELS_OK:
-        return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels))
-    return pool_figure(view.snapshot, view.events, view.decode)
+    return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels))
 
 
 def _badge(status: str, swapped: bool = False) -> str:

@@ -44,18 +44,30 @@ class Session:
         self.pos = 0  # the engine shows ops[:pos]
         self._engine: LLMEngine | None = None
         self.lock = threading.Lock()  # a fast clicker cannot interleave two operations
+        # what the picture outlines (a view choice, not an operation: not in the op log)
+        self.selected_seq: int | None = None
+        self.selected_block: int | None = None
+        self.lesson_front = False  # the picture shows a lesson's engine, not this session's
+        self.presenter = False  # large type in the picture (presenter mode)
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
 
     # On a ZeroGPU Space a handler runs in a forked GPU worker and its arguments and results are
     # pickled: a session travels as config + op log, and the worker rebuilds the engine by replay.
+    # what the page shows besides the log (selection, lesson in front, presenter mode) travels too
+    _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter")
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "ops": self.ops, "pos": self.pos}
+        return {"config": self.config, "ops": self.ops, "pos": self.pos,
+                "view": {k: getattr(self, k) for k in self._VIEW}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])
         self.ops, self.pos = state["ops"], state["pos"]
+        for k, v in state.get("view", {}).items():
+            if k in self._VIEW:
+                setattr(self, k, v)
 
     @property
     def engine(self) -> LLMEngine:

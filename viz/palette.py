@@ -1,16 +1,58 @@
-"""Colours shared by the figures and the HTML panels, so a sequence has one colour everywhere."""
+"""The teaching theme: colours shared by the figures and the HTML panels, so a sequence has one
+colour everywhere.
 
-FREE = "#ffffff"
-CACHED = "#a3a3a3"  # darker than the plot background (#d0d0d0) that draws the cell borders
-SHARED = "#f2b134"  # a block with ref count > 1
-OWNERS = ("#4c78a8", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#79706e", "#d67195",
-          "#2f8f9d", "#8c6bb1")
-NEW = "#1a9850"  # outline of a block allocated in the last step
-PREFIX_HIT = "#d4a000"
-EVICT = "#d62728"
-COW = "#ff7f0e"
-SWAP = "#7b4fa6"
+Owner colours are Okabe-Ito / Paul Tol hues chosen to stay apart for deuteranopes (the common
+red-green colour blindness): tests/test_viz.py simulates deuteranopia (Machado et al. 2009) and
+checks every pair of owner colours, and each against the shared / cached / free colours.
+"""
+
+from __future__ import annotations
+
+FREE = "#ffffff"  # a free block, and an empty slot of any block
+CACHED = "#b5b9bf"  # darker than the plot background that draws the cell borders
+SHARED = "#f0e442"  # a block with ref count > 1
+PENDING = "#dfe8f5"  # the slot the pending token will take
+BORDER = "#dde1e6"  # plot background: shows through the gaps between slots and blocks
+INK = "#1f2933"  # text
+MUTED = "#5f6b7a"
+OWNERS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#332288", "#882255")
+NEW = "#117733"  # outline of a block allocated in the last step
+PREFIX_HIT = "#b8860b"
+EVICT = "#d55e00"
+COW = "#111111"
+SWAP = "#6a3d9a"
+SELECT = "#111111"
+
+# Machado, Oliveira & Fernandes (2009), deuteranopia at severity 1.0, on linear RGB
+_DEUTERANOPIA = ((0.367322, 0.860646, -0.227968),
+                 (0.280085, 0.672501, 0.047413),
+                 (-0.011820, 0.042940, 0.968881))
 
 
 def owner_colour(seq_id: int) -> str:
     return OWNERS[seq_id % len(OWNERS)]
+
+
+def _linear(c: float) -> float:
+    return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+
+def _srgb(c: float) -> float:
+    c = min(1.0, max(0.0, c))
+    return 12.92 * c if c <= 0.0031308 else 1.055 * c ** (1 / 2.4) - 0.055
+
+
+def deuteranopia(hex_colour: str) -> tuple[float, float, float]:
+    """The sRGB colour (0..1) a deuteranope sees for `hex_colour`."""
+    rgb = [_linear(int(hex_colour[i:i + 2], 16) / 255) for i in (1, 3, 5)]
+    return tuple(_srgb(sum(m * c for m, c in zip(row, rgb, strict=True))) for row in _DEUTERANOPIA)
+
+
+def lab(rgb: tuple[float, float, float]) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of an sRGB colour given as 0..1 floats."""
+    r, g, b = (_linear(c) for c in rgb)
+    xyz = (0.4124 * r + 0.3576 * g + 0.1805 * b, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+           0.0193 * r + 0.1192 * g + 0.9505 * b)
+    f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+         for t in (xyz[0] / 0.95047, xyz[1], xyz[2] / 1.08883)]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])

@@ -15,10 +15,11 @@ from viz import palette
 
 MAX_TOKENS_SHOWN = 400  # per sequence; the start is elided beyond that
 
-def event_log_markdown(events: Sequence[Event], limit: int = 60) -> str:
-    """The last step's events, one narrated line each."""
+def event_log_markdown(events: Sequence[Event], limit: int = 60,
+                       empty: str = "No events yet: start a sequence.") -> str:
+    """The last step's events, one narrated line each (`empty` when there are none)."""
     if not events:
-        return "_No events yet: start a sequence._"
+        return f"_{empty}_"
     lines = [f"- `{e.kind}` {html.escape(e.text, quote=False)}" for e in events[:limit]]
     if len(events) > limit:
         lines.append(f"- … and {len(events) - limit} more events")
@@ -82,4 +83,4 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
             rows.append((key.replace("_", " "), m.extra[key]))
     body = "".join(f"<tr><td>{html.escape(k)}</td><td><b>{html.escape(str(v))}</b></td></tr>"
                    for k, v in rows)
-    return f"<table style='font-size:13px'>{body}</table>"
+    return f"<table style='font-size:13px;width:100%'>{body}</table>"

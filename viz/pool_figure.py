@@ -1,210 +1,157 @@
-"""The main picture: "page tables -> physical blocks".
+"""The main picture: "page tables -> physical blocks", a pure function of a snapshot.
 
-Block tables on top (a row per sequence, each logical block a cell labelled with its physical id
-and fill), the physical pool below as one Heatmap (colour = owner, shared = its own colour,
-cached = grey, free = white), lines from every logical cell to its physical block, the CPU swap
-pool beside the GPU pool, and the last step's events overlaid: new blocks outlined green,
-copy-on-write as an arrow source -> copy, prefix hits outlined gold, evictions marked red.
+    pool_figure(snap, events=(), decode=None, *, seq_labels=None, selected_seq=None,
+                selected_block=None, block_level=False) -> go.Figure
+
+- Block tables on top, one row per sequence (logical block j -> physical id, slots filled, then
+  the pending token), the physical pool below: up to a few hundred blocks every block is drawn
+  as its `block_size` slots with each slot's token text in it (viz/pool_layout.py decides),
+  bigger pools as one cell per block. Lines join every table entry to its physical block. The
+  CPU swap space is drawn, as a thin band under the pool, only when the engine has one.
+- The last step's `events` are overlaid and animated in the page (viz/overlays.py); the layout's
+  `meta.anim` key changes only when the step does, so a redraw for a selection never replays
+  the motion.
+- `seq_labels` replaces a sequence's row label (e.g. a student's name in a classroom room);
+  `selected_seq` / `selected_block` are outlined, the selected block's links drawn dark.
+- Click contract (ui/motion.js): a cell of the trace named "pool" carries its block id in
+  customdata[0]; a cell of "block tables" carries its sequence id in customdata[0].
+- Composable: the traces come from small builders (pool_cells.pool_heatmap,
+  block_tables.table_heatmap / links, overlays.change_overlays / rects) over a PoolLayout, so
+  another figure (e.g. N tensor-parallel pools side by side) can place several pools itself.
+- Speed: one Heatmap per pool, one for the tables, a few line traces; no per-cell shapes or
+  annotations, and plotly's validation skipped (tests validate the JSON).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from engine.events import Event
-from engine.snapshot import BlockView, Snapshot
+from engine.snapshot import Snapshot
 from viz import palette
+from viz.block_tables import links, table_heatmap
+from viz.overlays import change_overlays, rects
+from viz.pool_cells import FAST, pool_heatmap
+from viz.pool_layout import cpu_layout, gpu_layout
 
-# plotly validates every value of every list on construction: 3/4 of the build time of a 4096-block
-# figure. The traces here are fixed in code, so skip it (tests/test_viz.py validates the output).
-_FAST = {"_validate": False}
-MAX_LINKS = 4000  # beyond this many table->block lines the picture is a grey blur: skip them
-MAX_TEXT_BLOCKS = 512  # ref counts printed in cells up to this pool size
-
-# categories of the discrete colour scale
-_FREE, _CACHED, _SHARED, _OWNER0 = 0, 1, 2, 3
-_COLOURS = [palette.FREE, palette.CACHED, palette.SHARED, *palette.OWNERS]
+ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
+FONT = "'Source Sans 3', 'Source Sans Pro', system-ui, sans-serif"
 
 
-def _colourscale() -> list[list]:
-    n = len(_COLOURS)
-    scale = []
-    for i, c in enumerate(_COLOURS):
-        scale += [[i / n, c], [(i + 1) / n, c]]
-    return scale
+def _legend(two_lines: bool = False) -> str:
+    def swatch(colour: str, label: str, edge: str = "") -> str:
+        return f"<span style='color:{edge or colour}'>■</span> {label}"
+    owners = "".join(f"<span style='color:{c}'>■</span>" for c in palette.OWNERS[:4])
+    parts = [
+        f"{owners} owned by one sequence", swatch(palette.SHARED, "shared", "#c9b800"),
+        swatch(palette.CACHED, "cached"), "□ free / empty slot", "▸ pending token",
+        f"<span style='color:{palette.NEW}'>▭</span> new", "➜ copy-on-write",
+        f"<span style='color:{palette.PREFIX_HIT}'>▭</span> prefix hit",
+        f"<span style='color:{palette.EVICT}'>▭</span> evicted"]
+    if two_lines:
+        return " · ".join(parts[:5]) + "<br>" + " · ".join(parts[5:])
+    return " · ".join(parts)
 
 
-def pool_width(num_blocks: int) -> int:
-    return 16 if num_blocks <= 256 else 32 if num_blocks <= 1024 else 64
-
-
-def _category(block: BlockView) -> int:
-    if block.ref_count > 1:
-        return _SHARED
-    if block.ref_count == 1:
-        return _OWNER0 + block.owners[0] % len(palette.OWNERS)
-    return _CACHED if block.state == "cached" else _FREE
-
-
-def _grid(blocks: Sequence[BlockView], width: int, x0: float, decode: Callable, prefix: str
-          ) -> tuple[go.Heatmap, dict[int, tuple[float, float]]]:
-    rows = -(-len(blocks) // width) if blocks else 0
-    z = [[None] * width for _ in range(rows)]
-    text = [[""] * width for _ in range(rows)]
-    custom = [[None] * width for _ in range(rows)]
-    where: dict[int, tuple[float, float]] = {}
-    show_refs = len(blocks) <= MAX_TEXT_BLOCKS
-    for blk in blocks:
-        r, c = divmod(blk.block_id, width)
-        z[r][c] = _category(blk)
-        if show_refs and blk.ref_count:
-            text[r][c] = str(blk.ref_count)
-        custom[r][c] = [
-            f"{prefix}{blk.block_id}", blk.state, blk.ref_count,
-            ", ".join(f"seq {o}" for o in blk.owners) or "-",
-            blk.num_filled, "-" if blk.block_hash is None else f"{blk.block_hash & 0xFFFFFFFF:08x}",
-            _shorten(decode(list(blk.token_ids))) if blk.token_ids else "",
-        ]
-        where[blk.block_id] = (x0 + c, -r)
-    heat = go.Heatmap(**_FAST,
-        z=z, x=[x0 + c for c in range(width)], y=[-r for r in range(rows)], text=text,
-        texttemplate="%{text}", customdata=custom, zmin=-0.5, zmax=len(_COLOURS) - 0.5,
-        colorscale=_colourscale(), showscale=False, xgap=2, ygap=2, name=f"{prefix}pool",
-        hovertemplate=("<b>block %{customdata[0]}</b> (%{customdata[1]})<br>ref count %{customdata[2]}"
-                       "<br>owners %{customdata[3]}<br>filled %{customdata[4]} slots"
-                       "<br>hash %{customdata[5]}<br>tokens: %{customdata[6]}<extra></extra>"),
-    )
-    return heat, where
-
-
-def _shorten(s: str, n: int = 60) -> str:
-    s = s.replace("<", "&lt;").replace("\n", "⏎")
-    return s if len(s) <= n else s[: n - 1] + "…"
+def anim_key(snap: Snapshot, events: Sequence[Event]) -> str:
+    """Changes when the picture shows another step: the page animates each key once."""
+    changes = hash(tuple((e.kind, e.block_ids) for e in events)) & 0xFFFFFF
+    return f"{snap.mode}:{snap.num_blocks}x{snap.block_size}:{snap.step}:{len(events)}:{changes:x}"
 
 
 def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
-                decode: Callable[[list[int]], str] | None = None) -> go.Figure:
-    """The whole picture for one snapshot and the events of the step that led to it."""
+                decode: Callable[[list[int]], str] | None = None, *,
+                seq_labels: Mapping[int, str] | None = None, selected_seq: int | None = None,
+                selected_block: int | None = None, block_level: bool = False,
+                large: bool = False) -> go.Figure:
+    """The whole picture for one snapshot and the events of the step that led to it.
+    `large`: presenter mode (type and rows 1.35x, for a projector)."""
+    k = 1.35 if large else 1.0
     decode = decode or (lambda ids: " ".join(map(str, ids)))
-    width = pool_width(snap.num_blocks)
-    gpu_heat, gpu_at = _grid(snap.blocks, width, 0, decode, "")
-    traces: list = [gpu_heat]
-    cpu_at: dict[int, tuple[float, float]] = {}
-    if snap.cpu_blocks:
-        cpu_width = pool_width(len(snap.cpu_blocks))
-        cpu_heat, cpu_at = _grid(snap.cpu_blocks, cpu_width, width + 2, decode, "cpu ")
-        traces.append(cpu_heat)
+    memo: dict[int, str] = {}
 
+    def token_text(t: int) -> str:
+        if t not in memo:
+            memo[t] = decode([t])
+        return memo[t]
+
+    bs = snap.block_size
+    gpu = gpu_layout(snap.num_blocks, bs, block_level)
+    cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
     seqs = [s for s in snap.sequences.values() if s.block_table]
-    top = 1.5 + len(seqs)  # tables sit above the pool, first sequence on top
-    tx, ty, tz, ttext, tcustom = [], [], [], [], []
-    lx: list = []
-    ly: list = []
-    n_links = sum(len(s.block_table) for s in seqs)
-    for r, seq in enumerate(seqs):
-        y = top - r
-        swapped = seq.status == "swapped"
-        where = cpu_at if swapped else gpu_at
-        pool = snap.cpu_blocks if swapped else snap.blocks
-        for j, b in enumerate(seq.block_table):
-            tx.append(j)
-            ty.append(y)
-            tz.append(_OWNER0 + seq.seq_id % len(palette.OWNERS))
-            ttext.append(f"{'c' if swapped else ''}{b}")
-            tcustom.append([seq.seq_id, j, f"{'cpu ' if swapped else ''}{b}", pool[b].num_filled,
-                            snap.block_size])
-            if n_links <= MAX_LINKS and b in where:
-                px, py = where[b]
-                lx += [j, px, None]
-                ly += [y - 0.45, py + 0.45, None]
-    if tx:
-        traces.append(go.Scatter(**_FAST,
-            x=lx, y=ly, mode="lines", line={"color": "rgba(120,120,120,0.35)", "width": 1},
-            hoverinfo="skip", name="block table links", showlegend=False))
-        traces.append(go.Scatter(**_FAST,
-            x=tx, y=ty, mode="markers+text", text=ttext, textfont={"color": "white", "size": 11},
-            marker={"symbol": "square", "size": 22, "color": [_COLOURS[z] for z in tz],
-                    "line": {"color": "#333", "width": 1}},
-            customdata=tcustom, name="block tables", showlegend=False,
-            hovertemplate=("seq %{customdata[0]}, logical block %{customdata[1]}<br>→ physical block "
-                           "%{customdata[2]} (%{customdata[3]}/%{customdata[4]} filled)<extra></extra>")))
-    traces += _event_overlays(events, gpu_at, cpu_at)
+    pending = {}
+    for s in seqs:
+        if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs:
+            pending[s.block_table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
+    top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
+    traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=k)]
+    if cpu is not None:
+        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k))
+    entries: list[tuple] = []
+    if seqs:
+        table, entries = table_heatmap(snap, seqs, top, gpu.width, token_text, scale=k)
+        line = links(entries, gpu, cpu, "block table links", "rgba(60,70,85,0.32)", 1.2)
+        traces += [line] if line is not None else []
+        traces.append(table)
+    traces += change_overlays(events, gpu, cpu)
+    if selected_block is not None and 0 <= selected_block < snap.num_blocks:
+        chosen = [e for e in entries if e[3] == selected_block and not e[4]]
+        line = links(chosen, gpu, None, "selected links", palette.SELECT, 2.5)
+        traces += ([line] if line is not None else []) + rects(gpu, [selected_block], "selected",
+                                                               palette.SELECT, 3.5, pad=0.22)
 
-    fig = go.Figure(traces, **_FAST)
-    labels = [dict(x=-0.8, y=top - r, text=f"seq {s.seq_id}", xanchor="right", showarrow=False,
-                   font={"color": palette.owner_colour(s.seq_id)}) for r, s in enumerate(seqs)]
-    labels.append(dict(x=-0.5, y=0.75, text="GPU pool", xanchor="left", yanchor="bottom",
-                       showarrow=False, font={"size": 11, "color": "#555"}))
-    if snap.cpu_blocks:
-        labels.append(dict(x=width + 1.5, y=0.75, text="CPU swap space", xanchor="left",
-                           yanchor="bottom", showarrow=False, font={"size": 11, "color": "#555"}))
-    if n_links > MAX_LINKS:
-        labels.append(dict(x=0, y=top + 1, text=f"{n_links} table entries: links not drawn",
-                           showarrow=False, xanchor="left"))
-    rows = -(-snap.num_blocks // width)
+    fig = go.Figure(traces, **FAST)
+    notes = []
+    holders = set()  # the selected block's owners: their row labels are bold
+    if selected_block is not None and 0 <= selected_block < snap.num_blocks:
+        holders = set(snap.blocks[selected_block].owners)
+    for i, s in enumerate(seqs):
+        label = (seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
+        label = label if len(label) <= 16 else label[:15] + "…"
+        if s.seq_id == selected_seq:
+            label = f"<b>▶ {label}</b>"
+        elif s.seq_id in holders:
+            label = f"<b>{label}</b>"
+        notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
+                          font={"color": palette.owner_colour(s.seq_id), "size": 14 * k}))
+    if seqs:
+        notes.append(dict(x=0, y=top + 0.55,
+                          text="block tables: logical block → physical block, slots filled",
+                          xanchor="left", yanchor="bottom", showarrow=False,
+                          font={"size": 12 * k, "color": palette.MUTED}))
+    kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
+    notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
+                      showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
+    bottom = -gpu.rows + 0.4
+    if cpu is not None:
+        notes.append(dict(x=0, y=cpu.y0 + 0.55, text="CPU swap space", xanchor="left",
+                          yanchor="bottom", showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
+        bottom = cpu.y0 - cpu.rows + 0.4
+    if len(entries) > 4000:
+        notes.append(dict(x=gpu.width, y=top + 0.55, text=f"{len(entries)} table entries: links not drawn",
+                          xanchor="right", yanchor="bottom", showarrow=False))
+    if selected_seq is not None and selected_seq in {s.seq_id for s in seqs}:
+        i = next(i for i, s in enumerate(seqs) if s.seq_id == selected_seq)
+        fig.add_scatter(x=[-0.15, gpu.width + 0.15, gpu.width + 0.15, -0.15, -0.15],
+                        y=[top - i - 0.5, top - i - 0.5, top - i + 0.5, top - i + 0.5, top - i - 0.5],
+                        mode="lines", line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
+                        name="selected sequence", hoverinfo="skip", showlegend=False)
+    rows = top + 1.6 - bottom
     fig.update_layout(
-        annotations=labels[:64],  # one label per sequence row, not per cell
-        height=int(min(1400, 240 + 22 * (rows + len(seqs)))),
-        margin={"l": 70, "r": 10, "t": 30, "b": 10},
-        plot_bgcolor="#d0d0d0", showlegend=False, hoverlabel={"align": "left"},  # gaps = borders
-        title={"text": f"step {snap.step} · {snap.num_blocks} blocks of {snap.block_size} slots"
-                       f" · {snap.mode}", "x": 0.01, "font": {"size": 13}},
+        annotations=notes[:72],  # one label per sequence row, not per cell
+        height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
+        margin={"l": 78 * k, "r": 8, "t": 72 * k + (24 if large else 0), "b": 8},
+        font={"family": FONT, "color": palette.INK},
+        paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
+        hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
+        meta={"anim": anim_key(snap, events)},
+        title={"text": f"<b>step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
+                       f"<br><span style='font-size:{12 * k:.0f}px'>{_legend(large)}</span>",
+               "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
+               "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
     )
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, scaleanchor="x", scaleratio=1)
+    fig.update_xaxes(visible=False, fixedrange=True, range=[-0.3, gpu.width + 0.3])
+    fig.update_yaxes(visible=False, fixedrange=True, range=[bottom - 0.2, top + 1.3])
     return fig
-
-
-def _event_overlays(events: Sequence[Event], gpu_at: dict, cpu_at: dict) -> list:
-    def markers(ids, symbol, colour, name, size=24):
-        pts = [gpu_at[b] for b in ids if b in gpu_at]
-        if not pts:
-            return []
-        return [go.Scatter(**_FAST, x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=name,
-                           marker={"symbol": symbol, "size": size, "color": colour,
-                                   "line": {"color": colour, "width": 3}},
-                           hoverinfo="name", showlegend=False)]
-
-    new, hits, evicted, cow_pairs, swaps = [], [], [], [], []
-    for e in events:
-        if e.kind == "allocate":
-            new += e.block_ids
-        elif e.kind == "prefix_hit":
-            hits += e.block_ids
-        elif e.kind == "evict":
-            evicted += e.block_ids
-        elif e.kind == "cow":
-            cow_pairs.append(e.block_ids)
-            new.append(e.block_ids[1])
-        elif e.kind in ("swap_out", "swap_in"):
-            ids = e.block_ids
-            for a, b in zip(ids[::2], ids[1::2], strict=True):
-                gpu, cpu = (a, b) if e.kind == "swap_out" else (b, a)
-                if gpu in gpu_at and cpu in cpu_at:
-                    swaps.append((gpu_at[gpu], cpu_at[cpu]))
-    out = markers(new, "square-open", palette.NEW, "new block")
-    out += markers(hits, "square-open", palette.PREFIX_HIT, "prefix hit", 28)
-    out += markers(evicted, "x-thin-open", palette.EVICT, "evicted", 18)
-    if cow_pairs:
-        xs, ys = [], []
-        for src, dst in cow_pairs:
-            if src in gpu_at and dst in gpu_at:
-                (x0, y0), (x1, y1) = gpu_at[src], gpu_at[dst]
-                xs += [x0, x1, None]
-                ys += [y0, y1, None]
-        out.append(go.Scatter(**_FAST, x=xs, y=ys, mode="lines+markers", name="copy-on-write",
-                              line={"color": palette.COW, "width": 3},
-                              marker={"symbol": "arrow", "size": 14, "angleref": "previous",
-                                      "color": palette.COW},
-                              hoverinfo="name", showlegend=False))
-    if swaps:
-        xs, ys = [], []
-        for (x0, y0), (x1, y1) in swaps:
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-        out.append(go.Scatter(**_FAST, x=xs, y=ys, mode="lines", name="swap",
-                              line={"color": palette.SWAP, "width": 2, "dash": "dot"},
-                              hoverinfo="name", showlegend=False))
-    return out

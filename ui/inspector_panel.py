@@ -1,0 +1,84 @@
+"""The block inspector (a block's real K/V in one layer) and the picture's clicks.
+
+A click on the picture arrives as text in a hidden textbox ("block:7|<time>" or "seq:2|<time>",
+set by ui/motion.js) and a press of a hidden button: a block click selects the block (outlined,
+its table links drawn dark) and opens the inspector on it; a sequence click selects the
+sequence for Append / Fork / Free. The block-id box and Show K/V are the keyboard path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+
+from ui import limits, tp_panel
+from ui.page import Page, guard, show
+from ui.session import Session, UserError
+from viz import kv_figure
+
+
+def block_summary(session: Session, b: int) -> str:
+    blk = session.engine.snapshot().blocks[b]
+    owners = ", ".join(f"seq {o}" for o in blk.owners) or "no sequence"
+    text = session.engine.decode(list(blk.token_ids)) if blk.token_ids else ""
+    shown = text.replace("`", "'").replace("\n", " ")[:120]
+    return (f"**Block {b}**: {blk.state}, ref count {blk.ref_count}, held by {owners}; "
+            f"{blk.num_filled} of {session.config.block_size} slots filled"
+            + (f": `{shown}`" if shown else ""))
+
+
+def inspector_panel(page: Page) -> Callable[[], None]:
+    click_box = gr.Textbox(elem_id="pl-click", elem_classes=["pl-hidden"], show_label=False,
+                           container=False)
+    click_go = gr.Button("picture click", elem_id="pl-click-go", elem_classes=["pl-hidden"])
+    with gr.Accordion("Block inspector (real K/V): click a block", open=False,
+                      elem_id="inspector") as box:
+        note = gr.Markdown(elem_id="inspector-note")
+        with gr.Row():
+            block_id = gr.Number(value=0, precision=0, minimum=0, label="block id", min_width=70)
+            layer = gr.Number(value=0, precision=0, minimum=0, label="layer", min_width=70)
+            rank = tp_panel.rank_setting()
+            inspect = gr.Button("Show K/V", min_width=80)
+        kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")
+
+    @guard
+    def on_inspect(b, lyr, session: Session, r=None):
+        eng = session.engine
+        b = limits.whole(0 if b is None else b, "block id", 0, eng.kv.pool.num_blocks - 1)
+        lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
+        try:
+            k, v = eng.inspect_block(b, lyr, tp_panel.rank_of(r, session))
+        except (ValueError, TypeError) as err:
+            raise UserError(str(err)) from err
+        blk = eng.snapshot().blocks[b]
+        labels = [eng.decode([t]) for t in blk.token_ids]
+        return kv_figure(k, v, labels, f"block {int(b)}, layer {int(lyr)}: {blk.state}, "
+                         f"ref count {blk.ref_count}, {blk.num_filled} slots filled")
+
+    @guard
+    def on_click(value, session: Session):
+        if session.lesson_front:  # the picture shows a lesson's engine: nothing here to select
+            return tuple(gr.update() for _ in range(len(page.outs) + 4))
+        what, _, rest = str(value or "").partition(":")
+        target = rest.partition("|")[0]
+        keep = (gr.update(), gr.update(), gr.update(), gr.update())
+        if what == "seq" and target.isdigit() and int(target) in session.engine.snapshot().sequences:
+            session.selected_seq = int(target)
+            return (*show(session), *keep)
+        if what != "block" or not target.isdigit() or int(target) >= session.config.num_gpu_blocks:
+            return (*show(session), *keep)
+        b = int(target)
+        session.selected_block = b
+        summary = block_summary(session, b)
+        if session.engine.runtime is None:  # dry mode: bookkeeping only, no tensors to show
+            figure = None
+            summary += "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
+        else:
+            figure = on_inspect(b, 0, session)
+        return (*show(session), gr.update(open=True), summary, b, figure)
+
+    def wire() -> None:
+        inspect.click(on_inspect, [block_id, layer, page.state, rank], [kv_plot])
+        click_go.click(on_click, [click_box, page.state], [*page.outs, box, note, block_id, kv_plot],
+                       **page.quiet)
+    return wire

@@ -1,0 +1,104 @@
+// PagedLab's picture in the page: clicks on blocks and table rows go to Python, and the last
+// step's change moves (viz/overlays.py names the traces). Loaded once in the page's <head>.
+(() => {
+  const DURATION = 450; // ms: every motion ends within about half a second
+  const reduced = () => document.body.classList.contains('pl-reduce-motion') ||
+    window.matchMedia('(prefers-reduced-motion: reduce)').matches;
+
+  // The picture's click -> a hidden textbox + a hidden button wired to a Python event.
+  function send(action) {
+    const box = document.querySelector('#pl-click textarea, #pl-click input');
+    const go = document.querySelector('#pl-click-go');
+    if (!box || !go) return;
+    box.value = action + '|' + Date.now(); // always a new value, so a second click counts too
+    box.dispatchEvent(new Event('input', { bubbles: true }));
+    setTimeout(() => go.click(), 0);
+  }
+
+  function onClick(ev) {
+    const pt = ev && ev.points && ev.points[0];
+    if (!pt || !pt.data) return;
+    let cd = pt.customdata;
+    if (cd === undefined && Array.isArray(pt.pointIndex) && pt.data.customdata) {
+      cd = pt.data.customdata[pt.pointIndex[0]][pt.pointIndex[1]];
+    }
+    if (!cd) return;
+    if (pt.data.name === 'pool') send('block:' + cd[0]);
+    else if (pt.data.name === 'block tables') send('seq:' + cd[0]);
+  }
+
+  // The svg group of a scatter trace, found by its name.
+  function traceNode(gd, name) {
+    const scatter = gd.data.filter((t) => (t.type || 'scatter') === 'scatter');
+    const k = scatter.findIndex((t) => t.name === name);
+    return k < 0 ? null : gd.querySelectorAll('.scatterlayer > .trace')[k] || null;
+  }
+
+  function animate(gd) {
+    if (reduced()) return;
+    const opts = { duration: DURATION, easing: 'ease-out' };
+    const play = (name, frames) => {
+      const node = traceNode(gd, name);
+      if (node) node.animate(frames, opts);
+    };
+    play('new block cover', [{ opacity: 1 }, { opacity: 0 }]); // the new block fades in
+    play('evicted ghost', [{ opacity: 1 }, { opacity: 0 }]); // the evicted content fades out
+    play('prefix hit flash', [{ opacity: 0 }, { opacity: 0.9 }, { opacity: 0 }, { opacity: 0.9 }, { opacity: 0 }]);
+    play('new block', [{ opacity: 0 }, { opacity: 1 }]);
+    const cow = traceNode(gd, 'copy-on-write'); // the arrow draws itself from source to copy
+    if (cow) {
+      cow.querySelectorAll('path.js-line').forEach((p) => {
+        const len = p.getTotalLength();
+        p.animate([{ strokeDasharray: `${len}px`, strokeDashoffset: `${len}px` },
+          { strokeDasharray: `${len}px`, strokeDashoffset: '0px' }], opts);
+      });
+      cow.querySelectorAll('.points path').forEach((p) =>
+        p.animate([{ opacity: 0 }, { opacity: 0, offset: 0.7 }, { opacity: 1 }], opts));
+    }
+    const slide = traceNode(gd, 'swap slide'); // swapped blocks slide to their new place
+    const idx = gd.data.findIndex((t) => t.name === 'swap slide');
+    if (slide && idx >= 0) {
+      const xa = gd._fullLayout.xaxis;
+      const ya = gd._fullLayout.yaxis;
+      const from = gd.data[idx].customdata || [];
+      slide.querySelectorAll('.points path').forEach((p, i) => {
+        const m = /translate\(([-\d.e]+),\s*([-\d.e]+)\)/.exec(p.getAttribute('transform') || '');
+        if (!m || !from[i]) return;
+        const [x, y] = [parseFloat(m[1]), parseFloat(m[2])];
+        const sx = xa.c2p(from[i][0]) - xa.c2p(gd.data[idx].x[i]) + x;
+        const sy = ya.c2p(from[i][1]) - ya.c2p(gd.data[idx].y[i]) + y;
+        p.animate([{ transform: `translate(${sx}px, ${sy}px)` }, { transform: `translate(${x}px, ${y}px)` }], opts);
+      });
+    }
+  }
+
+  // Gradio (re)draws the figure whenever a callback returns one: bind and animate each new one.
+  setInterval(() => {
+    document.querySelectorAll('#pool-plot .js-plotly-plot').forEach((gd) => {
+      if (!gd.on || !gd._fullLayout) return;
+      if (gd.__plEvents !== gd._ev) {
+        gd.on('plotly_click', onClick);
+        gd.__plEvents = gd._ev;
+      }
+      // Gradio may draw a redraw of the same step (a selection, presenter mode) into a new
+      // element: remember the last step animated on the page, not per element
+      const key = gd.layout && gd.layout.meta && gd.layout.meta.anim;
+      if (key && key !== window.plAnimated) {
+        window.plAnimated = key;
+        try {
+          animate(gd);
+        } catch (err) { // motion is a garnish: a failure must never cost the clicks
+          console.warn('PagedLab motion:', err);
+        }
+      }
+    });
+  }, 100);
+
+  // The right-arrow key presses the lesson's Next button (for a teacher with a clicker).
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'ArrowRight' && !['INPUT', 'TEXTAREA'].includes(document.activeElement.tagName)) {
+      const b = document.querySelector('#lesson-next');
+      if (b && b.offsetParent !== null) b.click();
+    }
+  });
+})();

@@ -1,0 +1,72 @@
+"""The Serving controls: add a request (n samples, beam width, max tokens, temperature) and run
+the scheduler a step at a time or to the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+
+from engine import SamplingParams
+from ui import limits
+from ui.page import Page, guard, show
+from ui.session import Session, UserError
+
+
+def serving_panel(page: Page) -> Callable[[], None]:
+    gr.Markdown("Requests go through the scheduler (continuous batching).")
+    req_prompt = gr.Textbox(label="request prompt", value="Paged memory is",
+                            max_length=limits.MAX_PROMPT_CHARS)
+    with gr.Row():
+        req_n = gr.Number(value=1, precision=0, minimum=1, maximum=limits.MAX_SAMPLES,
+                          label="n samples", min_width=80)
+        req_beam = gr.Number(value=1, precision=0, minimum=1, maximum=limits.MAX_BEAM_WIDTH,
+                             label="beam width", min_width=80)
+    with gr.Row():
+        req_max = gr.Number(value=16, precision=0, minimum=1, maximum=limits.MAX_REQUEST_TOKENS,
+                            label="max tokens", min_width=80)
+        req_temp = gr.Number(value=0.0, minimum=0, maximum=5, label="temperature", min_width=80)
+    with gr.Row():
+        add_req = gr.Button("Add request", variant="primary", elem_id="add-request", min_width=90)
+        step = gr.Button("Step", elem_id="serve-step", min_width=60)
+        run_all = gr.Button("Run to the end", min_width=90)
+
+    @guard
+    def on_add_request(text, rn, rb, rm, rt, session: Session):
+        if not isinstance(text, str):
+            raise UserError("the request prompt must be text")
+        limits.check_prompt(text)
+        try:
+            params = SamplingParams(
+                max_tokens=limits.whole(rm, "max tokens", 1, limits.MAX_REQUEST_TOKENS),
+                n=limits.whole(rn, "n samples", 1, limits.MAX_SAMPLES),
+                beam_width=limits.whole(rb, "beam width", 1, limits.MAX_BEAM_WIDTH),
+                temperature=limits.number(0 if rt is None else rt, "temperature", 0, 5),
+                ignore_eos=False)
+        except ValueError as err:
+            raise UserError(str(err)) from err
+        session.run("add_request", text, params)
+        return show(session)
+
+    @guard
+    def on_step(session: Session):
+        if not session.engine.scheduler.has_work():
+            raise UserError("no request is waiting or running: add a request first")
+        session.run("step")
+        return show(session)
+
+    @guard
+    def on_run_all(session: Session):
+        for _ in range(limits.MAX_RUN_STEPS):
+            if not session.engine.scheduler.has_work():
+                break
+            session.run("step")
+        return show(session)
+
+    def wire() -> None:
+        outs, quiet = page.outs, page.quiet
+        add_req.click(on_add_request, [req_prompt, req_n, req_beam, req_max, req_temp, page.state],
+                      outs, **quiet)
+        step.click(on_step, [page.state], outs, **quiet)
+        run_all.click(on_run_all, [page.state], outs, **quiet)
+    return wire

@@ -1,0 +1,46 @@
+"""The page's look: one theme for teaching (type, spacing, the picture first), presenter mode
+(large type everywhere) and the script that makes the picture clickable and moving
+(ui/motion.js). app.py passes CSS, HEAD and THEME to Gradio's launch()."""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "motion.js"), encoding="utf-8") as f:
+    HEAD = f"<script>\n{f.read()}\n</script>"
+
+THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate", text_size="md",
+                       font=[gr.themes.Font(name) for name in ("Source Sans 3", "system-ui", "sans-serif")])
+
+CSS = """
+.pl-hidden { display: none !important }
+.nav-holder { display: none !important }  /* Gradio draws a page menu once the room pages exist */
+#top-bar { align-items: center; gap: 8px; }
+#top-bar p { margin: 0 }
+#pool-plot { min-height: 360px }
+#pool-plot .nsewdrag { cursor: pointer !important }
+#pool-plot .modebar-container { display: none !important }  /* zoom tools: the picture is fixed */
+#status p { margin: 0; color: #5f6b7a }
+#event-log { max-height: 320px; overflow-y: auto }
+#controls-col .tab-container button, #controls-col button { white-space: nowrap }
+#controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
+.presenter { font-size: 1.55em !important; line-height: 1.5 }
+body.pl-presenter .gradio-container { font-size: 1.35em }
+body.pl-presenter .gradio-container .prose, body.pl-presenter .gradio-container button,
+body.pl-presenter .gradio-container label span, body.pl-presenter .gradio-container table {
+  font-size: 1.35em !important; line-height: 1.45 }
+#top-bar .gap, #top-bar .form { gap: 2px }
+@media (max-width: 600px) {
+  /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
+     block tables stay, and a tap on a block opens the inspector with its tokens */
+  #pool-plot .heatmaplayer text[style*="font-size: 10px"] { display: none }
+  .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
+    padding-right: 4px !important }
+}
+"""
+
+# JS run in the page when a checkbox changes: a class on <body> switches the look, no round trip
+PRESENTER_JS = "(on) => { document.body.classList.toggle('pl-presenter', !!on); return on; }"
+REDUCE_MOTION_JS = "(on) => { document.body.classList.toggle('pl-reduce-motion', !!on); return on; }"

@@ -1,0 +1,118 @@
+"""What the last step changed, and what is selected, drawn over the pool.
+
+Every change is a persistent mark plus, where it moves, an invisible twin that the page animates
+(ui/motion.js via the trace's name): a new block's white "cover" fades out so the block fades
+in; a prefix hit's gold "flash" blinks; an evicted block's grey "ghost" fades out; a swap's
+dots slide from the GPU block to its CPU copy; the copy-on-write arrow draws itself from source
+to copy. The twins have opacity 0 in the figure, so a static image (or reduce-motion) shows the
+end state and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import plotly.graph_objects as go
+
+from engine.events import Event
+from viz import palette
+from viz.pool_cells import FAST
+from viz.pool_layout import PoolLayout
+
+HALF_H = 0.47  # half the height of a drawn row around a block
+
+
+def rects(layout: PoolLayout, ids: Iterable[int], name: str, colour: str, width: float = 3.0,
+          fill: str | None = None, opacity: float = 1.0, pad: float = 0.08) -> list[go.Scatter]:
+    """Rectangles around blocks' strips (one None-separated trace; filled if `fill`)."""
+    xs: list = []
+    ys: list = []
+    for b in dict.fromkeys(ids):  # each block once, in order
+        if not 0 <= b < layout.num_blocks:
+            continue
+        left, right, y = layout.box(b)
+        left, right, lo, hi = left - pad, right + pad, y - HALF_H, y + HALF_H
+        xs += [left, right, right, left, left, None]
+        ys += [lo, lo, hi, hi, lo, None]
+    if not xs:
+        return []
+    style: dict = {"line": {"color": colour, "width": width}}
+    if fill:
+        style = {"fill": "toself", "fillcolor": fill, "line": {"color": fill, "width": 0}}
+    return [go.Scatter(**FAST, x=xs, y=ys, mode="lines", name=name, opacity=opacity,
+                       hoverinfo="skip", showlegend=False, **style)]
+
+
+def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | None) -> list:
+    new, hits, evicted, cow_pairs, swaps = [], [], [], [], []
+    for e in events:
+        if e.kind == "allocate":
+            new += e.block_ids
+        elif e.kind == "prefix_hit":
+            hits += e.block_ids
+        elif e.kind == "evict":
+            evicted += e.block_ids
+        elif e.kind == "cow":
+            cow_pairs.append(e.block_ids)
+            new.append(e.block_ids[1])
+        elif e.kind in ("swap_out", "swap_in") and cpu is not None:
+            ids = e.block_ids
+            for a, b in zip(ids[::2], ids[1::2], strict=True):
+                gpu_id, cpu_id = (a, b) if e.kind == "swap_out" else (b, a)
+                swaps.append((gpu_id, cpu_id, e.kind == "swap_out"))
+    new = [b for b in new if b not in set(evicted)]  # an evicted-and-reused block fades by itself
+    out = rects(gpu, evicted, "evicted ghost", palette.CACHED, fill=palette.CACHED, opacity=0.0, pad=0)
+    out += rects(gpu, new, "new block cover", palette.FREE, fill=palette.FREE, opacity=0.0, pad=0)
+    out += rects(gpu, hits, "prefix hit flash", palette.SHARED, fill=palette.SHARED, opacity=0.0)
+    out += rects(gpu, new, "new block", palette.NEW, 3)
+    out += rects(gpu, hits, "prefix hit", palette.PREFIX_HIT, 4, pad=0.16)
+    out += rects(gpu, evicted, "evicted", palette.EVICT, 3, pad=0.16)
+    out += _arrows(cow_pairs, gpu)
+    out += _swaps(swaps, gpu, cpu)
+    return out
+
+
+def _centre(layout: PoolLayout, b: int) -> tuple[float, float]:
+    left, right, y = layout.box(b)
+    return (left + right) / 2, y + HALF_H  # on the row's top edge: the arrow crosses no tokens
+
+
+def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
+    xs: list = []
+    ys: list = []
+    for src, dst in pairs:
+        if max(src, dst) < gpu.num_blocks:
+            (x0, y0), (x1, y1) = _centre(gpu, src), _centre(gpu, dst)
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+    if not xs:
+        return []
+    return [go.Scatter(**FAST, x=xs, y=ys, mode="lines+markers", name="copy-on-write",
+                       line={"color": palette.COW, "width": 3},
+                       marker={"symbol": "arrow", "size": 16, "angleref": "previous",
+                               "color": palette.COW, "opacity": [0, 1, 0] * (len(xs) // 3)},
+                       hoverinfo="name", showlegend=False)]
+
+
+def _swaps(swaps: Sequence[tuple[int, int, bool]], gpu: PoolLayout, cpu: PoolLayout | None) -> list:
+    if not swaps or cpu is None:
+        return []
+    xs: list = []
+    ys: list = []
+    dots_x, dots_y, start = [], [], []
+    for g, c, out in swaps:
+        if g >= gpu.num_blocks or c >= cpu.num_blocks:
+            continue
+        a, b = _centre(gpu, g), _centre(cpu, c)
+        src, dst = (a, b) if out else (b, a)
+        xs += [src[0], dst[0], None]
+        ys += [src[1], dst[1], None]
+        dots_x.append(dst[0])
+        dots_y.append(dst[1])
+        start.append([src[0], src[1]])
+    return [go.Scatter(**FAST, x=xs, y=ys, mode="lines", name="swap",
+                       line={"color": palette.SWAP, "width": 2, "dash": "dot"},
+                       hoverinfo="name", showlegend=False),
+            go.Scatter(**FAST, x=dots_x, y=dots_y, mode="markers", name="swap slide",
+                       customdata=start, marker={"size": 12, "color": palette.SWAP, "symbol": "square"},
+                       hoverinfo="skip", showlegend=False)]

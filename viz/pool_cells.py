@@ -1,0 +1,113 @@
+"""The physical pool as ONE plotly Heatmap: every block's slots with their token text (token
+level) or one cell per block (block level). Colour = owner, shared, cached or free; empty slots
+white; the slot the pending token will take is marked. customdata[0] of every cell is the block
+id, which the page's click handler reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from engine.snapshot import BlockView
+from viz import palette
+from viz.pool_layout import PoolLayout
+
+FAST = {"_validate": False}  # traces built here are fixed in code; tests validate the JSON
+MAX_TEXT_BLOCKS = 512  # block level: ref counts printed in cells up to this pool size
+
+# categories of the discrete colour scale
+FREE, CACHED, SHARED, PENDING, OWNER0 = 0, 1, 2, 3, 4
+COLOURS = [palette.FREE, palette.CACHED, palette.SHARED, palette.PENDING, *palette.OWNERS]
+
+
+def colourscale() -> list[list]:
+    n = len(COLOURS)
+    scale = []
+    for i, c in enumerate(COLOURS):
+        scale += [[i / n, c], [(i + 1) / n, c]]
+    return scale
+
+
+def category(block: BlockView) -> int:
+    if block.ref_count > 1:
+        return SHARED
+    if block.ref_count == 1:
+        return OWNER0 + block.owners[0] % len(palette.OWNERS)
+    return CACHED if block.state == "cached" else FREE
+
+
+def owner_category(seq_id: int) -> int:
+    return OWNER0 + seq_id % len(palette.OWNERS)
+
+
+def escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace("\n", "⏎")
+
+
+def shorten(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: max(1, n - 1)] + "…"
+
+
+def slot_text(token: str, chars: int) -> str:
+    """A token as it fits a slot: a leading space becomes '·' only when nothing else shows."""
+    t = token.replace("\n", "⏎").strip(" ") or "␣"
+    return escape(shorten(t, chars))
+
+
+def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
+    """A block's hover text, short: every big pool sends one per block."""
+    owners = ",".join(map(str, blk.owners)) or "-"
+    digest = "" if blk.block_hash is None else f" · hash {blk.block_hash & 0xFFFFFFFF:08x}"
+    return (f"block {prefix}{blk.block_id} · {blk.state} · ref {blk.ref_count} · seq {owners} · "
+            f"{blk.num_filled}/{block_size}{digest}")
+
+
+def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
+                 pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
+                 scale: float = 1.0) -> go.Heatmap:
+    """pending: block id -> (slot, token text) of a pending token whose next slot is there;
+    scale: type size (presenter mode)."""
+    cols = len(layout.x_edges()) - 1
+    z: list[list] = [[None] * cols for _ in range(layout.rows)]
+    text = [[""] * cols for _ in range(layout.rows)]
+    custom: list[list] = [[None] * cols for _ in range(layout.rows)]
+    per_col = layout.columns_per_block
+    chars = max(1, int(850 / max(layout.width, 1.0) / (6.3 * scale)))  # ~850 px of plot, 10 px type
+    show_refs = len(blocks) <= MAX_TEXT_BLOCKS
+    for blk in blocks:
+        r, c = divmod(blk.block_id, layout.per_row)
+        cat = category(blk)
+        about = block_hover(blk, layout.block_size, prefix)
+        col0 = c * per_col
+        z[r][col0] = cat
+        if not layout.token_level:
+            text[r][col0] = str(blk.ref_count) if show_refs and blk.ref_count else ""
+            tokens = "".join(token_text(t) for t in blk.token_ids)
+            custom[r][col0] = [blk.block_id, about + (f"<br>tokens: {escape(shorten(tokens, 60))}"
+                                                      if tokens else "")]
+            continue
+        text[r][col0] = f"{prefix}{blk.block_id}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
+        custom[r][col0] = [blk.block_id, about]
+        pend = pending.get(blk.block_id)
+        for s in range(layout.block_size):
+            col = col0 + 1 + s
+            if s < len(blk.token_ids):
+                tok = token_text(blk.token_ids[s])
+                z[r][col] = cat
+                text[r][col] = slot_text(tok, chars)
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: {escape(repr(tok))}"]
+            elif pend is not None and pend[0] == s:
+                z[r][col] = PENDING
+                text[r][col] = "▸" + slot_text(pend[1], max(1, chars - 1))
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: next, the pending "
+                                                f"token {escape(repr(pend[1]))} (sampled, not yet written)"]
+            else:
+                z[r][col] = FREE
+                custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: empty"]
+    return go.Heatmap(**FAST,
+        z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
+        texttemplate="%{text}", textfont={"size": (10 if layout.token_level else 11) * scale},
+        customdata=custom, zmin=-0.5,
+        zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
+        name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)
