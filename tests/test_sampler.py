@@ -1,0 +1,115 @@
+"""The batched sampler: the distributions it draws from, and seeds that reproduce a request's
+tokens whatever else is in the batch.
+
+Draws are inverse CDFs at a uniform number, so evenly spaced uniforms give exact frequencies:
+the distribution tests below count, they do not estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.sampler import CANDIDATES, TorchScores, draw, nucleus_by_rejection
+from engine.sampler_keys import SampleRequest, request_key, sample_uniform
+
+N = 1000
+
+
+def frequencies(probs: list[float], **params) -> Counter:
+    """Token counts over N evenly spaced uniforms, one row each, all in one batch."""
+    logits = torch.log(torch.tensor([probs] * N))
+    sp = SamplingParams(temperature=params.pop("temperature", 1.0), **params)
+    reqs = [SampleRequest(i, sp, (i + 0.5) / N) for i in range(N)]
+    out = TorchScores(logits).sample_many(reqs)
+    assert all(math.isclose(lp, math.log(probs[t]), rel_tol=1e-4) for t, lp in out)
+    return Counter(t for t, _ in out)
+
+
+def test_temperature_one_draws_the_models_distribution():
+    assert frequencies([0.5, 0.3, 0.15, 0.05]) == {0: 500, 1: 300, 2: 150, 3: 50}
+
+
+def test_top_k_and_top_p_cut_and_renormalise():
+    p = [0.5, 0.3, 0.15, 0.05]
+    assert frequencies(p, top_k=2) == {0: 625, 1: 375}
+    # the mass before token 1 is 0.5 < 0.8: it stays; before token 2 it is 0.8: cut
+    assert frequencies(p, top_p=0.8) == {0: 625, 1: 375}
+    assert frequencies(p, top_p=0.81) == {0: 526, 1: 316, 2: 158}
+    assert frequencies(p, top_p=0.01) == {0: N}
+    # top-p over what top-k left: of {0.5, 0.3} renormalised, 0.625 alone reaches 0.6
+    assert frequencies(p, top_k=2, top_p=0.6) == {0: N}
+
+
+def test_low_temperature_sharpens():
+    counts = frequencies([0.5, 0.3, 0.15, 0.05], temperature=0.25)
+    assert counts[0] > 800 and counts[3] == 0
+
+
+def test_a_nucleus_wider_than_the_candidates_is_drawn_exactly():
+    """A flat row (as a random-weight model gives) is drawn by rejection, from the nucleus."""
+    vocab = 4 * CANDIDATES
+    probs = torch.linspace(2.0, 1.0, vocab)
+    probs = probs / probs.sum()
+    nucleus = int((torch.cumsum(probs, 0) - probs < 0.9).sum())
+    sp = SamplingParams(temperature=1.0, top_p=0.9)
+    reqs = [SampleRequest(i, sp, sample_uniform(request_key(7), 0, i)) for i in range(400)]
+    _, _, stands = draw(torch.log(probs).repeat(400, 1), reqs)
+    assert not stands.any()
+    tokens = nucleus_by_rejection(probs.repeat(400, 1), reqs).tolist()
+    assert max(tokens) < nucleus < vocab  # never outside the nucleus
+    assert len(set(tokens)) > 200  # and spread over it
+    # the best half of the nucleus is more likely than the worse half, as its mass says
+    assert sum(t < nucleus // 2 for t in tokens) > sum(t >= nucleus // 2 for t in tokens)
+    out = TorchScores(torch.log(probs).repeat(400, 1)).sample_many(reqs)
+    assert [t for t, _ in out] == tokens
+
+
+def test_greedy_and_sampled_rows_share_a_step():
+    logits = torch.log(torch.tensor([[0.1, 0.9], [0.6, 0.4], [0.2, 0.8]]))
+    greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0)
+    out = TorchScores(logits).sample_many([SampleRequest(0, greedy, 0.0),
+                                           SampleRequest(1, sampled, 0.7),
+                                           SampleRequest(2, greedy, 0.0)])
+    assert [t for t, _ in out] == [1, 1, 1]
+
+
+def test_uniforms_are_counters_not_state():
+    key = request_key(1234)
+    us = [sample_uniform(key, i, pos) for i in range(8) for pos in range(64)]
+    assert len(set(us)) == len(us) and all(0 <= u < 1 for u in us)
+    assert 0.45 < sum(us) / len(us) < 0.55
+    assert sample_uniform(key, 3, 5) == sample_uniform(request_key(1234), 3, 5)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_a_seeded_request_draws_the_same_tokens_whatever_else_is_in_the_batch(tiny_model, top_p):
+    params = SamplingParams(max_tokens=8, n=2, temperature=0.9, top_p=top_p, seed=99,
+                            ignore_eos=True)
+    prompt = list(range(5, 17))
+
+    def tokens(others: int, first: bool) -> list[list[int]]:
+        eng = LLMEngine(EngineConfig(model=tiny_model.name, device="cpu", dtype="float32",
+                                     num_gpu_blocks=128, block_size=4))
+        noise = [list(range(30 + i, 40 + 2 * i)) for i in range(others)]
+        extra = SamplingParams(max_tokens=5, n=3, temperature=1.3, ignore_eos=True)
+        if not first:
+            for p in noise:
+                eng.add_request(p, extra)
+        rid = eng.add_request(prompt, params)
+        if first:
+            for p in noise:
+                eng.add_request(p, extra)
+        done = {}
+        while eng.scheduler.has_work():
+            done.update({o.request_id: o for o in eng.step().finished})
+        eng.check_invariants()
+        return [list(c.token_ids) for c in done[rid].outputs]
+
+    alone = tokens(0, True)
+    assert alone[0] != alone[1]  # the two samples differ
+    assert tokens(3, False) == alone == tokens(2, True)
