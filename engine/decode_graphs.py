@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
 class DecodeOutputs:
@@ -99,12 +99,17 @@ class DecodeGraphs:
         return self.outputs[size].rows(n)
 
     @torch.inference_mode()
-    def capture(self, sizes: tuple[int, ...] | None = None) -> None:
+    def capture(self, sizes: tuple[int, ...] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> None:
         """Capture the graphs of these buckets now (default: all), largest first so that the
-        smaller ones reuse its memory pool. Otherwise each is captured at its first use."""
+        smaller ones reuse its memory pool. Otherwise each is captured at its first use.
+        `progress(done, total)` is called after each one."""
         if not self.use_graphs:
             return
-        for size in sorted(sizes or self.sizes, reverse=True):
+        todo = sorted(sizes or self.sizes, reverse=True)
+        for i, size in enumerate(todo):
+            if progress is not None:
+                progress(i, len(todo))
             if size not in self.graphs:
                 self._fill([0] * size, [0] * size, [-1] * size, [[0]] * size, size)
                 self.buffer.copy_(self.host)

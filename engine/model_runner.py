@@ -27,7 +27,8 @@ through static buffers and, on a GPU, CUDA graphs (decode_graphs.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -179,6 +180,39 @@ class ModelRunner:
         self.num_tokens_computed += int(input_ids.shape[1])
         self.num_forward_passes += 1
         return logits
+
+    def warm_up(self, log: Callable[[str], None] | None = None) -> float:
+        """Compile the kernels and capture every decode graph now, at engine start, so that the
+        first user's steps are not the ones that pay for it (on a GPU; nothing to do on a CPU).
+        Writes scratch K/V into the first blocks of the pool, which hold nothing yet. Returns
+        the seconds it took."""
+        if not self.graphs.use_graphs:
+            return 0.0
+        start = time.perf_counter()
+        bs = self.block_size
+        nblocks = self.cache.num_gpu_blocks
+        # a few prefill shapes, one of them mixed with decodes: the Triton kernels compile once
+        # per specialisation (lengths divisible by 16 or not, one sequence or several)
+        for lens in ([17], [16, 33, 1, 1], [bs * 4 + 3, 1]):
+            need = [-(-n // bs) for n in lens]
+            if sum(need) > nblocks:
+                continue
+            first = [sum(need[:i]) for i in range(len(lens))]
+            self.execute([ScheduledSeq([0] * n, 0, list(range(f, f + k)))
+                          for n, f, k in zip(lens, first, need, strict=True)])
+
+        def progress(done: int, total: int) -> None:
+            if log is not None and (done % 5 == 0 or done == total - 1):
+                log(f"[pagedlab] capturing decode graphs: {done + 1}/{total} batch sizes")
+
+        self.graphs.capture(progress=progress)
+        torch.cuda.synchronize(self.device)
+        self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's
+        seconds = time.perf_counter() - start
+        if log is not None:
+            log(f"[pagedlab] engine warm: kernels compiled, {len(self.graphs.graphs)} decode "
+                f"graphs captured in {seconds:.1f} s")
+        return seconds
 
     @contextmanager
     def module_path(self) -> Iterator[None]:

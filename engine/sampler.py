@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.sampler_keys import _MASK64, SampleRequest, _mix64
+from engine.sampler_keys import SampleRequest, _mix64
 
 
 class TorchScores:
@@ -50,8 +50,8 @@ class TorchScores:
 
     def sample_many(self, requests: list[SampleRequest]) -> list[tuple[int, float]]:
         """(token, its log probability under the model) for each request, in order. Greedy
-        requests (temperature 0) and sampled ones share one transfer back; more come only for
-        rows whose top-p nucleus is wider than the candidates (see `draw`)."""
+        requests (temperature 0) and sampled ones share one transfer back; a second comes only
+        for the rare row that `draw` could not settle (see there)."""
         if not requests:
             return []
         sampled = [r for r in requests if r.params.temperature > 0]
@@ -63,25 +63,25 @@ class TorchScores:
         if m == n and all(r.row == i for i, r in enumerate(sampled)):
             rows, logits, logprobs = None, self.logits, self.logprobs()
         else:
-            rows = torch.tensor([r.row for r in sampled], dtype=torch.long).to(dev, non_blocking=True)
+            rows = _to_device([r.row for r in sampled], torch.long, dev)
             logits, logprobs = self.logits.index_select(0, rows), self.logprobs().index_select(0, rows)
-        probs, tokens, exact = draw(logits, sampled)
+        probs, tokens, settled = draw(logits, sampled)
         # one transfer for every row: greedy pairs, then the sampled ones (token ids are exact
         # in float64), then whether each draw stands
         values = torch.cat([best.double(), best_lp.double(), tokens.double(),
                             logprobs.gather(1, tokens[:, None])[:, 0].double(),
-                            exact.double()]).tolist()
+                            settled.double()]).tolist()
         greedy = list(zip(map(int, values[:n]), values[n:2 * n], strict=True))
         drawn = list(zip(map(int, values[2 * n:2 * n + m]), values[2 * n + m:2 * n + 2 * m],
                          strict=True))
-        wide = [i for i, ok in enumerate(values[2 * n + 2 * m:]) if not ok]
-        if wide:  # a flat row (a random-weight model's are): its nucleus by rejection
-            idx = torch.tensor(wide, dtype=torch.long).to(dev)
-            again = nucleus_by_rejection(probs.index_select(0, idx), [sampled[i] for i in wide])
+        open_rows = [i for i, ok in enumerate(values[2 * n + 2 * m:]) if not ok]
+        if open_rows:  # rare: a row whose rejection rounds all missed the nucleus
+            idx = _to_device(open_rows, torch.long, dev)
+            again = exact_top_p(probs.index_select(0, idx), [sampled[i] for i in open_rows])
             values = torch.cat([again.double(), logprobs.index_select(0, idx).gather(
                 1, again[:, None])[:, 0].double()]).tolist()
-            for j, i in enumerate(wide):
-                drawn[i] = (int(values[j]), values[len(wide) + j])
+            for j, i in enumerate(open_rows):
+                drawn[i] = (int(values[j]), values[len(open_rows) + j])
         it = iter(drawn)
         return [next(it) if r.params.temperature > 0 else greedy[r.row] for r in requests]
 
@@ -90,7 +90,7 @@ class TorchScores:
         first: one top-k over all the rows (beam candidates of the whole step), one transfer."""
         if not rows:
             return []
-        idx = torch.tensor(rows, dtype=torch.long).to(self.logits.device, non_blocking=True)
+        idx = _to_device(rows, torch.long, self.logits.device)
         values, ids = torch.topk(self.logprobs().index_select(0, idx), max(ks), dim=-1)
         both = torch.stack([ids.double(), values.double()]).tolist()
         return [list(zip(map(int, i[:k]), v[:k], strict=True))
@@ -101,100 +101,86 @@ class TorchScores:
         return self.top_many([row], [k])[0]
 
 
-CANDIDATES = 128  # best tokens a top-k / top-p row is drawn from before anything wider
-MAX_ROUNDS = 16  # rejection rounds for a wide nucleus before the last resort, a full sort
+ROUNDS = 3  # rejection rounds on the device; a row left open after them is rare (< 0.05^3)
 
 
-def round_uniform(u: float, round_: int) -> float:
-    """Round r's uniform for a row whose first uniform is u (round 0: u itself)."""
-    if round_ == 0:
-        return u
-    x = _mix64((int(u * (1 << 53)) + round_ * 0x9E3779B97F4A7C15) & _MASK64)
-    return (x >> 11) * (1.0 / (1 << 53))
+def _to_device(values: list, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """A small host list on the device without a sync: from pinned memory on a GPU (a copy from
+    pageable memory may wait for the stream, i.e. for the whole forward pass)."""
+    t = torch.tensor(values, dtype=dtype)
+    if dev.type == "cuda":
+        t = t.pin_memory()
+    return t.to(dev, non_blocking=True)
 
 
-def _host(dev: torch.device, *columns: list[float]) -> list[torch.Tensor]:
-    """Per-row parameters, in one small host-to-device copy."""
-    return list(torch.tensor(columns, dtype=torch.float32).to(dev, non_blocking=True).unbind(0))
+def round_uniforms(u: float) -> tuple[float, float]:
+    """Rounds 1 and 2's uniforms (24 bits each, as float32 holds them) for a row whose first
+    uniform is u: one more scramble of u's bits."""
+    x = _mix64(int(u * (1 << 53)))
+    return (x >> 40) * (1.0 / (1 << 24)), ((x >> 16) & 0xFFFFFF) * (1.0 / (1 << 24))
 
 
 def draw(logits: torch.Tensor, requests: list[SampleRequest]
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token per row of float32 `logits` [rows, vocab], row i under requests[i]: returns
-    the rows' probabilities after temperature [rows, vocab], the token ids [rows], and whether
-    each draw stands (bool [rows]).
+    """One token per row of float32 `logits` [rows, vocab], row i under requests[i]. Returns
+    the rows' probabilities after temperature and top-k [rows, vocab], the token ids [rows] and
+    whether each row is settled (bool [rows]); all on the device, no sync.
 
-    Temperature scales; top-k keeps the k best (ties with the k-th stay); top-p keeps, of what
-    top-k left (renormalised, as HF chains its warpers), the shortest best-first run whose mass
-    reaches p (a token stays while the mass before it is below p, so the best always stays);
-    then the inverse CDF at the row's `u` picks the token. Rows with neither cut draw from the
-    whole vocabulary in its own order: no sort. Rows with a cut draw from their best
-    `CANDIDATES` (or k) tokens, one top-k and no sort of the vocabulary: exact whenever the
-    top-k or the nucleus lies inside them. A row whose nucleus is wider does not stand; the
-    caller draws it again with `nucleus_by_rejection`."""
+    Temperature scales; top-k keeps the k best (ties with the k-th stay) and renormalises;
+    top-p keeps, of what is left, the shortest best-first run whose mass reaches p (a token
+    stays while the mass before it is below p, so the best always stays); the inverse CDF at
+    the row's uniform picks the token, in vocabulary order: nothing is sorted.
+
+    Top-p by rejection, so the nucleus is never sorted out of the vocabulary: draw from the
+    tokens above a pivot (first: all of them); a draw inside the nucleus (the mass of the
+    tokens more likely than it is below p) stands, else its probability becomes the pivot and
+    the row draws again. What stands is drawn from the nucleus with the right probabilities
+    (rejection from a superset of it), and each round stands with probability at least p. The
+    rounds run on the device for every row (a settled row keeps its token); a row still open
+    after `ROUNDS` is drawn again by `exact_top_p`."""
     rows, vocab = logits.shape
     dev = logits.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
-    temps, top_p, k_t, u = _host(dev, [r.params.temperature for r in requests],
-                                 [r.params.top_p for r in requests], ks, [r.u for r in requests])
-    probs = torch.softmax(logits / temps[:, None], dim=-1)
-    plain = [i for i, r in enumerate(requests) if ks[i] == vocab and r.params.top_p >= 1.0]
-    stands = torch.ones(rows, dtype=torch.bool, device=dev)
-    if len(plain) == rows:
-        return probs, _inverse_cdf(probs, u), stands
-    width = min(vocab, max([CANDIDATES] + [k for k in ks if k < vocab]))
-    values, order = torch.topk(probs, width, dim=-1)  # sorted, best first
-    kth = values.gather(1, (k_t.long() - 1).clamp(max=width - 1)[:, None])
-    values = values.masked_fill(values < kth, 0.0)
-    has_k = k_t <= width
-    values = torch.where(has_k[:, None], values / values.sum(-1, keepdim=True), values)
+    need_p = any(r.params.top_p < 1.0 for r in requests)
+    later = [round_uniforms(r.u) for r in requests] if need_p else [(0.0, 0.0)] * rows
+    host = _to_device([[r.params.temperature for r in requests], [r.params.top_p for r in requests],
+                       ks, [r.u for r in requests], [a for a, _ in later], [b for _, b in later]],
+                      torch.float32, dev)
+    temps, top_p, k_t, u0, u1, u2 = host.unbind(0)
+    scaled = logits / temps[:, None]
+    probs = torch.softmax(scaled, dim=-1)
+    if any(k < vocab for k in ks):
+        kth = torch.topk(scaled, max(k for k in ks if k < vocab), dim=-1).values
+        kth = kth.gather(1, (k_t.long() - 1).clamp(max=kth.shape[1] - 1)[:, None])
+        probs = torch.where((scaled >= kth) | (k_t[:, None] >= vocab), probs, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    tokens = _inverse_cdf(probs, u0)
+    if not need_p:
+        return probs, tokens, torch.ones(rows, dtype=torch.bool, device=dev)
+    settled = top_p >= 1.0
+    pivot = torch.zeros(rows, 1, device=dev)
+    for round_, u in enumerate((u0, u1, u2)):
+        if round_:
+            drawn = _inverse_cdf(torch.where(probs > pivot, probs, 0.0), u)
+            tokens = torch.where(settled, tokens, drawn)
+        p_t = probs.gather(1, tokens[:, None])
+        inside = torch.where(probs > p_t, probs, 0.0).sum(-1) < top_p
+        pivot = torch.where(settled[:, None], pivot, p_t)
+        settled = settled | inside
+    return probs, tokens, settled
+
+
+def exact_top_p(probs: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
+    """The last resort for a row that `draw`'s rounds left open: the nucleus by a sort of the
+    row, drawn at one more uniform of the row's."""
+    dev = probs.device
+    top_p, u = _to_device([[r.params.top_p for r in requests],
+                           [round_uniforms(round_uniforms(r.u)[1])[0] for r in requests]],
+                          torch.float32, dev).unbind(0)
+    values, order = torch.sort(probs, dim=-1, descending=True)
     cum = torch.cumsum(values, dim=-1)
     values = values.masked_fill(cum - values >= top_p[:, None], 0.0)
-    stands = has_k | (cum[:, -1] >= top_p)
-    tokens = order.gather(1, _inverse_cdf(values, u)[:, None])[:, 0]
-    if plain:  # rows without a cut: the whole vocabulary, in its own order
-        idx = torch.tensor(plain, dtype=torch.long).to(dev, non_blocking=True)
-        tokens = tokens.index_copy(0, idx, _inverse_cdf(probs.index_select(0, idx), u[idx]))
-        stands = stands.index_fill(0, idx, True)
-    return probs, tokens, stands
-
-
-def nucleus_by_rejection(probs: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
-    """Top-p draws for rows (no top-k) whose nucleus is wider than the candidates, without a
-    sort of the vocabulary. Draw from the tokens above a pivot (first: all of them); a draw
-    inside the nucleus (the mass of the tokens above it is below p) stands, else its
-    probability becomes the pivot and the row draws again. What stands is drawn from the
-    nucleus with the right probabilities (rejection from a superset of it), and a flat row is
-    done in a round or two. Each round's uniform is hashed from the row's."""
-    dev = probs.device
-    (top_p,) = _host(dev, [r.params.top_p for r in requests])
-    pivot = torch.zeros(len(requests), 1, device=dev)
-    tokens = torch.zeros(len(requests), dtype=torch.long, device=dev)
-    todo = list(range(len(requests)))
-    for round_ in range(MAX_ROUNDS):
-        whole = len(todo) == len(requests)
-        idx = None if whole else torch.tensor(todo, dtype=torch.long).to(dev)
-        p = probs if whole else probs.index_select(0, idx)
-        (u,) = _host(dev, [round_uniform(requests[i].u, round_) for i in todo])
-        if round_ == MAX_ROUNDS - 1:  # never loop forever: the exact sort settles the rest
-            values, order = torch.sort(p, dim=-1, descending=True)
-            cum = torch.cumsum(values, dim=-1)
-            values = values.masked_fill(cum - values >= top_p[idx][:, None], 0.0)
-            drawn = order.gather(1, _inverse_cdf(values, u)[:, None])[:, 0]
-        else:
-            piv = pivot if whole else pivot.index_select(0, idx)
-            drawn = _inverse_cdf(p if round_ == 0 else torch.where(p > piv, p, 0.0), u)
-        p_t = p.gather(1, drawn[:, None])
-        ok = torch.where(p > p_t, p, 0.0).sum(-1) < (top_p if whole else top_p[idx])
-        if whole:
-            tokens, pivot = drawn, p_t
-        else:
-            tokens, pivot = tokens.index_copy(0, idx, drawn), pivot.index_copy(0, idx, p_t)
-        flags = ok.tolist()
-        todo = [i for i, f in zip(todo, flags, strict=True) if not f and round_ < MAX_ROUNDS - 1]
-        if not todo:
-            break
-    return tokens
+    return order.gather(1, _inverse_cdf(values, u)[:, None])[:, 0]
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
