@@ -175,6 +175,17 @@ class Bench:
             raise RuntimeError(f"generate_batch made {made} tokens, fewer than asked")
         return seconds
 
+    def hf_run(self, result: dict, name: str, fn: Callable[..., float], prompts: list[list[int]],
+               max_new: int, tokens: int, **kw) -> None:
+        """One HF baseline; tokens/s over the workload's tokens; a failure is recorded."""
+        try:
+            s = fn(prompts, max_new, **kw)
+            result[name] = {"seconds": s, "tokens_per_s": tokens / s}
+            result[f"engine_over_{name}"] = result["engine"]["tokens_per_s"] / (tokens / s)
+        except Exception as err:  # recorded, the suite goes on
+            traceback.print_exc()
+            result[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+
     def with_hf(self, result: dict, prompts: list[list[int]], max_new: int, tokens: int,
                 batch_api: bool = True, **kw) -> None:
         """HF generate and generate_batch on the same prompts, tokens/s over the same tokens."""
@@ -182,21 +193,31 @@ class Bench:
         old = model.config._attn_implementation
         model.set_attn_implementation("sdpa")
         try:
+            self.hf_run(result, "hf_generate", self.hf_generate, prompts, max_new, tokens, **kw)
             # smoke: no generate_batch (on a CPU it takes minutes even for a few tiny requests)
-            batch_api = batch_api and not self.smoke
-            for name, fn in (("hf_generate", self.hf_generate),
-                             ("hf_generate_batch", self.hf_generate_batch if batch_api else None)):
-                if fn is None:
-                    continue
-                try:
-                    s = fn(prompts, max_new, **kw)
-                    result[name] = {"seconds": s, "tokens_per_s": tokens / s}
-                    result[f"engine_over_{name}"] = result["engine"]["tokens_per_s"] / (tokens / s)
-                except Exception as err:  # recorded, the suite goes on
-                    traceback.print_exc()
-                    result[name] = {"error": f"{type(err).__name__}: {err}"[:300]}
+            if batch_api and not self.smoke:
+                self.hf_run(result, "hf_generate_batch", self.hf_generate_batch, prompts, max_new,
+                            tokens, **kw)
         finally:
             model.set_attn_implementation(old)
+
+
+def _replay_gpu_ms(eng: LLMEngine, n: int) -> float | None:
+    """GPU time of one replay of the decode graph of n sequences (CUDA events, median of 20):
+    the step's device part, to set against its wall time."""
+    graphs = eng.runtime.runner.graphs
+    if DEVICE != "cuda" or graphs.bucket(n) not in graphs.graphs:
+        return None
+    graph = graphs.graphs[graphs.bucket(n)]
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()  # rewrites the last step's K/V slots with the same values
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def ragged(b: Bench, eng: LLMEngine, n: int, seed: int, sampled: bool, scale: float) -> dict:
@@ -228,8 +249,12 @@ def parallel_n8(b: Bench, eng: LLMEngine, requests: int, new: int, scale: float)
     res["engine"] = res["sampled"]
     g, s = res["greedy"]["median_full_batch_decode_ms"], res["sampled"]["median_full_batch_decode_ms"]
     res["sampled_over_greedy_step"] = s / g if g and s else None
-    b.with_hf(res, [p for p, _ in work], new, res["sampled"]["tokens"], do_sample=True,
+    prompts = [p for p, _ in work]
+    b.with_hf(res, prompts, new, res["sampled"]["tokens"], batch_api=False, do_sample=True,
               temperature=0.8, top_p=0.95, top_k=0, num_return_sequences=8)
+    if not b.smoke:  # generate_batch has no n: each prompt asked 8 times, as a user would
+        b.hf_run(res, "hf_generate_batch", b.hf_generate_batch, [p for p in prompts for _ in range(8)],
+                 new, res["sampled"]["tokens"], do_sample=True, temperature=0.8, top_p=0.95, top_k=0)
     return res
 
 
@@ -291,6 +316,9 @@ def concurrency(b: Bench, sizes: tuple[int, ...], plen: int, new: int) -> dict:
         r.pop("outputs")
         r["roofline_ms"] = b.roofline_ms([plen + new // 2] * n)
         r["full_step_over_roofline"] = r["median_full_batch_decode_ms"] / r["roofline_ms"]
+        r["graph_replay_gpu_ms"] = _replay_gpu_ms(eng, n)
+        if r["graph_replay_gpu_ms"]:
+            r["graph_gpu_over_roofline"] = r["graph_replay_gpu_ms"] / r["roofline_ms"]
         res[str(n)] = r
         del eng
         release()

@@ -84,11 +84,19 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
-            tables: list[list[int]]) -> DecodeOutputs:
-        """One decode step for len(token_ids) sequences (position p's token goes to slot s)."""
+            tables: list[list[int]], num_blocks: int | None = None) -> DecodeOutputs | None:
+        """One decode step for len(token_ids) sequences (position p's token goes to slot s).
+        With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
+        the buffer); None comes back, and nothing runs, when one does not."""
         n = len(token_ids)
         size = self.bucket(n)
         used = self._fill(token_ids, positions, slots, tables, size)
+        if num_blocks is not None:
+            widest = max(map(len, tables))
+            region = self._host_np[4 * self.max_batch:used].reshape(size, self.width)[:n, :widest]
+            if region.min() < 0 or region.max() >= num_blocks:
+                region[:] = 0  # no bad id stays behind for a later step's check to trip on
+                return None
         self.buffer[:used].copy_(self.host[:used], non_blocking=True)
         if not self.use_graphs:
             return self._compute(size).rows(n)

@@ -237,13 +237,26 @@ class ModelRunner:
         """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
         if not batch:
             raise ValueError("decode() needs at least one scheduled sequence")
-        bs = self.block_size
-        positions = [s.num_computed for s in batch]
+        bs, limit = self.block_size, self.max_model_len
+        tokens: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        # One pass, a few operations per sequence (this runs for every sequence of every step);
+        # anything unusual goes through the full check, which says what is wrong.
         for i, seq in enumerate(batch):
-            self._check(i, seq)
-        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(batch, positions, strict=True)]
-        out = self.graphs.run([s.token_ids[0] for s in batch], positions, slots,
-                              [s.block_table for s in batch])
+            p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
+            if len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs:
+                self._check(i, seq)
+            tokens.append(ids[0])
+            positions.append(p)
+            slots.append(table[p // bs] * bs + p % bs)
+            tables.append(table)
+        out = self.graphs.run(tokens, positions, slots, tables,
+                              num_blocks=self.cache.num_gpu_blocks)
+        if out is None:  # a block id outside the pool: find it and say which
+            for i, seq in enumerate(batch):
+                self._check(i, seq)
         self.num_tokens_computed += len(batch)
         self.num_forward_passes += 1
         return TorchScores(out.logits, out.logprobs, (out.greedy_ids, out.greedy_logprobs))
