@@ -183,9 +183,26 @@ def exact_top_p(probs: torch.Tensor, requests: list[SampleRequest]) -> torch.Ten
     return order.gather(1, _inverse_cdf(values, u)[:, None])[:, 0]
 
 
+INVERSE_CDF_BLOCK = 256  # the inverse CDF scans blocks of this many tokens, then one block
+
+
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Column of each row's first entry whose cumulative mass passes u x the row's total: never
-    an entry of zero mass."""
-    cdf = torch.cumsum(probs, dim=-1)
-    pick = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None].contiguous(), right=True)
-    return pick[:, 0].clamp(max=cdf.shape[1] - 1)
+    an entry of zero mass. In two levels, so no scan runs over the whole vocabulary (a cumsum
+    over [256, 49152] took 157 us on an H100, a sum 25): block sums, the block the target falls
+    in, then a scan of that block alone."""
+    rows, vocab = probs.shape
+    b = INVERSE_CDF_BLOCK
+    pad = -vocab % b
+    if pad:
+        probs = torch.nn.functional.pad(probs, (0, pad))
+    blocks = probs.view(rows, -1, b)
+    block_cdf = blocks.sum(-1).cumsum(-1)  # [rows, vocab / b]
+    target = (u * block_cdf[:, -1])[:, None]
+    which = torch.searchsorted(block_cdf, target, right=True).clamp(max=block_cdf.shape[1] - 1)
+    before = torch.where(which > 0, block_cdf.gather(1, (which - 1).clamp(min=0)), 0.0)
+    inner = blocks.gather(1, which[:, :, None].expand(rows, 1, b))[:, 0].cumsum(-1)  # [rows, b]
+    # rounding may put the target at or past the block's own total: stay inside its mass
+    rest = torch.minimum((target - before).clamp(min=0.0), inner[:, -1:] * (1 - 2.0 ** -20))
+    pick = torch.searchsorted(inner, rest.contiguous(), right=True).clamp(max=b - 1)
+    return (which * b + pick)[:, 0]
