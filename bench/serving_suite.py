@@ -366,6 +366,9 @@ def shared_stages(b: Bench, result: dict, want: Callable[[str], bool], smoke: bo
             stage(result, name, fn)
 
 
+OUT_PATH = ""  # where main() writes: every stage rewrites it, so a run cut short keeps what ran
+
+
 def stage(result: dict, name: str, fn: Callable[[], dict]) -> None:
     t = time.perf_counter()
     try:
@@ -375,6 +378,9 @@ def stage(result: dict, name: str, fn: Callable[[], dict]) -> None:
         result[name] = {"error": f"{type(err).__name__}: {err}"[:400]}
     result[name]["bench_seconds"] = time.perf_counter() - t
     print(name, json.dumps(result[name])[:1200], flush=True)
+    if OUT_PATH:
+        with open(OUT_PATH, "w") as f:
+            json.dump(result, f, indent=2)
 
 
 def main() -> None:
@@ -384,7 +390,9 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny-random, tiny sizes")
     ap.add_argument("--only", default="", help="comma-separated stages to run")
     args = ap.parse_args()
-    global DEVICE
+    global DEVICE, OUT_PATH
+    OUT_PATH = args.out
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.smoke:
         DEVICE, args.model = "cpu", "tiny-random"
     elif not torch.cuda.is_available():
@@ -421,7 +429,6 @@ def main() -> None:
         stage(result, "concurrency", lambda: concurrency(
             b, (2, 8) if args.smoke else (8, 64, 256, 512), 16 if args.smoke else 128,
             8 if args.smoke else 128))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {args.out}")

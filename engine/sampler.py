@@ -101,7 +101,7 @@ class TorchScores:
         return self.top_many([row], [k])[0]
 
 
-ROUNDS = 3  # rejection rounds on the device; a row left open after them is rare (< 0.05^3)
+ROUNDS = 3  # draw's rejection rounds: one uniform each (u, then round_uniforms' two)
 
 
 def _to_device(values: list, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
@@ -135,9 +135,9 @@ def draw(logits: torch.Tensor, requests: list[SampleRequest]
     tokens above a pivot (first: all of them); a draw inside the nucleus (the mass of the
     tokens more likely than it is below p) stands, else its probability becomes the pivot and
     the row draws again. What stands is drawn from the nucleus with the right probabilities
-    (rejection from a superset of it), and each round stands with probability at least p. The
-    rounds run on the device for every row (a settled row keeps its token); a row still open
-    after `ROUNDS` is drawn again by `exact_top_p`."""
+    (rejection from a superset of it), and each round stands with probability at least p. On a
+    GPU the rounds run for every row (a settled row keeps its token), so nothing waits for the
+    device; a row still open after `ROUNDS` is drawn again by `exact_top_p`."""
     rows, vocab = logits.shape
     dev = logits.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
@@ -157,17 +157,33 @@ def draw(logits: torch.Tensor, requests: list[SampleRequest]
     tokens = _inverse_cdf(probs, u0)
     if not need_p:
         return probs, tokens, torch.ones(rows, dtype=torch.bool, device=dev)
-    settled = top_p >= 1.0
-    pivot = torch.zeros(rows, 1, device=dev)
-    for round_, u in enumerate((u0, u1, u2)):
-        if round_:
-            drawn = _inverse_cdf(torch.where(probs > pivot, probs, 0.0), u)
-            tokens = torch.where(settled, tokens, drawn)
+    p_t = probs.gather(1, tokens[:, None])
+    settled = (top_p >= 1.0) | (torch.where(probs > p_t, probs, 0.0).sum(-1) < top_p)
+    if dev.type != "cpu":  # rounds for every row: reading which are open would sync
+        return (probs, *_rounds(probs, tokens, p_t, top_p, settled, (u1, u2)))
+    # on a CPU there is nothing to keep busy: the later rounds run for the open rows alone
+    open_rows = (~settled).nonzero()[:, 0]
+    if len(open_rows):
+        got, ok = _rounds(probs.index_select(0, open_rows), tokens[open_rows], p_t[open_rows],
+                          top_p[open_rows], settled[open_rows], (u1[open_rows], u2[open_rows]))
+        tokens = tokens.index_copy(0, open_rows, got)
+        settled = settled.index_copy(0, open_rows, ok)
+    return probs, tokens, settled
+
+
+def _rounds(probs: torch.Tensor, tokens: torch.Tensor, pivot: torch.Tensor, top_p: torch.Tensor,
+            settled: torch.Tensor, uniforms: tuple[torch.Tensor, ...]
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection rounds after the first: an open row draws from the tokens more likely than
+    its last draw (the pivot) and stands when the draw is inside the nucleus."""
+    for u in uniforms:
+        drawn = _inverse_cdf(torch.where(probs > pivot, probs, 0.0), u)
+        tokens = torch.where(settled, tokens, drawn)
         p_t = probs.gather(1, tokens[:, None])
         inside = torch.where(probs > p_t, probs, 0.0).sum(-1) < top_p
         pivot = torch.where(settled[:, None], pivot, p_t)
         settled = settled | inside
-    return probs, tokens, settled
+    return tokens, settled
 
 
 def exact_top_p(probs: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
