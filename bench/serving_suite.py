@@ -42,6 +42,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from copy_bandwidth import copy_bandwidth  # noqa: E402 (bench/, beside this file)
+
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.models import load_model  # noqa: E402
 
@@ -66,25 +68,12 @@ def sharegpt_like(n: int, seed: int, vocab: int, scale: float = 1.0, max_prompt:
     return out
 
 
-def copy_bandwidth() -> float:
-    x = torch.empty(1 << 30 if DEVICE == "cuda" else 1 << 24, dtype=torch.uint8, device=DEVICE)
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    sync()
-    t = time.perf_counter()
-    for _ in range(10):
-        y.copy_(x)
-    sync()
-    return 2 * x.numel() * 10 / (time.perf_counter() - t)
-
-
 class Bench:
     def __init__(self, model: str, dtype: str, smoke: bool) -> None:
         self.model, self.dtype, self.smoke = model, dtype, smoke
         self.lm = load_model(model, DEVICE, dtype)
         self.vocab = int(self.lm.vocab_size)
-        self.bw = copy_bandwidth()
+        self.bw = copy_bandwidth(DEVICE)
         lm = self.lm
         self.weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
         self.kv_per_token = 2 * lm.num_layers * lm.num_kv_heads * lm.head_dim * lm.dtype.itemsize
