@@ -7,6 +7,7 @@ load the shared model (models.py), allocate the paged pool (cache_engine.py), ru
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -33,8 +34,13 @@ class Runtime:
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
-        # No cold first user: on a GPU, compile and capture now (a few seconds, said on stderr)
-        self.warm_up_seconds = self.runner.warm_up(_log)
+        # No cold first user: on a GPU, compile and capture now (a few seconds, said on stderr).
+        # Not on a ZeroGPU Space: there the GPU lives for one call and each call rebuilds the
+        # engine by replay, so warming every bucket would cost every click; graphs are then
+        # captured at first use. PAGEDLAB_WARMUP=0 turns it off anywhere.
+        zerogpu = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
+        warm = os.environ.get("PAGEDLAB_WARMUP", "1") != "0" and not zerogpu
+        self.warm_up_seconds = self.runner.warm_up(_log) if warm else 0.0
 
     def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
