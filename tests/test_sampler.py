@@ -126,3 +126,23 @@ def test_a_seeded_request_draws_the_same_tokens_whatever_else_is_in_the_batch(ti
     alone = tokens(0, True)
     assert alone[0] != alone[1]  # the two samples differ
     assert tokens(3, False) == alone == tokens(2, True)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preemption_changes_no_sampled_output(tiny_model, mode):
+    """Seeds are counters, not RNG state: a preempted request draws what it would have drawn."""
+    prompts = [[100 + i, 200 + i, 300 + i, 400 + i, 500 + i] for i in range(3)]
+    params = SamplingParams(max_tokens=6, n=2, temperature=1.0, top_p=0.9, ignore_eos=True)
+
+    def run(blocks: int) -> tuple[list[list[list[int]]], int]:
+        eng = LLMEngine(EngineConfig(model=tiny_model.name, device="cpu", dtype="float32",
+                                     block_size=4, num_gpu_blocks=blocks, preemption_mode=mode,
+                                     num_cpu_blocks=64 if mode == "swap" else 0))
+        outs = eng.generate(prompts, params)
+        eng.check_invariants()
+        return [[list(c.token_ids) for c in o.outputs] for o in outs], eng.scheduler.num_preemptions
+
+    expected, none = run(64)
+    got, preemptions = run(9)
+    assert none == 0 and preemptions > 0
+    assert got == expected
