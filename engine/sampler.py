@@ -101,9 +101,6 @@ class TorchScores:
         return self.top_many([row], [k])[0]
 
 
-ROUNDS = 3  # draw's rejection rounds: one uniform each (u, then round_uniforms' two)
-
-
 def _to_device(values: list, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
     """A small host list on the device without a sync: from pinned memory on a GPU (a copy from
     pageable memory may wait for the stream, i.e. for the whole forward pass)."""
@@ -137,7 +134,8 @@ def draw(logits: torch.Tensor, requests: list[SampleRequest]
     the row draws again. What stands is drawn from the nucleus with the right probabilities
     (rejection from a superset of it), and each round stands with probability at least p. On a
     GPU the rounds run for every row (a settled row keeps its token), so nothing waits for the
-    device; a row still open after `ROUNDS` is drawn again by `exact_top_p`."""
+    device; a row still open after three rounds (u, then round_uniforms' two) is drawn again
+    by `exact_top_p`."""
     rows, vocab = logits.shape
     dev = logits.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
