@@ -61,11 +61,12 @@ class TorchScores:
         dev = self.logits.device
         n, m = self.num_rows, len(sampled)
         if m == n and all(r.row == i for i, r in enumerate(sampled)):
-            rows, logits, logprobs = None, self.logits, self.logprobs()
+            logprobs, row_max = self.logprobs(), best_lp
         else:
             rows = _to_device([r.row for r in sampled], torch.long, dev)
-            logits, logprobs = self.logits.index_select(0, rows), self.logprobs().index_select(0, rows)
-        probs, tokens, settled = draw(logits, sampled)
+            logprobs, row_max = self.logprobs().index_select(0, rows), best_lp.index_select(0, rows)
+        # from the log probabilities, whose row maximum the greedy choice already holds
+        weights, tokens, settled = draw(logprobs, sampled, row_max)
         # one transfer for every row: greedy pairs, then the sampled ones (token ids are exact
         # in float64), then whether each draw stands
         values = torch.cat([best.double(), best_lp.double(), tokens.double(),
@@ -77,7 +78,7 @@ class TorchScores:
         open_rows = [i for i, ok in enumerate(values[2 * n + 2 * m:]) if not ok]
         if open_rows:  # rare: a row whose rejection rounds all missed the nucleus
             idx = _to_device(open_rows, torch.long, dev)
-            again = exact_top_p(probs.index_select(0, idx), [sampled[i] for i in open_rows])
+            again = exact_top_p(weights.index_select(0, idx), [sampled[i] for i in open_rows])
             values = torch.cat([again.double(), logprobs.index_select(0, idx).gather(
                 1, again[:, None])[:, 0].double()]).tolist()
             for j, i in enumerate(open_rows):
@@ -117,27 +118,31 @@ def round_uniforms(u: float) -> tuple[float, float]:
     return (x >> 40) * (1.0 / (1 << 24)), ((x >> 16) & 0xFFFFFF) * (1.0 / (1 << 24))
 
 
-def draw(logits: torch.Tensor, requests: list[SampleRequest]
+def draw(scores: torch.Tensor, requests: list[SampleRequest], row_max: torch.Tensor | None = None
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token per row of float32 `logits` [rows, vocab], row i under requests[i]. Returns
-    the rows' probabilities after temperature and top-k [rows, vocab], the token ids [rows] and
-    whether each row is settled (bool [rows]); all on the device, no sync.
+    """One token per row of float32 `scores` [rows, vocab] (logits or log probabilities: a
+    row's constant does not matter), row i under requests[i]; `row_max` [rows], each row's
+    largest score, when the caller has it. Returns the rows' weights after temperature and
+    top-k (unnormalised probabilities, the best token's 1) [rows, vocab], the token ids [rows]
+    and whether each row is settled (bool [rows]); all on the device, no sync.
 
-    Temperature scales; top-k keeps the k best (ties with the k-th stay) and renormalises;
-    top-p keeps, of what is left, the shortest best-first run whose mass reaches p (a token
-    stays while the mass before it is below p, so the best always stays); the inverse CDF at
-    the row's uniform picks the token, in vocabulary order: nothing is sorted.
+    Temperature scales; top-k keeps the k best (ties with the k-th stay); top-p keeps, of what
+    is left, the shortest best-first run whose mass reaches p of the whole (a token stays while
+    the mass before it is below that, so the best always stays); the inverse CDF at the row's
+    uniform picks the token, in vocabulary order: nothing is sorted, nothing normalised, and
+    full-size temporaries are few (on a CPU each new [256, 49152] tensor costs more in page
+    faults than the arithmetic on it).
 
     Top-p by rejection, so the nucleus is never sorted out of the vocabulary: draw from the
     tokens above a pivot (first: all of them); a draw inside the nucleus (the mass of the
-    tokens more likely than it is below p) stands, else its probability becomes the pivot and
-    the row draws again. What stands is drawn from the nucleus with the right probabilities
+    tokens more likely than it is below p) stands, else its weight becomes the pivot and the
+    row draws again. What stands is drawn from the nucleus with the right probabilities
     (rejection from a superset of it), and each round stands with probability at least p. On a
     GPU the rounds run for every row (a settled row keeps its token), so nothing waits for the
     device; a row still open after three rounds (u, then round_uniforms' two) is drawn again
     by `exact_top_p`."""
-    rows, vocab = logits.shape
-    dev = logits.device
+    rows, vocab = scores.shape
+    dev = scores.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
     need_p = any(r.params.top_p < 1.0 for r in requests)
     later = [round_uniforms(r.u) for r in requests] if need_p else [(0.0, 0.0)] * rows
@@ -145,55 +150,66 @@ def draw(logits: torch.Tensor, requests: list[SampleRequest]
                        ks, [r.u for r in requests], [a for a, _ in later], [b for _, b in later]],
                       torch.float32, dev)
     temps, top_p, k_t, u0, u1, u2 = host.unbind(0)
-    scaled = logits / temps[:, None]
-    probs = torch.softmax(scaled, dim=-1)
+    top = scores.amax(-1) if row_max is None else row_max
+    weights = scores.sub(top[:, None]).div_(temps[:, None]).exp_()  # one new tensor
     if any(k < vocab for k in ks):
-        kth = torch.topk(scaled, max(k for k in ks if k < vocab), dim=-1).values
+        kth = torch.topk(weights, max(k for k in ks if k < vocab), dim=-1).values
         kth = kth.gather(1, (k_t.long() - 1).clamp(max=kth.shape[1] - 1)[:, None])
-        probs = torch.where((scaled >= kth) | (k_t[:, None] >= vocab), probs, 0.0)
-        probs = probs / probs.sum(-1, keepdim=True)
-    tokens = _inverse_cdf(probs, u0)
+        weights.masked_fill_((weights < kth) & (k_t[:, None] < vocab), 0.0)
+    tokens = _inverse_cdf(weights, u0)
     if not need_p:
-        return probs, tokens, torch.ones(rows, dtype=torch.bool, device=dev)
-    p_t = probs.gather(1, tokens[:, None])
-    settled = (top_p >= 1.0) | (torch.where(probs > p_t, probs, 0.0).sum(-1) < top_p)
+        return weights, tokens, torch.ones(rows, dtype=torch.bool, device=dev)
+    limit = top_p * weights.sum(-1)
+    scratch, mask = torch.empty_like(weights), torch.empty(weights.shape, dtype=torch.bool, device=dev)
+    w_t = weights.gather(1, tokens[:, None])
+    settled = (top_p >= 1.0) | (_mass_above(weights, w_t, scratch, mask) < limit)
     if dev.type != "cpu":  # rounds for every row: reading which are open would sync
-        return (probs, *_rounds(probs, tokens, p_t, top_p, settled, (u1, u2)))
+        return (weights, *_rounds(weights, tokens, w_t, limit, settled, (u1, u2), scratch, mask))
     # on a CPU there is nothing to keep busy: the later rounds run for the open rows alone
     open_rows = (~settled).nonzero()[:, 0]
     if len(open_rows):
-        got, ok = _rounds(probs.index_select(0, open_rows), tokens[open_rows], p_t[open_rows],
-                          top_p[open_rows], settled[open_rows], (u1[open_rows], u2[open_rows]))
+        sub = weights.index_select(0, open_rows)
+        got, ok = _rounds(sub, tokens[open_rows], w_t[open_rows], limit[open_rows],
+                          settled[open_rows], (u1[open_rows], u2[open_rows]),
+                          torch.empty_like(sub), torch.empty(sub.shape, dtype=torch.bool))
         tokens = tokens.index_copy(0, open_rows, got)
         settled = settled.index_copy(0, open_rows, ok)
-    return probs, tokens, settled
+    return weights, tokens, settled
 
 
-def _rounds(probs: torch.Tensor, tokens: torch.Tensor, pivot: torch.Tensor, top_p: torch.Tensor,
-            settled: torch.Tensor, uniforms: tuple[torch.Tensor, ...]
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+def _mass_above(weights: torch.Tensor, level: torch.Tensor, scratch: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+    """Each row's weight of the tokens above its level, in the given buffers."""
+    return torch.where(torch.gt(weights, level, out=mask), weights, weights.new_zeros(()),
+                       out=scratch).sum(-1)
+
+
+def _rounds(weights: torch.Tensor, tokens: torch.Tensor, pivot: torch.Tensor, limit: torch.Tensor,
+            settled: torch.Tensor, uniforms: tuple[torch.Tensor, ...], scratch: torch.Tensor,
+            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection rounds after the first: an open row draws from the tokens more likely than
     its last draw (the pivot) and stands when the draw is inside the nucleus."""
     for u in uniforms:
-        drawn = _inverse_cdf(torch.where(probs > pivot, probs, 0.0), u)
-        tokens = torch.where(settled, tokens, drawn)
-        p_t = probs.gather(1, tokens[:, None])
-        inside = torch.where(probs > p_t, probs, 0.0).sum(-1) < top_p
-        pivot = torch.where(settled[:, None], pivot, p_t)
+        above = torch.where(torch.gt(weights, pivot, out=mask), weights, weights.new_zeros(()),
+                            out=scratch)
+        tokens = torch.where(settled, tokens, _inverse_cdf(above, u))
+        w_t = weights.gather(1, tokens[:, None])
+        inside = _mass_above(weights, w_t, scratch, mask) < limit
+        pivot = torch.where(settled[:, None], pivot, w_t)
         settled = settled | inside
     return tokens, settled
 
 
-def exact_top_p(probs: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
+def exact_top_p(weights: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
     """The last resort for a row that `draw`'s rounds left open: the nucleus by a sort of the
     row, drawn at one more uniform of the row's."""
-    dev = probs.device
+    dev = weights.device
     top_p, u = _to_device([[r.params.top_p for r in requests],
                            [round_uniforms(round_uniforms(r.u)[1])[0] for r in requests]],
                           torch.float32, dev).unbind(0)
-    values, order = torch.sort(probs, dim=-1, descending=True)
+    values, order = torch.sort(weights, dim=-1, descending=True)
     cum = torch.cumsum(values, dim=-1)
-    values = values.masked_fill(cum - values >= top_p[:, None], 0.0)
+    values = values.masked_fill(cum - values >= top_p[:, None] * cum[:, -1:], 0.0)
     return order.gather(1, _inverse_cdf(values, u)[:, None])[:, 0]
 
 
