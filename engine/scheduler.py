@@ -102,7 +102,7 @@ class Scheduler:
         while i < len(running):
             group = running[i]
             live = group.live()
-            need = sum(needed(s, 1) for s in live)
+            need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
             if need > allocatable - reserved:
                 victim = running.pop()  # the latest arrival goes first
                 if victim is group and not scheduled:

@@ -205,7 +205,8 @@ class ServingMixin:
             reason = self._finish_reason(seq, params)
             if reason:
                 self._end_seq(group, seq, reason, events)
-        return not group.live()
+        seqs = group.seqs  # one sequence: no list built to ask whether it is done
+        return seqs[0].status is SequenceStatus.FINISHED if len(seqs) == 1 else not group.live()
 
     def _beam_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
                    tops: list[list[tuple[int, float]]], events: list[Event]) -> bool:
