@@ -33,6 +33,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from copy_bandwidth import copy_bandwidth  # noqa: E402 (bench/, beside this file)
+
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.models import load_model  # noqa: E402
 
@@ -52,20 +54,6 @@ DEVICE = "cuda"  # --smoke: "cpu"
 def sync() -> None:
     if DEVICE == "cuda":
         torch.cuda.synchronize()
-
-
-def copy_bandwidth() -> float:
-    """Device copy bandwidth, bytes read + written per second."""
-    x = torch.empty(1 << 30 if DEVICE == "cuda" else 1 << 26, dtype=torch.uint8, device=DEVICE)
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    sync()
-    t = time.perf_counter()
-    for _ in range(10):
-        y.copy_(x)
-    sync()
-    return 2 * x.numel() * 10 / (time.perf_counter() - t)
 
 
 def timed(fn: Callable):
@@ -264,7 +252,7 @@ def main() -> None:
                     "triton": triton.__version__, "transformers": transformers.__version__,
                     "python": platform.python_version(), "cpu": platform.processor() or
                     platform.machine(), "requests": n, "prompt_len": plen, "new_tokens": new}
-    bw = copy_bandwidth()
+    bw = copy_bandwidth(DEVICE)
     result["copy_bandwidth_GBps"] = bw / 1e9
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     kv_per_token = 2 * lm.num_layers * lm.num_kv_heads * lm.head_dim * lm.dtype.itemsize

@@ -3,7 +3,7 @@
     python bench/report.py            # print the table
     python bench/report.py --write    # replace the table between the README's markers
 
-A test holds the README's table equal to this output, so no figure there is typed by hand.
+A test holds the README's tables equal to this output, so no figure there is typed by hand.
 """
 
 from __future__ import annotations
@@ -102,6 +102,54 @@ def engine_rows(e: dict) -> list[tuple[str, str, bool]]:
     return out
 
 
+def serving_rows(v1: dict, v2: dict, host: dict) -> list[tuple[str, str, bool]]:
+    """Issue 13's targets: the latest run (v2) decides; run 1's figure is shown beside it."""
+    out = []
+    n8 = v2["parallel_n8"]
+    out.append(("sampled decode step (n = 8, temperature 0.8, top-p 0.95) / greedy step, 256 "
+                "sequences (≤ 1.2)",
+                f"{n8['sampled_over_greedy_step']:.2f} ({n8['sampled']['median_full_batch_decode_ms']:.2f}"
+                f" vs {n8['greedy']['median_full_batch_decode_ms']:.2f} ms; run 1: "
+                f"{v1['parallel_n8']['sampled_over_greedy_step']:.2f})",
+                n8["sampled_over_greedy_step"] <= 1.2))
+    for work, label in (("ragged_greedy", "greedy"), ("ragged_sampled", "sampled")):
+        for key, name, target in (("hf_generate", "HF generate", 30),
+                                  ("hf_generate_batch", "HF generate_batch", 20)):
+            r, r1 = v2[work], v1[work]
+            ratio = r[f"engine_over_{key}"]
+            out.append((f"engine tokens/s over {name}, 256 ragged requests, {label} (≥ {target})",
+                        f"{ratio:.1f}× ({r['engine']['tokens_per_s']:,.0f} vs "
+                        f"{r[key]['tokens_per_s']:,.0f}; run 1: {r1[f'engine_over_{key}']:.1f}×)",
+                        ratio >= target))
+    conc = v1["concurrency"]
+    steps = [(n, conc[n]["full_step_over_roofline"], conc[n]["median_full_batch_decode_ms"],
+              conc[n]["roofline_ms"]) for n in ("64", "256")]
+    out.append(("decode step / roofline at 64 and 256 sequences (≤ 6; run 1)",
+                "; ".join(f"{n}: {x:.1f}× ({ms:.2f} vs {roof:.3f} ms)" for n, x, ms, roof in steps),
+                all(x <= 6 for _, x, _, _ in steps)))
+    lc = v2["long_context"]
+    out.append(("8,000-token single-sequence decode step / 512-token one (≤ 2)",
+                f"{lc['long_over_short_step']:.2f} ({lc['8000']['median_decode_step_ms']:.2f} vs "
+                f"{lc['512']['median_decode_step_ms']:.2f} ms)", lc["long_over_short_step"] <= 2))
+    cs = v2["cold_start"]
+    out.append(("first batch after start / a warm batch (≤ 1.5)",
+                f"decode step {cs['first_over_warm_decode_step']:.2f}×, whole batch "
+                f"{cs['first_over_warm_seconds']:.2f}×; start-up {cs['engine_start_s']:.1f} s on a "
+                f"fresh machine ({cs['warm_up_s']:.1f} s of it compiling and capturing)",
+                max(cs["first_over_warm_decode_step"], cs["first_over_warm_seconds"]) <= 1.5))
+    out.append((f"CPU: dry step, {host['running_sequences']} running sequences (≤ 2 ms)",
+                f"{host['dry_step_ms_greedy']:.2f} ms ({host['dry_step_us_per_sequence']:.1f} µs a "
+                f"sequence; load average {host['load_average_before'][0]:.1f})",
+                host["dry_step_ms_greedy"] <= 2))
+    t, tp = (host[f"tiny_random_{k}_over_greedy_cpu_time"] for k in ("temperature", "temperature_top_p"))
+    out.append(("CPU: sampled step / greedy step, tiny-random, n = 8 (≤ 1.3)",
+                f"temperature {t:.2f}×, + top-p {tp:.2f}× (process time; wall "
+                f"{host['tiny_random_temperature_over_greedy_wall_time']:.2f}× / "
+                f"{host['tiny_random_temperature_top_p_over_greedy_wall_time']:.2f}×)",
+                max(t, tp) <= 1.3))
+    return out
+
+
 def table() -> str:
     k, e = load("kernels.json"), load("engine_throughput.json")
     lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
@@ -109,6 +157,14 @@ def table() -> str:
              f"kernel run). From `bench/results/kernels.json` and `engine_throughput.json`.", "",
              "| target | measured | met |", "| --- | --- | --- |"]
     for name, value, met in kernel_rows(k) + engine_rows(e):
+        lines.append(f"| {name} | {value} | {'yes' if met else '**no**'} |")
+    v1, v2, host = load("serving_suite_v1.json"), load("serving_suite_v2.json"), load("engine_host.json")
+    lines += ["", f"Serving at scale: H100, bf16, SmolLM2-135M shapes with random weights (the "
+              f"real ones cannot travel to the device machine), {v2['lengths']}. From "
+              "`bench/results/serving_suite_v2.json` (run 2) and `serving_suite_v1.json` (run 1, "
+              "the first sampler); CPU rows from `engine_host.json` (this 2-core machine, shared).",
+              "", "| target | measured | met |", "| --- | --- | --- |"]
+    for name, value, met in serving_rows(v1, v2, host):
         lines.append(f"| {name} | {value} | {'yes' if met else '**no**'} |")
     return "\n".join(lines)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
 class DecodeOutputs:
@@ -84,11 +84,19 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
-            tables: list[list[int]]) -> DecodeOutputs:
-        """One decode step for len(token_ids) sequences (position p's token goes to slot s)."""
+            tables: list[list[int]], num_blocks: int | None = None) -> DecodeOutputs | None:
+        """One decode step for len(token_ids) sequences (position p's token goes to slot s).
+        With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
+        the buffer); None comes back, and nothing runs, when one does not."""
         n = len(token_ids)
         size = self.bucket(n)
         used = self._fill(token_ids, positions, slots, tables, size)
+        if num_blocks is not None:
+            widest = max(map(len, tables))
+            region = self._host_np[4 * self.max_batch:used].reshape(size, self.width)[:n, :widest]
+            if region.min() < 0 or region.max() >= num_blocks:
+                region[:] = 0  # no bad id stays behind for a later step's check to trip on
+                return None
         self.buffer[:used].copy_(self.host[:used], non_blocking=True)
         if not self.use_graphs:
             return self._compute(size).rows(n)
@@ -99,12 +107,17 @@ class DecodeGraphs:
         return self.outputs[size].rows(n)
 
     @torch.inference_mode()
-    def capture(self, sizes: tuple[int, ...] | None = None) -> None:
+    def capture(self, sizes: tuple[int, ...] | None = None,
+                progress: Callable[[int, int], None] | None = None) -> None:
         """Capture the graphs of these buckets now (default: all), largest first so that the
-        smaller ones reuse its memory pool. Otherwise each is captured at its first use."""
+        smaller ones reuse its memory pool. Otherwise each is captured at its first use.
+        `progress(done, total)` is called after each one."""
         if not self.use_graphs:
             return
-        for size in sorted(sizes or self.sizes, reverse=True):
+        todo = sorted(sizes or self.sizes, reverse=True)
+        for i, size in enumerate(todo):
+            if progress is not None:
+                progress(i, len(todo))
             if size not in self.graphs:
                 self._fill([0] * size, [0] * size, [-1] * size, [[0]] * size, size)
                 self.buffer.copy_(self.host)

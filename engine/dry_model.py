@@ -11,7 +11,7 @@ import math
 import random
 
 from engine.byte_tokenizer import DRY_ALPHABET
-from engine.sequence import SamplingParams
+from engine.sampler_keys import SampleRequest
 
 
 class DryScores:
@@ -21,14 +21,17 @@ class DryScores:
         self.num_rows = num_rows
         self.rng = rng
 
-    def sample(self, row: int, params: SamplingParams, generator: random.Random) -> tuple[int, float]:
-        return generator.choice(DRY_ALPHABET), -math.log(len(DRY_ALPHABET))
+    def sample_many(self, requests: list[SampleRequest]) -> list[tuple[int, float]]:
+        """One token per request from its uniform `u` (the same counter the model path uses)."""
+        n = len(DRY_ALPHABET)
+        lp = -math.log(n)
+        return [(DRY_ALPHABET[int(r.u * n)], lp) for r in requests]
+
+    def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
+        return [self.top(row, k) for row, k in zip(rows, ks, strict=True)]
 
     def top(self, row: int, k: int) -> list[tuple[int, float]]:
         tokens = self.rng.sample(DRY_ALPHABET, min(k, len(DRY_ALPHABET)))
         lps = sorted((math.log(self.rng.uniform(0.01, 1.0) / len(DRY_ALPHABET)) for _ in tokens),
                      reverse=True)
         return list(zip(tokens, lps, strict=True))
-
-    def make_generator(self, seed: int) -> random.Random:
-        return random.Random(seed)

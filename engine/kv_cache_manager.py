@@ -121,6 +121,11 @@ class KVCacheManager:
         self._write(seq, token_ids, events, narrate_each=True)
         return events
 
+    def append_reserved(self, seq: Sequence, token: int, events: list[Event]) -> None:
+        """`append` of one token whose block the caller has already counted (the scheduler's
+        decode pass reserves them): no second capacity check in the hot path."""
+        self._write(seq, [token], events, narrate_each=True)
+
     def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
         """The child gets a copy of the parent's block table; nothing is copied but ids."""
         child.token_ids = list(parent.token_ids)

@@ -27,7 +27,8 @@ through static buffers and, on a GPU, CUDA graphs (decode_graphs.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -180,6 +181,39 @@ class ModelRunner:
         self.num_forward_passes += 1
         return logits
 
+    def warm_up(self, log: Callable[[str], None] | None = None) -> float:
+        """Compile the kernels and capture every decode graph now, at engine start, so that the
+        first user's steps are not the ones that pay for it (on a GPU; nothing to do on a CPU).
+        Writes scratch K/V into the first blocks of the pool, which hold nothing yet. Returns
+        the seconds it took."""
+        if not self.graphs.use_graphs:
+            return 0.0
+        start = time.perf_counter()
+        bs = self.block_size
+        nblocks = self.cache.num_gpu_blocks
+        # a few prefill shapes, one of them mixed with decodes: the Triton kernels compile once
+        # per specialisation (lengths divisible by 16 or not, one sequence or several)
+        for lens in ([17], [16, 33, 1, 1], [bs * 4 + 3, 1]):
+            need = [-(-n // bs) for n in lens]
+            if sum(need) > nblocks:
+                continue
+            first = [sum(need[:i]) for i in range(len(lens))]
+            self.execute([ScheduledSeq([0] * n, 0, list(range(f, f + k)))
+                          for n, f, k in zip(lens, first, need, strict=True)])
+
+        def progress(done: int, total: int) -> None:
+            if log is not None and (done % 5 == 0 or done == total - 1):
+                log(f"[pagedlab] capturing decode graphs: {done + 1}/{total} batch sizes")
+
+        self.graphs.capture(progress=progress)
+        torch.cuda.synchronize(self.device)
+        self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's
+        seconds = time.perf_counter() - start
+        if log is not None:
+            log(f"[pagedlab] engine warm: kernels compiled, {len(self.graphs.graphs)} decode "
+                f"graphs captured in {seconds:.1f} s")
+        return seconds
+
     @contextmanager
     def module_path(self) -> Iterator[None]:
         """Run every step through the model's own modules, eagerly, while inside: for tools
@@ -203,13 +237,26 @@ class ModelRunner:
         """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
         if not batch:
             raise ValueError("decode() needs at least one scheduled sequence")
-        bs = self.block_size
-        positions = [s.num_computed for s in batch]
+        bs, limit = self.block_size, self.max_model_len
+        tokens: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        # One pass, a few operations per sequence (this runs for every sequence of every step);
+        # anything unusual goes through the full check, which says what is wrong.
         for i, seq in enumerate(batch):
-            self._check(i, seq)
-        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(batch, positions, strict=True)]
-        out = self.graphs.run([s.token_ids[0] for s in batch], positions, slots,
-                              [s.block_table for s in batch])
+            p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
+            if len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs:
+                self._check(i, seq)
+            tokens.append(ids[0])
+            positions.append(p)
+            slots.append(table[p // bs] * bs + p % bs)
+            tables.append(table)
+        out = self.graphs.run(tokens, positions, slots, tables,
+                              num_blocks=self.cache.num_gpu_blocks)
+        if out is None:  # a block id outside the pool: find it and say which
+            for i, seq in enumerate(batch):
+                self._check(i, seq)
         self.num_tokens_computed += len(batch)
         self.num_forward_passes += 1
         return TorchScores(out.logits, out.logprobs, (out.greedy_ids, out.greedy_logprobs))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -34,12 +34,42 @@ class RequestOutput:
     num_preemptions: int = 0
 
 
+class LazyOutputs(Sequence):
+    """A step's partial outputs of its running requests, built on first read. A step captures
+    only what each output needs (its sequences and how many tokens each had); most callers of
+    `step()` never look, and building every output every step costs more than the step."""
+
+    def __init__(self, build: Callable[[], list[RequestOutput]]) -> None:
+        self._build: Callable[[], list[RequestOutput]] | None = build
+        self._items: list[RequestOutput] = []
+
+    def _get(self) -> list[RequestOutput]:
+        if self._build is not None:
+            self._items, self._build = self._build(), None
+        return self._items
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        return iter(self._get())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
 @dataclass(frozen=True)
 class StepResult:
     step: int
     events: list[Event]
     finished: list[RequestOutput]
-    outputs: list[RequestOutput] = field(default_factory=list)  # partial text of running requests
+    outputs: Sequence[RequestOutput] = field(default_factory=list)  # running requests, so far
     num_batched_tokens: int = 0
     num_prefills: int = 0
     num_decodes: int = 0

@@ -7,6 +7,8 @@ load the shared model (models.py), allocate the paged pool (cache_engine.py), ru
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import torch
@@ -25,13 +27,20 @@ class Runtime:
             self.loaded, config.num_gpu_blocks, config.block_size, config.num_cpu_blocks,
             device=self.loaded.device, dtype=self.loaded.dtype,
         )
-        self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 256))
+        self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512))
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
+        # No cold first user: on a GPU, compile and capture now (a few seconds, said on stderr).
+        # Not on a ZeroGPU Space: there the GPU lives for one call and each call rebuilds the
+        # engine by replay, so warming every bucket would cost every click; graphs are then
+        # captured at first use. PAGEDLAB_WARMUP=0 turns it off anywhere.
+        zerogpu = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
+        warm = os.environ.get("PAGEDLAB_WARMUP", "1") != "0" and not zerogpu
+        self.warm_up_seconds = self.runner.warm_up(_log) if warm else 0.0
 
     def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
@@ -67,10 +76,15 @@ class Runtime:
             "kv bytes per block": self.cache.bytes_per_block,
             "pool size": self.cache.sizing_note,
             "tokens computed by the model": self.runner.num_tokens_computed,
+            "start-up warm-up (s)": round(self.warm_up_seconds, 2),
         }
 
     def read_block(self, block_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cache.read_block(layer, block_id)
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class HFTokenizer:

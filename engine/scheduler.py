@@ -91,29 +91,41 @@ class Scheduler:
             self._insert_running(group)
 
     def _schedule_decodes(self, out: ScheduledStep) -> None:
+        # Runs for every running sequence every step: one pass, each group's live list taken
+        # once, the free-block count read once (only this pass and preemption change it).
         reserved = 0
-        scheduled: list[SequenceGroup] = []
-        while self.running:
-            group = self.running[0]
-            need = sum(self.kv.blocks_needed_to_append(s, 1) for s in group.live())
-            if need > self.kv.pool.num_allocatable - reserved:
-                victim = self.running.pop()  # the latest arrival goes first
+        allocatable = self.kv.pool.num_allocatable
+        needed = self.kv.blocks_needed_to_append
+        scheduled: list[tuple[SequenceGroup, list[Sequence]]] = []
+        running = self.running
+        i = 0
+        while i < len(running):
+            group = running[i]
+            live = group.live()
+            need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
+            if need > allocatable - reserved:
+                victim = running.pop()  # the latest arrival goes first
                 if victim is group and not scheduled:
                     self._abort(victim, out)  # alone and still too big: it can never run
                 else:
                     self._preempt(victim, out)
+                allocatable = self.kv.pool.num_allocatable  # a swap or a free returned blocks
                 continue
-            scheduled.append(self.running.pop(0))
+            scheduled.append((group, live))
             reserved += need
-        self.running = scheduled
-        for group in scheduled:
-            for seq in group.live():
-                out.events += self.kv.append(seq, [seq.pending_token])
-                out.decodes.append(seq)
+            i += 1
+        self.running = [g for g, _ in scheduled]
+        append = self.kv.append_reserved
+        decodes = out.decodes
+        events = out.events
+        for _, live in scheduled:
+            for seq in live:
+                append(seq, seq.pending_token, events)
+                decodes.append(seq)
 
     def _schedule_prefills(self, out: ScheduledStep) -> None:
         cfg = self.config
-        num_seqs = sum(len(g.live()) for g in self.running)
+        num_seqs = len(out.decodes)  # every running group's live sequences decode this step
         while self.waiting:
             group = self.waiting[0]
             seqs = group.live()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 
 class SequenceStatus(str, Enum):
@@ -115,7 +114,7 @@ class SequenceGroup:
     finished_beams: list[Sequence] = field(default_factory=list)  # beam hypotheses that ended
     finished_seqs: list[Sequence] = field(default_factory=list)
     num_preemptions: int = 0
-    generator: Any = None  # the group's seeded RNG for sampling (made by the scores' backend)
+    seed: int | None = None  # sampling: the scrambled seed (given, or from the engine's seed)
 
     @property
     def width(self) -> int:
@@ -123,4 +122,7 @@ class SequenceGroup:
         return max(self.params.n, self.params.beam_width)
 
     def live(self) -> list[Sequence]:
-        return [s for s in self.seqs if s.status != SequenceStatus.FINISHED]
+        seqs = self.seqs
+        if len(seqs) == 1:  # most requests: no comprehension in the per-step hot path
+            return [seqs[0]] if seqs[0].status is not SequenceStatus.FINISHED else []
+        return [s for s in seqs if s.status is not SequenceStatus.FINISHED]

@@ -9,13 +9,15 @@ fork / free, finish requests and free their blocks).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
 from engine.beam_search import Hypothesis, choose, length_penalised, should_stop
 from engine.dry_model import DryScores
 from engine.events import Event
-from engine.outputs import CompletionOutput, RequestOutput, StepResult
+from engine.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
+from engine.sampler_keys import SampleRequest, request_key, sample_uniform
 from engine.scheduler import ScheduledStep, Scheduler
 from engine.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 
@@ -94,8 +96,7 @@ class ServingMixin:
         finished = self._postprocess(sched, scores, events)    # postprocess
         for group in sched.aborted:
             finished.append(self._finish_group(group, events, aborted=True))
-        outputs = [self._request_output(g) for g in self.scheduler.running]
-        result = StepResult(self.kv.step, events, finished, outputs, sched.num_tokens,
+        result = StepResult(self.kv.step, events, finished, self._lazy_outputs(), sched.num_tokens,
                             len(sched.prefills), len(sched.decodes))
         self.last_step = result
         return result, events
@@ -140,54 +141,82 @@ class ServingMixin:
         for seq in sched.decodes:
             rows.setdefault(seq.request_id, []).append((seq, row))
             row += 1
+        groups = self.groups
+        # Every token of the step in one batched draw, every beam's candidates in one top-k:
+        # the device is read once for each, not once per sequence.
+        draws: list[SampleRequest] = []
+        beam_rows: list[int] = []
+        beam_ks: list[int] = []
+        for rid, seq_rows in rows.items():
+            group = groups[rid]
+            if group.params.beam_width > 1:
+                beam_rows += [r for _, r in seq_rows]
+                beam_ks += [2 * group.params.beam_width] * len(seq_rows)
+            else:
+                draws += self._draws(group, seq_rows, rid in fresh)
+        tokens = iter(scores.sample_many(draws)) if draws else iter(())
+        tops = iter(scores.top_many(beam_rows, beam_ks)) if beam_rows else iter(())
         finished = []
         for rid, seq_rows in rows.items():
-            group = self.groups[rid]
+            group = groups[rid]
             if rid in fresh:
                 group.prefilled = True
             if group.params.beam_width > 1:
-                done = self._beam_step(group, seq_rows, scores, events)
+                done = self._beam_step(group, seq_rows, [next(tops) for _ in seq_rows], events)
             else:
-                done = self._sample_step(group, seq_rows, scores, events, rid in fresh)
+                done = self._sample_step(group, seq_rows, tokens, events, rid in fresh)
             if done:
                 finished.append(self._finish_group(group, events))
         return finished
 
-    def _generator(self, group: SequenceGroup, scores: Any) -> Any:
-        if group.generator is None:
-            seed = group.params.seed
+    def _draws(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool
+               ) -> list[SampleRequest]:
+        """What each sequence of a sampling group draws from this step: its row, and the
+        uniform number of (seed, its index in the group, its output position)."""
+        params = group.params
+        if group.seed is None:
+            seed = params.seed
             if seed is None:  # reproducible on replay all the same
                 seed = random.Random(self.config.seed * 1_000_003 + group.request_id).getrandbits(62)
-            group.generator = scores.make_generator(seed)
-        return group.generator
+            group.seed = request_key(seed)
+        key = group.seed
+        if fresh and params.n > 1:  # the n samples of the prefill's row, forked after the draw
+            row = seq_rows[0][1]
+            return [SampleRequest(row, params, sample_uniform(key, i, 0)) for i in range(params.n)]
+        if params.n == 1:
+            return [SampleRequest(r, params, sample_uniform(key, 0, len(s.output_ids)))
+                    for s, r in seq_rows]
+        index = {s.seq_id: i for i, s in enumerate(group.seqs)}
+        return [SampleRequest(r, params, sample_uniform(key, index[s.seq_id], len(s.output_ids)))
+                for s, r in seq_rows]
 
-    def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], scores: Any,
-                     events: list[Event], fresh: bool) -> bool:
+    def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
+                     tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool) -> bool:
         params = group.params
-        gen = self._generator(group, scores)
         if fresh and params.n > 1:  # parallel sampling: fork the prefilled sequence n - 1 times
             seq, row = seq_rows[0]
             for _ in range(params.n - 1):
                 child = self._fork_seq(seq, events)
                 group.seqs.append(child)
                 seq_rows.append((child, row))
-        for seq, row in seq_rows:
-            token, logprob = scores.sample(row, params, gen)
+        for seq, _ in seq_rows:
+            token, logprob = next(tokens)
             self._take_token(seq, token, logprob)
             reason = self._finish_reason(seq, params)
             if reason:
                 self._end_seq(group, seq, reason, events)
-        return not group.live()
+        seqs = group.seqs  # one sequence: no list built to ask whether it is done
+        return seqs[0].status is SequenceStatus.FINISHED if len(seqs) == 1 else not group.live()
 
-    def _beam_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], scores: Any,
-                   events: list[Event]) -> bool:
+    def _beam_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
+                   tops: list[list[tuple[int, float]]], events: list[Event]) -> bool:
         params, k = group.params, group.params.beam_width
         beams = [s for s, _ in seq_rows]
         cur_len = len(beams[0].output_ids) + 1  # the length the candidates would have
         final = cur_len >= params.max_tokens
         eos = set(self.eos_token_ids) if not params.ignore_eos else set()
         choice = choose([s.cumulative_logprob for s in beams],
-                        [scores.top(row, 2 * k) for _, row in seq_rows], k,
+                        tops, k,
                         lambda t: final or t in eos)
         for c in choice.finished:
             parent = beams[c.beam]
@@ -280,6 +309,26 @@ class ServingMixin:
             return text
 
         return detokenize
+
+    def _lazy_outputs(self) -> LazyOutputs:
+        """The running requests' outputs as of now, built only if read. A sequence's
+        output_ids only ever grow (a beam child gets a new list), so its length now is enough
+        to rebuild this step's view later; the rest is copied now."""
+        captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
+                         for s in g.live()], g.num_preemptions) for g in self.scheduler.running]
+        detokenizer = self._detokenizer
+
+        def build() -> list[RequestOutput]:
+            outs = []
+            for group, seqs, preemptions in captured:
+                detokenize = detokenizer(group.params.stop)
+                outs.append(RequestOutput(
+                    group.request_id, group.prompt, tuple(group.prompt_ids),
+                    tuple(CompletionOutput(i, tuple(s.output_ids[:n]), lp, reason, detokenize)
+                          for i, (s, n, lp, reason) in enumerate(seqs)), False, preemptions))
+            return outs
+
+        return LazyOutputs(build)
 
     def _request_output(self, group: SequenceGroup, finished: bool = False) -> RequestOutput:
         if group.params.beam_width > 1 and finished:

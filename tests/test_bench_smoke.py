@@ -37,3 +37,16 @@ def test_engine_bench_smoke(tmp_path):
     eq = result["float32_equivalence"]["engine_vs_hf_generate"]
     assert eq["identical"] == eq["of"] == result["requests"]
     assert (tmp_path / "engine_profile.txt").exists()
+
+
+@pytest.mark.model
+def test_serving_suite_smoke(tmp_path):
+    result = run("serving_suite.py", tmp_path / "suite.json", 600)
+    assert result["smoke"] and result["device"].startswith("cpu")
+    for name in ("cold_start", "ragged_greedy", "ragged_sampled", "parallel_n8", "beam4",
+                 "shared_system_prompt", "long_context", "concurrency"):
+        assert "error" not in result[name], (name, result[name])
+    assert result["ragged_sampled"]["engine"]["tokens"] > 0
+    assert result["ragged_greedy"]["hf_generate"]["tokens_per_s"] > 0
+    assert result["parallel_n8"]["sampled_over_greedy_step"] > 0
+    assert result["shared_system_prompt"]["prefix_hit_blocks"] > 0
