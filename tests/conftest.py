@@ -8,6 +8,8 @@ caches it on disk; later runs load it in about a second.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -51,3 +53,21 @@ def hf_attention() -> Callable[[Any, str], AbstractContextManager[None]]:
     """`with hf_attention(model, "eager"): ...` runs a shared model with one of transformers' own
     attention implementations (an independent reference), then restores what it had."""
     return _attention_implementation
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium through Playwright (its own browser download cannot work here)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()

@@ -45,18 +45,6 @@ PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
           "pool: gd.data.find((t) => t.name === 'pool').text} : null; }"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
-
-
 def open_page(browser, url: str, viewport: dict):
     pg = browser.new_page(viewport=viewport)
     errors: list[str] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 
@@ -19,7 +18,6 @@ from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a fr
 from ui.app_process import ROOT
 
 SYSTEM = "You are a friendly tutor. Answer in one short sentence."
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 
 
@@ -126,20 +124,6 @@ def test_the_room_bench_runs(served_app):  # noqa: F811
     assert result["errors"] == 0 and result["answers_done"] == 3 and result["empty_answers"] == 0
     assert result["room_measured"]["time_to_finish"]["count"] == 3
     assert result["student_saw"]["time_to_first_token"]["p50_s"] > 0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (scripts/setup.sh installs it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
 
 
 def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
