@@ -32,7 +32,8 @@ body.pl-presenter .gradio-container .prose, body.pl-presenter .gradio-container 
 body.pl-presenter .gradio-container label span, body.pl-presenter .gradio-container table {
   font-size: 1.35em !important; line-height: 1.45 }
 /* five mode tabs must still fit beside the picture: large, but not cut to "Playgrour" */
-body.pl-presenter #controls-col .tab-container button { font-size: 1.1em !important; padding: 4px 5px !important }
+body.pl-presenter #controls-col .tab-container button {
+  font-size: 1.1em !important; padding: 4px 5px !important }
 #top-bar .gap, #top-bar .form { gap: 2px }
 @media (max-width: 600px) {
   /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
