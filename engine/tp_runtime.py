@@ -392,18 +392,16 @@ class RemoteScores:
     def greedy(self, row: int) -> tuple[int, float]:
         return self._greedy[row]
 
-    def sample(self, row: int, params: Any, generator: torch.Generator) -> tuple[int, float]:
-        if params.temperature == 0:
-            return self._greedy[row]
-        return self.full().sample(row, params, generator)
+    def sample_many(self, requests: list[Any]) -> list[tuple[int, float]]:
+        if all(r.params.temperature == 0 for r in requests):
+            return [self._greedy[r.row] for r in requests]  # no logits need to cross the wire
+        return self.full().sample_many(requests)
+
+    def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
+        return self.full().top_many(rows, ks)
 
     def top(self, row: int, k: int) -> list[tuple[int, float]]:
         return self.full().top(row, k)
-
-    def make_generator(self, seed: int) -> torch.Generator:
-        gen = torch.Generator(device="cpu")  # the logits, when fetched, are on the CPU
-        gen.manual_seed(seed)
-        return gen
 
 
 def _worker_context() -> Any:
