@@ -65,7 +65,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     # the projector: the picture first, the room's code and numbers beside it
     with gr.Row():
         with gr.Column(scale=3):
-            plot = gr.Plot(label="the room's engine: page tables → physical blocks", elem_id="room-plot")
+            plot = gr.Plot(show_label=False, elem_id="room-plot")
             with gr.Row():
                 buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm", min_width=80)
                            for a, label in (("pause", "Pause"), ("resume", "Resume"), ("step", "Step"),

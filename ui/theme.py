@@ -21,7 +21,8 @@ CSS = """
 #top-bar p { margin: 0 }
 #pool-plot { min-height: 360px }
 #pool-plot .nsewdrag { cursor: pointer !important }
-#pool-plot .modebar-container { display: none !important }  /* zoom tools: the picture is fixed */
+/* zoom tools: the picture is fixed */
+#pool-plot .modebar-container, #room-plot .modebar-container { display: none !important }
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }

@@ -105,11 +105,13 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     fig = go.Figure(traces, **FAST)
     notes = []
     holders = set()  # the selected block's owners: their row labels are bold
+    widest = 6  # characters of the longest row label ("▶ seq 12"): the left margin fits it
     if selected_block is not None and 0 <= selected_block < snap.num_blocks:
         holders = set(snap.blocks[selected_block].owners)
     for i, s in enumerate(seqs):
         label = (seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
         label = label if len(label) <= 16 else label[:15] + "…"
+        widest = max(widest, len(label) + 2)
         if s.seq_id == selected_seq:
             label = f"<b>▶ {label}</b>"
         elif s.seq_id in holders:
@@ -142,7 +144,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
-        margin={"l": 78 * k, "r": 8, "t": 72 * k + (24 if large else 0), "b": 8},
+        margin={"l": max(78, 8 + 8 * widest) * k, "r": 8, "t": 72 * k + (24 if large else 0), "b": 8},
         font={"family": FONT, "color": palette.INK},
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
