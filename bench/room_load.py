@@ -123,7 +123,8 @@ def run_room(url: str, pid: int, n_students: int, max_tokens: int = 16, poll_s: 
                 "(gradio_client threads) and polls /room_state every second until done",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version(),
-                    "note": "a 2-core machine shared with other work while measuring",
+                    "note": ("the students (gradio_client threads polling once a second) run on the same "
+                             "cores as the server; see load_average_start_end"),
                     # runnable tasks on the machine (1-minute average) as the students started and
                     # ended: above 2, the server got only a share of the two cores
                     "load_average_start_end": [round(load0, 1), round(load1, 1)]},
