@@ -55,7 +55,10 @@ def main() -> None:
             pg.screenshot(path=os.path.join(out, "playground-cow.png"))
 
             pg.click("#presenter")
-            pg.wait_for_timeout(300)
+            # the picture is redrawn in presenter size (title type 16 px x 1.35) by the server
+            pg.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')"
+                                 "?.layout?.title?.font?.size > 20", timeout=60_000)
+            settle(pg)
             pg.screenshot(path=os.path.join(out, "presenter.png"))
             pg.click("#presenter")
 
