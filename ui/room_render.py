@@ -40,9 +40,7 @@ def queues_html(view: RoomView) -> str:
         more = f" … +{len(ids) - 40}" if len(ids) > 40 else ""
         rows.append(f"<tr><td style='vertical-align:top;padding-right:8px'>{_badge(name)} {len(ids)}</td>"
                     f"<td>{cells or '<i>none</i>'}{more}</td></tr>")
-    seq_rows = " · ".join(f"seq {s}: {html.escape(label)}" for s, label in list(view.seq_labels.items())[:40])
-    return (f"<table id='room-queue-table'>{''.join(rows)}</table>"
-            f"<p style='font-size:0.85em;color:#555'>{seq_rows}</p>")
+    return f"<table id='room-queue-table'>{''.join(rows)}</table>"
 
 
 def metrics_html(view: RoomView) -> str:
