@@ -37,6 +37,7 @@ body.pl-presenter #controls-col .tab-container button {
   font-size: 1.1em !important; padding: 4px 5px !important }
 #top-bar .gap, #top-bar .form { gap: 2px }
 @media (max-width: 600px) {
+  #controls-col .tab-container button { font-size: 0.85em !important; padding: 4px 3px !important }
   /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
      block tables stay, and a tap on a block opens the inspector with its tokens */
   #pool-plot .heatmaplayer text[style*="font-size: 10px"] { display: none }
