@@ -29,6 +29,9 @@ class EngineConfig:
     seed: int = 0
     max_num_seqs: int = 256  # serving: sequences in one step
     max_num_batched_tokens: int = 2048  # serving: tokens in one step
+    # serving: a prompt longer than what is left of a step's token budget is prefilled in
+    # chunks, beside the running decodes (vLLM v1's chunked prefill); False: it waits, whole
+    enable_chunked_prefill: bool = True
     tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp_runtime.py)
 
     def __post_init__(self) -> None:
@@ -61,6 +64,9 @@ class EngineConfig:
         _positive_int("max_num_seqs", self.max_num_seqs, 1 << 16)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens, 1 << 20)
         _positive_int("tensor_parallel_size", self.tensor_parallel_size, MAX_TENSOR_PARALLEL)
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ValueError(f"enable_chunked_prefill must be True or False, "
+                             f"got {self.enable_chunked_prefill!r}")
         if self.tensor_parallel_size > 1 and self.model is None:
             raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
                              "mode has no model (use tensor_parallel_size=1 or load a model)")

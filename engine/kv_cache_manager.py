@@ -69,18 +69,22 @@ class KVCacheManager:
 
     # ---- the primitives -------------------------------------------------------------------
 
-    def allocate(self, seq: Sequence, prompt: list[int]) -> list[Event]:
+    def allocate(self, seq: Sequence, prompt: list[int], max_new: int | None = None) -> list[Event]:
         """Give a sequence a block table for `prompt` (its tokens to prefill: a new prompt, or
-        prompt + generated tokens when it resumes after preemption), sharing cached prefix blocks."""
+        prompt + generated tokens when it resumes after preemption), sharing cached prefix blocks.
+        `max_new` (chunked prefill): write at most that many tokens after the prefix hits; the
+        caller keeps the rest (`prompt[seq.num_tokens:]`) for later `extend`s."""
         if not prompt:
             raise ValueError("a prompt needs at least one token")
         bs = self.block_size
         hits = self._match_prefix(prompt)
+        end = len(prompt) if max_new is None else min(len(prompt), len(hits) * bs + max_new)
         cached_hits = sum(1 for b, _ in hits if self.pool.blocks[b].ref_count == 0)
         self._require(
-            -(-len(prompt) // bs) - len(hits),
+            -(-end // bs) - len(hits),
             self.pool.num_allocatable - cached_hits,
-            f"a prompt of {len(prompt)} tokens",
+            f"a prompt of {len(prompt)} tokens" if end == len(prompt)
+            else f"the first {end} tokens of a prompt of {len(prompt)}",
         )
         events: list[Event] = []
         sid = seq.seq_id
@@ -109,9 +113,24 @@ class KVCacheManager:
                     f"seq {sid} shares {blocks_str(live)} with live sequences (ref count + 1)",
                     tuple(live),
                 ))
-        self._write(seq, prompt[len(seq.token_ids):], events, narrate_each=False)
+        self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
         return events
+
+    def extend(self, seq: Sequence, token_ids: list[int]) -> list[Event]:
+        """The next chunk of a chunked prefill: like `append`, narrated as one allocation
+        rather than token by token (a chunk can be thousands of tokens)."""
+        self.check_append(seq, len(token_ids))
+        events: list[Event] = []
+        self._write(seq, token_ids, events, narrate_each=False)
+        return events
+
+    def tokens_that_fit(self, seq: Sequence, num_tokens: int) -> int:
+        """How many of the next num_tokens an `extend` could take now: the slots left in the
+        last block plus the allocatable blocks (a sequence mid-prefill never shares its last,
+        partly filled block, so no copy-on-write is counted)."""
+        slack = -seq.num_tokens % self.block_size
+        return min(num_tokens, slack + self.pool.num_allocatable * self.block_size)
 
     def append(self, seq: Sequence, token_ids: list[int]) -> list[Event]:
         """Write tokens after the sequence's last token, one slot each (copy-on-write first

@@ -9,10 +9,15 @@ Iteration-level scheduling, first come first served, in three passes:
    running group is preempted, all or nothing (the paper's §4.5): by swap (its blocks copied to CPU
    swap space) or by recompute (its blocks freed; it re-prefills later). Swap falls back to
    recompute when the CPU pool is full.
-3. **Prefill** waiting groups, oldest first (recompute-preempted ones were put back at the front),
-   while the step's token and sequence budgets and the free blocks allow. A prefill is whole (no
-   chunking), and decodes and prefills share one forward pass. No prefill is admitted in a step
-   that had to preempt: memory is short.
+3. **Prefill**: first the next chunk of every running sequence whose prompt is still being
+   prefilled, then waiting groups, oldest first (recompute-preempted ones were put back at the
+   front), while the step's token and sequence budgets and the free blocks allow. Decodes and
+   prefills share one forward pass. With chunked prefill (the default, as in vLLM v1) a
+   one-sequence prompt longer than what is left of the token budget is admitted with as many
+   tokens as fit, and the rest follows a chunk a step beside the decodes: a long prompt neither
+   stalls the running sequences for a whole long step nor waits for them all to finish. Without
+   it, such a prompt waits until it fits, and runs whole (over the budget) when nothing else
+   runs. No new prompt is admitted in a step that had to preempt: memory is short.
 
 Torch-free: it moves blocks in the bookkeeping and says what to run; the engine runs it.
 """
@@ -34,6 +39,12 @@ class PrefillItem:
     group: SequenceGroup
     seq: Sequence
     resumed: bool  # recompute after preemption: logits are not sampled, the pending token stays
+    start: int = 0  # tokens of seq already in the cache (prefix hits, earlier chunks)
+    final: bool = True  # the prompt's last chunk: its logits give the next token
+
+    @property
+    def num_new_tokens(self) -> int:
+        return self.seq.num_tokens - self.start
 
 
 @dataclass
@@ -48,8 +59,7 @@ class ScheduledStep:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.decodes) + sum(
-            p.seq.num_tokens - p.seq.num_cached_tokens for p in self.prefills)
+        return len(self.decodes) + sum(p.num_new_tokens for p in self.prefills)
 
 
 class Scheduler:
@@ -97,11 +107,14 @@ class Scheduler:
         allocatable = self.kv.pool.num_allocatable
         needed = self.kv.blocks_needed_to_append
         scheduled: list[tuple[SequenceGroup, list[Sequence]]] = []
+        chunked: list[SequenceGroup] = []  # mid-prefill: their next chunk comes after the decodes
         running = self.running
         i = 0
         while i < len(running):
             group = running[i]
             live = group.live()
+            # a sequence mid-prefill reserves what one more token of its prompt takes, so that
+            # it either progresses or is preempted like any other, never stuck holding blocks
             need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
             if need > allocatable - reserved:
                 victim = running.pop()  # the latest arrival goes first
@@ -118,14 +131,32 @@ class Scheduler:
         append = self.kv.append_reserved
         decodes = out.decodes
         events = out.events
-        for _, live in scheduled:
+        for group, live in scheduled:
+            if live[0].prefill_rest:
+                chunked.append(group)
+                continue
             for seq in live:
                 append(seq, seq.pending_token, events)
                 decodes.append(seq)
+        self._continue_prefills(chunked, out)
+
+    def _continue_prefills(self, groups: list[SequenceGroup], out: ScheduledStep) -> None:
+        """The next chunk of each prompt being prefilled, oldest first, as the budget allows."""
+        for group in groups:
+            budget = self.config.max_num_batched_tokens - out.num_tokens
+            seq = group.live()[0]
+            n = self.kv.tokens_that_fit(seq, min(budget, len(seq.prefill_rest)))
+            if n <= 0:
+                continue  # no budget or no block this step: it waits, holding what it has
+            start = seq.num_tokens
+            chunk, seq.prefill_rest = seq.prefill_rest[:n], seq.prefill_rest[n:]
+            out.events += self.kv.extend(seq, chunk)
+            out.prefills.append(PrefillItem(group, seq, group.prefilled, start, not seq.prefill_rest))
 
     def _schedule_prefills(self, out: ScheduledStep) -> None:
         cfg = self.config
-        num_seqs = len(out.decodes)  # every running group's live sequences decode this step
+        # every running group's live sequences: decoding, or mid-prefill
+        num_seqs = sum(len(g.live()) for g in self.running)
         while self.waiting:
             group = self.waiting[0]
             seqs = group.live()
@@ -133,20 +164,26 @@ class Scheduler:
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
                 return
             prompts = [s.resume_tokens if group.prefilled else group.prompt_ids for s in seqs]
+            budget = cfg.max_num_batched_tokens - out.num_tokens
             step_tokens = out.num_tokens + sum(map(len, prompts))  # an upper bound: hits compute less
-            if step_tokens > cfg.max_num_batched_tokens and (out.decodes or out.prefills):
+            # one sequence to prefill: it may go in chunks (a resumed group of several goes whole)
+            chunk = cfg.enable_chunked_prefill and len(seqs) == 1 and step_tokens > cfg.max_num_batched_tokens
+            if chunk and budget <= 0:
+                return
+            if not chunk and step_tokens > cfg.max_num_batched_tokens and (out.decodes or out.prefills):
                 return
             done: list[Sequence] = []
             events: list[Event] = []
             whole_pool_free = self.kv.pool.num_allocatable == self.kv.pool.num_blocks
             try:
                 for seq, tokens in zip(seqs, prompts, strict=True):
-                    events += self.kv.allocate(seq, tokens)
+                    events += self.kv.allocate(seq, tokens, budget if chunk else None)
+                    seq.prefill_rest = tokens[seq.num_tokens:]
                     done.append(seq)
             except OutOfBlocks:
                 for seq in reversed(done):  # all or nothing for the group
                     self.kv.free(seq)
-                    seq.token_ids = []
+                    seq.token_ids, seq.prefill_rest = [], []
                 if not whole_pool_free:
                     return  # wait for blocks to come free
                 self.waiting.popleft()  # even an empty pool cannot hold it
@@ -159,7 +196,8 @@ class Scheduler:
                     seq.prompt_len = len(group.prompt_ids)
                 seq.resume_tokens = []
                 seq.status = SequenceStatus.RUNNING
-                out.prefills.append(PrefillItem(group, seq, resumed=group.prefilled))
+                out.prefills.append(PrefillItem(group, seq, group.prefilled, seq.num_cached_tokens,
+                                                not seq.prefill_rest))
             self._insert_running(group)
             num_seqs += width
 
@@ -179,9 +217,9 @@ class Scheduler:
         else:
             events = []
             for seq in seqs:
-                seq.resume_tokens = seq.token_ids
+                seq.resume_tokens = seq.token_ids + seq.prefill_rest  # a chunked prompt: all of it
                 events += self.kv.free(seq)
-                seq.token_ids = []
+                seq.token_ids, seq.prefill_rest = [], []
                 seq.num_cached_tokens = 0
                 seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(group)

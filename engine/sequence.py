@@ -34,6 +34,9 @@ class Sequence:
     request_id: int | None = None  # the request group this sequence belongs to
     output_ids: list[int] = field(default_factory=list)  # every sampled token, the pending one too
     resume_tokens: list[int] = field(default_factory=list)  # tokens to recompute after preemption
+    # chunked prefill: prompt tokens admitted but not computed yet; they enter the cache (and
+    # token_ids) a chunk a step, and the sequence decodes only once this is empty
+    prefill_rest: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "length" | "stop" | "eos"
 
     @property

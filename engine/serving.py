@@ -18,7 +18,7 @@ from engine.dry_model import DryScores
 from engine.events import Event
 from engine.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
 from engine.sampler_keys import SampleRequest, request_key, sample_uniform
-from engine.scheduler import ScheduledStep, Scheduler
+from engine.scheduler import PrefillItem, ScheduledStep, Scheduler
 from engine.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 
 
@@ -104,15 +104,11 @@ class ServingMixin:
     # ---- run ------------------------------------------------------------------------------------
 
     def _run_step(self, sched: ScheduledStep, events: list[Event]) -> Any:
-        items = [(p.seq, p.seq.num_cached_tokens) for p in sched.prefills]
+        items = [(p.seq, p.start) for p in sched.prefills]
         items += [(s, s.num_tokens - 1) for s in sched.decodes]
         cow = [e.block_ids for e in events if e.kind == "cow"]
         for p in sched.prefills:
-            computed = p.seq.num_tokens - p.seq.num_cached_tokens
-            what = "recompute after preemption" if p.resumed else "prefill"
-            events.append(Event("prefill", self.kv.step, p.seq.seq_id,
-                                f"seq {p.seq.seq_id}: {what} of {p.seq.num_tokens} tokens, {computed} "
-                                f"computed, {p.seq.num_cached_tokens} from the prefix cache",
+            events.append(Event("prefill", self.kv.step, p.seq.seq_id, _prefill_text(p),
                                 tuple(p.seq.block_table)))
         if sched.decodes:
             events.append(Event("decode", self.kv.step, None,
@@ -134,7 +130,7 @@ class ServingMixin:
         fresh: set[int] = set()
         row = 0
         for p in sched.prefills:
-            if not p.resumed:
+            if p.final and not p.resumed:  # an earlier chunk's logits are not sampled
                 rows.setdefault(p.group.request_id, []).append((p.seq, row))
                 fresh.add(p.group.request_id)
             row += 1
@@ -342,3 +338,18 @@ class ServingMixin:
                      for i, (ids, lp, reason) in enumerate(items))
         return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), outs,
                              finished, group.num_preemptions)
+
+
+def _prefill_text(p: PrefillItem) -> str:
+    """The narration of one prefill: whole, or which chunk of a chunked prompt."""
+    seq = p.seq
+    what = "recompute after preemption" if p.resumed else "prefill"
+    if p.final and p.start == seq.num_cached_tokens:
+        return (f"seq {seq.seq_id}: {what} of {seq.num_tokens} tokens, {p.num_new_tokens} computed, "
+                f"{seq.num_cached_tokens} from the prefix cache")
+    total = seq.num_tokens + len(seq.prefill_rest)
+    rest = "the last chunk" if p.final else f"{len(seq.prefill_rest)} to go"
+    cached = f" ({seq.num_cached_tokens} from the prefix cache)" if seq.num_cached_tokens else ""
+    return (f"seq {seq.seq_id}: chunked {what}: tokens {p.start}–{seq.num_tokens - 1} of {total} "
+            f"computed{cached}, {rest}")
+

@@ -46,7 +46,8 @@ BIND = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s*=\s*(?!=)(.*)$")
 KWARG = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)=(?!=)(.*)$", re.S)
 
 ENGINE_KEYS = {"model", "block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_prefix_caching",
-               "preemption_mode", "seed", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size"}
+               "preemption_mode", "seed", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
+               "enable_chunked_prefill"}
 
 #: op name -> (positional argument names, allowed keywords, binds a result?)
 OPS: dict[str, tuple[tuple[str, ...], frozenset[str], bool]] = {

@@ -79,6 +79,7 @@ def test_pool_too_small_refuses_the_whole_operation(eng):
         ({"preemption_mode": "drop"}, "preemption_mode must be 'recompute' or 'swap'"),
         ({"seed": -1}, "seed must be a non-negative"),
         ({"device": "tpu"}, "device must be"),
+        ({"enable_chunked_prefill": "yes"}, "enable_chunked_prefill must be True or False"),
     ],
 )
 def test_bad_config_is_refused(kw, message):

@@ -168,3 +168,40 @@ def test_preemption_changes_no_output(tiny_model, mode):
     assert "preempt" in kinds
     if mode == "swap":
         assert {"swap_out", "swap_in"} <= kinds
+
+
+def test_chunked_prefill_changes_no_output_and_greedy_still_equals_hf(model, hf_attention):
+    """A budget of 7 tokens a step chunks every prompt here, beside the other requests' decodes."""
+    eng = engine(model, block_size=4, max_num_batched_tokens=7)
+    ids = [eng.tokenizer.encode(p) for p in PROMPTS]
+    outs = eng.generate(ids, SamplingParams(max_tokens=6, ignore_eos=True))
+    for prompt_ids, out in zip(ids, outs, strict=True):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, hf_attention, prompt_ids, 6)
+    eng.check_invariants()
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_chunked_prefill_with_seeds_prefix_hits_and_preemption_changes_no_output(tiny_model, mode):
+    shared = list(range(300, 320))  # a 20-token prefix: prefix hits between the requests
+    prompts = [shared + [500 + i] * (3 + 5 * i) for i in range(4)]
+    params = [SamplingParams(max_tokens=10, ignore_eos=True),
+              SamplingParams(max_tokens=10, ignore_eos=True, temperature=0.9, top_p=0.9, seed=7, n=2)]
+    whole = engine(tiny_model, block_size=4, num_gpu_blocks=96, enable_chunked_prefill=False)
+    chunked = engine(tiny_model, block_size=4, num_gpu_blocks=24, max_num_batched_tokens=9,
+                     preemption_mode=mode, num_cpu_blocks=64 if mode == "swap" else 0)
+    kinds: set[str] = set()
+    for eng in (whole, chunked):
+        for i, p in enumerate(prompts):
+            eng.add_request(p, params[i % 2])
+    outs: list[dict[int, list]] = [{}, {}]
+    for eng, got in zip((whole, chunked), outs, strict=True):
+        while eng.scheduler.has_work():
+            result = eng.step()
+            eng.check_invariants()
+            if eng is chunked:
+                assert result.num_batched_tokens <= 9
+                kinds |= {e.kind for e in result.events}
+                kinds |= {"chunk"} if any("chunked" in e.text for e in result.events) else set()
+            got.update({o.request_id: [list(c.token_ids) for c in o.outputs] for o in result.finished})
+    assert outs[1] == outs[0]
+    assert {"chunk", "prefix_hit", "preempt"} <= kinds

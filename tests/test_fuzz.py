@@ -21,11 +21,13 @@ KINDS = ["new", "append", "fork", "free", "add_request", "step", "back", "next",
 clicks = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 9), st.integers(1, 6)),
                   min_size=1, max_size=40)
 configs = st.builds(
-    lambda bs, nb, prefix, swap: EngineConfig(model=None, block_size=bs, num_gpu_blocks=nb,
-                                              num_cpu_blocks=nb if swap else 0,
-                                              enable_prefix_caching=prefix,
-                                              preemption_mode="swap" if swap else "recompute"),
-    st.sampled_from([1, 2, 4]), st.integers(2, 8), st.booleans(), st.booleans())
+    lambda bs, nb, prefix, swap, budget: EngineConfig(
+        model=None, block_size=bs, num_gpu_blocks=nb, num_cpu_blocks=nb if swap else 0,
+        enable_prefix_caching=prefix, preemption_mode="swap" if swap else "recompute",
+        # small budgets chunk the longer prompts (chunked prefill), 2048 never does
+        max_num_batched_tokens=budget),
+    st.sampled_from([1, 2, 4]), st.integers(2, 8), st.booleans(), st.booleans(),
+    st.sampled_from([3, 7, 2048]))
 PROMPTS = ["ab", "abcd", "abcdefgh", "the same prefix", "the same prefix again", "x"]
 
 

@@ -35,13 +35,74 @@ def test_requests_added_between_steps_join_the_next_step_and_finish_in_fcfs_orde
     assert eng.snapshot().metrics.used_blocks == 0
 
 
-def test_token_budget_limits_prefills_per_step():
-    eng = dry(max_num_batched_tokens=12)
+def test_token_budget_limits_prefills_per_step_without_chunking():
+    eng = dry(max_num_batched_tokens=12, enable_chunked_prefill=False)
     for _ in range(3):
         eng.add_request("x" * 10, SamplingParams(max_tokens=2))
     r = eng.step()
     assert r.num_prefills == 1  # a second 10-token prompt would exceed 12 tokens
     assert eng.snapshot().metrics.extra["requests_waiting"] == 2
+
+
+def test_chunked_prefill_fills_the_token_budget_and_finishes_the_prompt_later():
+    eng = dry(max_num_batched_tokens=12, enable_prefix_caching=False)
+    for c in "xyz":
+        eng.add_request(c * 10, SamplingParams(max_tokens=2))
+    r = eng.step()
+    eng.check_invariants()
+    # the first prompt whole, the first 2 tokens of the second; the third waits
+    assert (r.num_prefills, r.num_batched_tokens) == (2, 12)
+    second = eng.seqs[1]
+    assert second.num_tokens == 2 and len(second.prefill_rest) == 8 and not second.output_ids
+    assert any("chunked prefill: tokens 0–1 of 10" in e.text for e in r.events)
+    assert eng.snapshot().metrics.extra["requests_waiting"] == 1
+    finished, _ = run_all(eng)
+    assert sorted(o.request_id for o in finished) == [0, 1, 2]
+    assert all(len(o.outputs[0].token_ids) == 2 for o in finished)
+
+
+def test_a_long_prompt_is_chunked_beside_running_decodes_and_never_overruns_the_budget():
+    eng = dry(num_blocks=64, max_num_batched_tokens=8, enable_prefix_caching=False)
+    for c in "ab":
+        eng.add_request(c * 3, SamplingParams(max_tokens=30))
+    eng.step()
+    long_id = eng.add_request("L" * 40, SamplingParams(max_tokens=3))
+    steps = []
+    while eng.scheduler.has_work():
+        r = eng.step()
+        eng.check_invariants()
+        steps.append(r)
+        if any(o.request_id == long_id for o in r.finished):
+            break
+    assert all(r.num_batched_tokens <= 8 for r in steps)
+    assert all(r.num_decodes >= 2 for r in steps[:6])  # the decodes never stop for it
+    # 40 prompt tokens, 6 a step beside the 2 decodes: its first token after 7 steps, not 30
+    assert len(steps) < 12
+
+
+def test_without_chunking_a_long_prompt_waits_for_the_running_decodes():
+    eng = dry(num_blocks=64, max_num_batched_tokens=8, enable_prefix_caching=False,
+              enable_chunked_prefill=False)
+    for c in "ab":
+        eng.add_request(c * 3, SamplingParams(max_tokens=30))
+    eng.step()
+    eng.add_request("L" * 40, SamplingParams(max_tokens=3))
+    r = eng.step()
+    assert r.num_prefills == 0 and eng.snapshot().metrics.extra["requests_waiting"] == 1
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_preempting_a_sequence_mid_prefill_keeps_its_whole_prompt(mode):
+    eng = dry(num_blocks=12, max_num_batched_tokens=6, preemption_mode=mode,
+              num_cpu_blocks=16, enable_prefix_caching=False)
+    eng.add_request("a" * 5, SamplingParams(max_tokens=30))
+    eng.step()
+    eng.add_request("b" * 30, SamplingParams(max_tokens=4))
+    finished, kinds = run_all(eng)
+    assert "preempt" in kinds
+    assert sorted(o.request_id for o in finished) == [0, 1]
+    assert [len(o.outputs[0].token_ids) for o in sorted(finished, key=lambda o: o.request_id)] == [30, 4]
+    assert eng.snapshot().metrics.used_blocks == 0
 
 
 def test_sequence_budget_counts_the_whole_group():
