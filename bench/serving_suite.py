@@ -10,6 +10,8 @@ random token ids, so no two workloads share a prefix unless they mean to):
 - `beam4`: 16 requests x beam width 4;
 - `shared_system_prompt`: 256 requests behind one 256-token system prompt (prefix caching);
 - `long_context`: one sequence with an 8,000-token prompt against one with 512;
+- `long_prompt_among_decodes`: an 8,000-token prompt arrives while 64 sequences decode, with
+  chunked prefill and without: its time to first token, and how long their steps get;
 - `concurrency`: 8, 64, 256 and 512 sequences of 128 + 128 tokens: the decode step against its
   roofline (weight bytes + KV bytes over the copy bandwidth measured in the same run);
 - `cold_start`: engine start-up (kernel compilation and graph capture included), then the first
@@ -81,11 +83,11 @@ class Bench:
     def roofline_ms(self, contexts: list[int]) -> float:
         return 1e3 * (self.weight_bytes + sum(contexts) * self.kv_per_token) / self.bw
 
-    def engine(self, max_num_seqs: int = 256, blocks: int | None = None) -> tuple[LLMEngine, float]:
+    def engine(self, max_num_seqs: int = 256, blocks: int | None = None, **kw) -> tuple[LLMEngine, float]:
         t = time.perf_counter()
         eng = LLMEngine(EngineConfig(model=self.model, device=DEVICE, dtype=self.dtype,
                                      block_size=16, num_gpu_blocks=blocks,
-                                     max_num_seqs=max_num_seqs))
+                                     max_num_seqs=max_num_seqs, **kw))
         sync()
         return eng, time.perf_counter() - t
 
@@ -133,7 +135,9 @@ class Bench:
             mask[i, width - len(p):] = 1
         ids, mask = ids.to(DEVICE), mask.to(DEVICE)
         with torch.inference_mode():
-            model.generate(ids[:2], attention_mask=mask[:2], max_new_tokens=4, eos_token_id=None,
+            # warm-up at the full batch's shapes (its prefill and a step): a first call at a
+            # new shape pays for kernel selection and allocator growth, not for generating
+            model.generate(ids, attention_mask=mask, max_new_tokens=2, eos_token_id=None,
                            pad_token_id=0, **kw)
             sync()
             t = time.perf_counter()
@@ -294,6 +298,49 @@ def long_context(b: Bench, lengths: tuple[int, ...], new: int) -> dict:
     return res
 
 
+def long_prompt_among_decodes(b: Bench, n: int, plen: int, new: int, long_len: int,
+                              budget: int) -> dict:
+    """A long prompt arrives while n sequences decode: with chunked prefill it is computed a
+    chunk a step beside them; without, it waits until the batch is done and then runs whole.
+    Its time to first token, and the running sequences' steps while it is in the engine."""
+    res: dict = {"running": n, "prompt_len": plen, "new_tokens": new, "long_prompt_len": long_len,
+                 "max_num_batched_tokens": budget}
+    rng = random.Random(17)
+    prompts = [[rng.randrange(10, b.vocab) for _ in range(plen)] for _ in range(n)]
+    long_prompt = [rng.randrange(10, b.vocab) for _ in range(long_len)]
+    for chunked in (True, False):
+        eng, _ = b.engine(max_num_seqs=n + 1, blocks=n * -(-(plen + new) // 16) + long_len // 16 + 64,
+                          max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
+                          enable_prefix_caching=False)
+        for p in prompts:
+            eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
+        for _ in range(8):  # everyone prefilled and decoding
+            eng.step()
+        sync()
+        rid = eng.add_request(long_prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+        t0 = time.perf_counter()
+        steps: list[float] = []
+        decoded = 0
+        ttft = None
+        while ttft is None and eng.scheduler.has_work():
+            ts = time.perf_counter()
+            decoded += eng.step().num_decodes
+            sync()
+            steps.append(1e3 * (time.perf_counter() - ts))
+            if eng.groups[rid].prefilled:
+                ttft = time.perf_counter() - t0
+        res["chunked" if chunked else "whole"] = {
+            "long_prompt_ttft_s": ttft, "steps_until_first_token": len(steps),
+            "max_step_ms": max(steps), "median_step_ms": statistics.median(steps),
+            "tokens_decoded_meanwhile": decoded}
+        eng.check_invariants()
+        del eng
+        release()
+    c, w = res["chunked"], res["whole"]
+    res["ttft_whole_over_chunked"] = w["long_prompt_ttft_s"] / c["long_prompt_ttft_s"]
+    return res
+
+
 def concurrency(b: Bench, sizes: tuple[int, ...], plen: int, new: int) -> dict:
     res: dict = {"prompt_len": plen, "new_tokens": new}
     for n in sizes:
@@ -414,6 +461,10 @@ def main() -> None:
     if want("long_context"):
         stage(result, "long_context", lambda: long_context(
             b, (64, 256) if args.smoke else (512, 8000), 8 if args.smoke else 64))
+    if want("long_prompt_among_decodes"):
+        stage(result, "long_prompt_among_decodes", lambda: long_prompt_among_decodes(
+            b, 4 if args.smoke else 64, 16 if args.smoke else 128, 24 if args.smoke else 256,
+            300 if args.smoke else 8000, 64 if args.smoke else 2048))
     if want("concurrency"):
         stage(result, "concurrency", lambda: concurrency(
             b, (2, 8) if args.smoke else (8, 64, 256, 512), 16 if args.smoke else 128,
