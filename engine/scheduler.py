@@ -70,6 +70,7 @@ class Scheduler:
         self.running: list[SequenceGroup] = []  # in arrival order
         self.swapped: deque[SequenceGroup] = deque()
         self.num_preemptions = 0
+        self._num_running_seqs = 0  # live sequences of the running groups, as the decode pass left them
 
     def add(self, group: SequenceGroup) -> None:
         self.waiting.append(group)
@@ -128,6 +129,7 @@ class Scheduler:
             reserved += need
             i += 1
         self.running = [g for g, _ in scheduled]
+        self._num_running_seqs = sum(map(len, (live for _, live in scheduled)))
         append = self.kv.append_reserved
         decodes = out.decodes
         events = out.events
@@ -155,8 +157,7 @@ class Scheduler:
 
     def _schedule_prefills(self, out: ScheduledStep) -> None:
         cfg = self.config
-        # every running group's live sequences: decoding, or mid-prefill
-        num_seqs = sum(len(g.live()) for g in self.running)
+        num_seqs = self._num_running_seqs  # every running group's: decoding, or mid-prefill
         while self.waiting:
             group = self.waiting[0]
             seqs = group.live()
