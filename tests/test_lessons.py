@@ -19,9 +19,9 @@ def _run(lesson, **kw) -> LessonRun:
     return LessonRun(lesson, device="cpu", dtype="float32", **kw)
 
 
-def test_there_are_ten_lessons_sorted() -> None:
+def test_there_are_eleven_lessons_sorted() -> None:
     lessons = load_all()
-    assert len(lessons) == 10
+    assert len(lessons) == 11
     assert [lsn.path for lsn in lessons] == sorted(lsn.path for lsn in lessons)
     for lsn in lessons:
         assert lsn.title and lsn.summary and lsn.steps
