@@ -19,6 +19,9 @@ def main() -> int:
     ap.add_argument("--device", default=os.environ.get("PAGEDLAB_DEVICE", "auto"))
     args = ap.parse_args()
 
+    # One warm-up per process, not per session: the app builds an engine for each session and
+    # replays one on every Back (engine/runtime.py, _should_warm_up)
+    os.environ.setdefault("PAGEDLAB_WARMUP", "once")
     from ui import build_app
     from ui.app import CSS, HEAD, THEME
 

@@ -68,6 +68,7 @@ class LoadedModel:
     dtype: torch.dtype
     load_seconds: float = 0.0
     lean: Any = None  # lean_decoder.LeanWeights: the fused view serving steps run on, if any
+    warmed_up: bool = False  # an engine compiled the kernels for it in this process (runtime.py)
 
     @property
     def num_layers(self) -> int:

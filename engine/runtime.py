@@ -34,13 +34,9 @@ class Runtime:
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
-        # No cold first user: on a GPU, compile and capture now (a few seconds, said on stderr).
-        # Not on a ZeroGPU Space: there the GPU lives for one call and each call rebuilds the
-        # engine by replay, so warming every bucket would cost every click; graphs are then
-        # captured at first use. PAGEDLAB_WARMUP=0 turns it off anywhere.
-        zerogpu = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
-        warm = os.environ.get("PAGEDLAB_WARMUP", "1") != "0" and not zerogpu
-        self.warm_up_seconds = self.runner.warm_up(_log) if warm else 0.0
+        self.warm_up_seconds = self.runner.warm_up(_log) if _should_warm_up(self.loaded) else 0.0
+        if self.warm_up_seconds:
+            self.loaded.warmed_up = True
 
     def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
@@ -81,6 +77,28 @@ class Runtime:
 
     def read_block(self, block_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cache.read_block(layer, block_id)
+
+
+def _should_warm_up(loaded: Any) -> bool:
+    """No cold first user: on a GPU an engine compiles its kernels and captures every decode
+    graph at start (a few seconds, said on stderr), so a server's first requests do not pay
+    for it. PAGEDLAB_WARMUP says when:
+
+    - "1" (the default: servers, benchmarks): every engine;
+    - "once" (what app.py sets): the first engine of each loaded model in this process. The app
+      builds an engine per session and replays one on every Back, where seconds of capture
+      would land on each click; the kernels stay compiled in the process, and a later engine
+      captures a graph the first time it meets that batch size (one size at a time);
+    - "0": never.
+
+    Never on a ZeroGPU Space: there the GPU lives for one call and each call rebuilds the engine
+    by replay, so warming every bucket would cost every click."""
+    if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true"):
+        return False
+    policy = os.environ.get("PAGEDLAB_WARMUP", "1")
+    if policy == "once":
+        return not loaded.warmed_up
+    return policy != "0"
 
 
 def _log(line: str) -> None:

@@ -1,0 +1,43 @@
+"""When an engine compiles and captures at start (PAGEDLAB_WARMUP): every engine, once per
+loaded model per process (the app), or never; never on ZeroGPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig, LLMEngine
+from engine.model_runner import ModelRunner
+
+
+@pytest.fixture
+def warm_ups(monkeypatch, tiny_model) -> list[int]:
+    """Counts the runner's warm-ups (on a CPU the real one has nothing to capture and says 0 s)."""
+    calls: list[int] = []
+
+    def fake_warm_up(self, log=None) -> float:
+        calls.append(1)
+        return 0.5
+
+    monkeypatch.setattr(ModelRunner, "warm_up", fake_warm_up)
+    monkeypatch.setattr(tiny_model, "warmed_up", False)  # restored after the test
+    return calls
+
+
+def engines(n: int) -> list[float]:
+    return [LLMEngine(EngineConfig(model="tiny-random", device="cpu", dtype="float32"))
+            .runtime.warm_up_seconds for _ in range(n)]
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("1", [0.5, 0.5, 0.5]), ("once", [0.5, 0.0, 0.0]),
+                                                  ("0", [0.0, 0.0, 0.0])])
+def test_warm_up_policy(monkeypatch, warm_ups, policy, expected):
+    monkeypatch.setenv("PAGEDLAB_WARMUP", policy)
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert engines(3) == expected
+    assert len(warm_ups) == sum(1 for s in expected if s)
+
+
+def test_no_warm_up_on_zerogpu(monkeypatch, warm_ups):
+    monkeypatch.setenv("PAGEDLAB_WARMUP", "1")
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert engines(1) == [0.0] and not warm_ups
