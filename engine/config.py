@@ -32,6 +32,10 @@ class EngineConfig:
     # serving: a prompt longer than what is left of a step's token budget is prefilled in
     # chunks, beside the running decodes (vLLM v1's chunked prefill); False: it waits, whole
     enable_chunked_prefill: bool = True
+    # serving on a GPU: schedule and launch step t + 1 before reading step t's tokens back, so
+    # the host's bookkeeping runs while the GPU computes (vLLM v1's async scheduling; see
+    # serving.py). The same outputs; a step's finished requests are reported one step later.
+    async_scheduling: bool = False
     tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp_runtime.py)
 
     def __post_init__(self) -> None:
@@ -64,6 +68,11 @@ class EngineConfig:
         _positive_int("max_num_seqs", self.max_num_seqs, 1 << 16)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens, 1 << 20)
         _positive_int("tensor_parallel_size", self.tensor_parallel_size, MAX_TENSOR_PARALLEL)
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"async_scheduling must be True or False, got {self.async_scheduling!r}")
+        if self.async_scheduling and self.tensor_parallel_size > 1:
+            raise ValueError("async_scheduling feeds each step's tokens to the next on one GPU; it "
+                             "does not work with tensor_parallel_size > 1 (turn one of them off)")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise ValueError(f"enable_chunked_prefill must be True or False, "
                              f"got {self.enable_chunked_prefill!r}")

@@ -64,7 +64,12 @@ class DecodeGraphs:
         self.max_seq_len = max_seq_len
         n = 4 * max_batch + max_batch * max_blocks_per_seq
         pin = device.type == "cuda"
-        self.host = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
+        # Two pinned buffers, used in turn: under async scheduling the host fills step t + 1's
+        # while step t's copy may still wait in the stream (each records when its copy is done)
+        self._hosts = [torch.zeros(n, dtype=torch.int32, pin_memory=pin) for _ in range(2)]
+        self._copied: list[Any] = [None, None]
+        self._turn = 0
+        self.host = self._hosts[0]
         self._host_np = self.host.numpy()
         self.buffer = torch.zeros(n, dtype=torch.int32, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -84,12 +89,15 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
-            tables: list[list[int]], num_blocks: int | None = None) -> DecodeOutputs | None:
+            tables: list[list[int]], num_blocks: int | None = None,
+            feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs | None:
         """One decode step for len(token_ids) sequences (position p's token goes to slot s).
         With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
-        the buffer); None comes back, and nothing runs, when one does not."""
+        the buffer); None comes back, and nothing runs, when one does not. `feed(ids)` writes
+        token ids the host does not have yet into the device's ids (async scheduling)."""
         n = len(token_ids)
         size = self.bucket(n)
+        self._next_host()
         used = self._fill(token_ids, positions, slots, tables, size)
         if num_blocks is not None:
             widest = max(map(len, tables))
@@ -98,6 +106,11 @@ class DecodeGraphs:
                 region[:] = 0  # no bad id stays behind for a later step's check to trip on
                 return None
         self.buffer[:used].copy_(self.host[:used], non_blocking=True)
+        if self.use_graphs:
+            self._copied[self._turn] = torch.cuda.Event()
+            self._copied[self._turn].record()
+        if feed is not None:
+            feed(self.buffer[:n])
         if not self.use_graphs:
             return self._compute(size).rows(n)
         if size not in self.graphs:
@@ -124,6 +137,14 @@ class DecodeGraphs:
                 self._capture(size)
 
     # ---- internals ------------------------------------------------------------------------------
+
+    def _next_host(self) -> None:
+        """Switch to the other pinned buffer, once its last copy to the device is done."""
+        self._turn ^= 1
+        if self._copied[self._turn] is not None:
+            self._copied[self._turn].synchronize()
+        self.host = self._hosts[self._turn]
+        self._host_np = self.host.numpy()
 
     def _fill(self, token_ids: list[int], positions: list[int], slots: list[int],
               tables: list[list[int]], size: int) -> int:

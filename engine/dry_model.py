@@ -12,6 +12,7 @@ import random
 
 from engine.byte_tokenizer import DRY_ALPHABET
 from engine.sampler_keys import SampleRequest
+from engine.step_picks import DryPicks
 
 
 class DryScores:
@@ -26,6 +27,10 @@ class DryScores:
         n = len(DRY_ALPHABET)
         lp = -math.log(n)
         return [(DRY_ALPHABET[int(r.u * n)], lp) for r in requests]
+
+    def pick_rows(self, requests: list[SampleRequest]) -> DryPicks:
+        """`sample_many` for async scheduling: read when the step lands."""
+        return DryPicks(self.sample_many(requests))
 
     def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
         return [self.top(row, k) for row, k in zip(rows, ks, strict=True)]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from engine.block_pool import BlockPool, OutOfBlocks
 from engine.events import Event, blocks_str
 from engine.hashing import HashFn, hash_block
-from engine.sequence import Sequence, SequenceStatus
+from engine.sequence import IN_FLIGHT, Sequence, SequenceStatus
 
 
 class InvariantError(AssertionError):
@@ -144,6 +144,19 @@ class KVCacheManager:
         """`append` of one token whose block the caller has already counted (the scheduler's
         decode pass reserves them): no second capacity check in the hot path."""
         self._write(seq, [token], events, narrate_each=True)
+
+    def land(self, seq: Sequence, token: int) -> list[Event]:
+        """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
+        known. Put it in the sequence and its block, and hash the block if that filled it."""
+        seq.token_ids[-1] = token
+        block_id = seq.block_table[-1]
+        block = self.pool.blocks[block_id]
+        block.token_ids[-1] = token
+        self.pool.dirty.add(block_id)
+        events: list[Event] = []
+        if self.enable_prefix_caching and len(block.token_ids) == self.block_size:
+            self._seal(seq, block_id, events)
+        return events
 
     def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
         """The child gets a copy of the parent's block table; nothing is copied but ids."""
@@ -283,13 +296,15 @@ class KVCacheManager:
             seq.token_ids.append(tok)
             dirty.add(block_id)
             if narrate_each:
+                what = "the token it sampled last step (still on the GPU)" if tok == IN_FLIGHT \
+                    else self.token_repr(tok)
                 events.append(Event(
                     "append", self.step, sid,
-                    f"seq {sid} wrote {self.token_repr(tok)} into slot {offset} of block {block_id}",
+                    f"seq {sid} wrote {what} into slot {offset} of block {block_id}",
                     (block_id,), (tok,), offset,
                 ))
-            if offset == bs - 1 and self.enable_prefix_caching:
-                self._seal(seq, block_id, events)
+            if offset == bs - 1 and self.enable_prefix_caching and tok != IN_FLIGHT:
+                self._seal(seq, block_id, events)  # an in-flight token's block: when it lands
         if new_blocks and not narrate_each:
             events.append(Event(
                 "allocate", self.step, sid,

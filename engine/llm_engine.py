@@ -208,6 +208,10 @@ class LLMEngine(ServingMixin):
         if not isinstance(op, dict) or op.get("op") not in self._OPS:
             raise ValueError(f"unknown operation {op!r:.80}; expected one of {sorted(self._OPS)}")
         self.kv.step = self.step_count + 1
+        if self._inflight is not None and op["op"] not in ("step", "add_request"):
+            # async scheduling: a primitive works on settled sequences; the step on its way
+            # lands first (its finished requests are reported by the next step)
+            self._stashed_finished += self._land_in_flight(self._stashed_events)
         result, events = self._OPS[op["op"]](self, op)
         self.step_count += 1
         self.last_events = events

@@ -53,6 +53,11 @@ class ScheduledSeq:
     block_table: list[int]  # physical blocks holding num_computed + len(token_ids) tokens
 
 
+#: async scheduling: ([(index in the batch, row)], tokens): that sequence's one new token is
+#: tokens[row] on the device (the last step's pick, not read back yet)
+Feed = tuple[list[tuple[int, int]], torch.Tensor]
+
+
 @dataclass
 class PagedMetadata:
     """Everything the attention of every layer needs for one step (built once per step)."""
@@ -160,12 +165,14 @@ class ModelRunner:
                                    -(-max_len // self.block_size), max_len, use_graphs)
 
     @torch.inference_mode()
-    def execute(self, batch: list[ScheduledSeq]) -> torch.Tensor:
+    def execute(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> torch.Tensor:
         """One forward pass over the batch: float32 logits [num_seqs, vocab] of each sequence's
         last new token, in batch order. New tokens' K/V are written into their slots."""
         if not batch:
             raise ValueError("execute() needs at least one scheduled sequence")
-        meta, input_ids, positions, last_rows = self.prepare(batch)
+        meta, input_ids, positions, last_rows = self.prepare(batch, feed is not None)
+        if feed is not None:  # a fed sequence's one new token is its last row's
+            _feed_into(input_ids[0], last_rows, feed)
         if self.lean is not None and not self._modules_only:
             logits = lean_forward(
                 self.lean, meta.ops, meta.kv_cache, input_ids[0], positions[0], meta.slot_mapping,
@@ -225,15 +232,15 @@ class ModelRunner:
         finally:
             self._modules_only -= 1
 
-    def execute_scores(self, batch: list[ScheduledSeq]) -> TorchScores:
+    def execute_scores(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
         """The step's scores: pure-decode batches through the static decode path (CUDA graphs on
         a GPU), anything else (prefills, mixed batches) through `execute`."""
         if not self._modules_only and all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
                 len(batch), max((len(s.block_table) for s in batch), default=0)):
-            return self.decode(batch)
-        return TorchScores(self.execute(batch))
+            return self.decode(batch, feed)
+        return TorchScores(self.execute(batch, feed))
 
-    def decode(self, batch: list[ScheduledSeq]) -> TorchScores:
+    def decode(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
         """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
         if not batch:
             raise ValueError("decode() needs at least one scheduled sequence")
@@ -252,8 +259,12 @@ class ModelRunner:
             positions.append(p)
             slots.append(table[p // bs] * bs + p % bs)
             tables.append(table)
+        if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
+            for i, _ in feed[0]:
+                tokens[i] = 0
         out = self.graphs.run(tokens, positions, slots, tables,
-                              num_blocks=self.cache.num_gpu_blocks)
+                              num_blocks=self.cache.num_gpu_blocks,
+                              feed=None if feed is None else lambda ids: _feed_into(ids, None, feed))
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self._check(i, seq)
@@ -282,9 +293,10 @@ class ModelRunner:
         )
         return self.lm_head(out.last_hidden_state[0])
 
-    def prepare(self, batch: list[ScheduledSeq]
+    def prepare(self, batch: list[ScheduledSeq], fed: bool = False
                 ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Metadata and packed inputs of a batch (built on the CPU, moved to the device once)."""
+        """Metadata and packed inputs of a batch (built on the CPU, moved to the device once).
+        `fed`: some token ids are placeholders, filled on the device afterwards."""
         bs = self.block_size
         token_ids: list[int] = []
         positions: list[int] = []
@@ -295,7 +307,7 @@ class ModelRunner:
             self._check(i, seq)
             q_len = len(seq.token_ids)
             seq_len = seq.num_computed + q_len
-            token_ids.extend(int(t) for t in seq.token_ids)
+            token_ids.extend(max(int(t), 0) if fed else int(t) for t in seq.token_ids)
             for pos in range(seq.num_computed, seq_len):
                 positions.append(pos)
                 slots.append(seq.block_table[pos // bs] * bs + pos % bs)
@@ -345,3 +357,21 @@ class ModelRunner:
             if not 0 <= block < self.cache.num_gpu_blocks:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
                                  f"(0..{self.cache.num_gpu_blocks - 1})")
+
+
+def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:
+    """Write each fed sequence's token, read on the device from the last step's picks, into
+    its place among the step's input ids (rows[i]: item i's place; None: place i)."""
+    pairs, tokens = feed
+    dev = input_ids.device
+    items = _device_list([i for i, _ in pairs], dev)
+    where = items if rows is None else rows.index_select(0, items)
+    input_ids.index_copy_(0, where, tokens.index_select(0, _device_list([r for _, r in pairs], dev))
+                          .to(input_ids.dtype))
+
+
+def _device_list(values: list[int], dev: torch.device) -> torch.Tensor:
+    t = torch.tensor(values, dtype=torch.long)
+    if dev.type == "cuda":
+        t = t.pin_memory()
+    return t.to(dev, non_blocking=True)

@@ -15,7 +15,7 @@ import torch
 
 from engine.cache_engine import CacheEngine
 from engine.config import EngineConfig
-from engine.model_runner import ModelRunner, ScheduledSeq
+from engine.model_runner import Feed, ModelRunner, ScheduledSeq
 from engine.models import load_model
 from engine.sampler import TorchScores
 
@@ -38,10 +38,13 @@ class Runtime:
         if self.warm_up_seconds:
             self.loaded.warmed_up = True
 
-    def execute(self, items: list[tuple[list[int], int, list[int]]]) -> TorchScores:
-        """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
+    def execute(self, items: list[tuple[list[int], int, list[int]]], feed: Feed | None = None
+                ) -> TorchScores:
+        """items: (tokens to compute, tokens already in the cache, block table) per sequence.
+        feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
+        device, at tokens[row] (the last step's picks)."""
         batch = [ScheduledSeq(toks, n, table) for toks, n, table in items]
-        return self.runner.execute_scores(batch)
+        return self.runner.execute_scores(batch, feed)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         self.cache.copy_blocks(list(pairs))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from engine.sampler_keys import SampleRequest, _mix64
+from engine.step_picks import StepPicks
 
 
 class TorchScores:
@@ -85,6 +86,21 @@ class TorchScores:
                 drawn[i] = (int(values[j]), values[len(open_rows) + j])
         it = iter(drawn)
         return [next(it) if r.params.temperature > 0 else greedy[r.row] for r in requests]
+
+    def pick_rows(self, requests: list[SampleRequest]) -> StepPicks:
+        """`sample_many` for async scheduling, with nothing read back yet: one pick per row
+        (greedy, or the row's draw), left on the device. Only for requests whose draws always
+        settle at once (no top-p: its rare unsettled rows need the host)."""
+        best, best_lp = self._greedy_pair()
+        tokens, logprobs = best.clone(), best_lp.clone()
+        sampled = [r for r in requests if r.params.temperature > 0]
+        if sampled:
+            rows = _to_device([r.row for r in sampled], torch.long, self.logits.device)
+            lp = self.logprobs().index_select(0, rows)
+            _, drawn, _ = draw(lp, sampled, best_lp.index_select(0, rows))
+            tokens.index_copy_(0, rows, drawn)
+            logprobs.index_copy_(0, rows, lp.gather(1, drawn[:, None])[:, 0])
+        return StepPicks(tokens, logprobs, [r.row for r in requests])
 
     def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
         """The ks[i] most likely next tokens of rows[i] with their log probabilities, best

@@ -31,7 +31,7 @@ from engine.block_pool import OutOfBlocks
 from engine.config import EngineConfig
 from engine.events import Event
 from engine.kv_cache_manager import KVCacheManager
-from engine.sequence import Sequence, SequenceGroup, SequenceStatus
+from engine.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
 
 
 @dataclass
@@ -138,7 +138,12 @@ class Scheduler:
                 chunked.append(group)
                 continue
             for seq in live:
-                append(seq, seq.pending_token, events)
+                if seq.inflight_step < 0:
+                    append(seq, seq.pending_token, events)
+                elif len(seq.output_ids) + 1 < group.params.max_tokens:
+                    append(seq, IN_FLIGHT, events)  # async scheduling: its token is on the GPU
+                else:
+                    continue  # the token on its way is its last: nothing more to compute
                 decodes.append(seq)
         self._continue_prefills(chunked, out)
 
@@ -201,6 +206,7 @@ class Scheduler:
                                                 not seq.prefill_rest))
             self._insert_running(group)
             num_seqs += width
+            self._num_running_seqs = num_seqs
 
     # ---- preemption ---------------------------------------------------------------------------
 

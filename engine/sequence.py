@@ -10,6 +10,10 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+#: async scheduling: the token a sequence sampled in the step still on the GPU, written into its
+#: slot (and block) before the host knows it; serving.py puts the real id in when the step lands
+IN_FLIGHT = -1
+
 
 class SequenceStatus(str, Enum):
     WAITING = "waiting"  # queued for (re-)prefill; holds no blocks
@@ -37,6 +41,10 @@ class Sequence:
     # chunked prefill: prompt tokens admitted but not computed yet; they enter the cache (and
     # token_ids) a chunk a step, and the sequence decodes only once this is empty
     prefill_rest: list[int] = field(default_factory=list)
+    # async scheduling: the step whose sampled token for this sequence is not read back yet
+    # (-1: none), and its row in that step's outputs (the next step's input reads it there)
+    inflight_step: int = -1
+    inflight_row: int = -1
     finish_reason: str | None = None  # "length" | "stop" | "eos"
 
     @property

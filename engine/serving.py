@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.beam_search import Hypothesis, choose, length_penalised, should_stop
@@ -19,7 +19,22 @@ from engine.events import Event
 from engine.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
 from engine.sampler_keys import SampleRequest, request_key, sample_uniform
 from engine.scheduler import PrefillItem, ScheduledStep, Scheduler
-from engine.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from engine.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+
+
+@dataclass
+class Launched:
+    """One step's picks on their way: which rows sample which sequences, and the tokens (read
+    now, or under async scheduling a handle read when the step lands)."""
+
+    step: int
+    rows: dict[int, list[tuple[Sequence, int]]]  # request id -> (sequence, row of the step)
+    fresh: set[int]  # requests whose prefill this step finished: their first token
+    counts: list[tuple[int, int]]  # (draws, top-k rows) per request, in rows' order
+    overlap: bool = False  # may land after the next step is launched
+    picks: Any = None  # a device handle (pick_rows) under overlap
+    tokens: list[tuple[int, float]] = field(default_factory=list)
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 class ServingMixin:
@@ -32,6 +47,11 @@ class ServingMixin:
         self.groups: dict[int, SequenceGroup] = {}
         self._next_request_id = 0
         self.last_step: StepResult | None = None
+        self._inflight: Launched | None = None  # async scheduling: the step still on the GPU
+        # what landed outside a step (before a primitive op): the next step reports it
+        self._stashed_finished: list[RequestOutput] = []
+        self._stashed_events: list[Event] = []
+        self._last_picks: Any = None  # its picks: the next step's inputs read its tokens there
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -90,16 +110,43 @@ class ServingMixin:
         return rid, []  # nothing happens to blocks until a step schedules it
 
     def _op_step(self, op: dict[str, Any]) -> tuple[StepResult, list[Event]]:
+        events, self._stashed_events = self._stashed_events, []
+        finished, self._stashed_finished = self._stashed_finished, []
+        inflight = self._inflight
+        if inflight is not None and not self._can_overlap(inflight):
+            finished += self._land(inflight, events)           # the last step's tokens, first
+            inflight = None
         sched = self.scheduler.schedule()                      # schedule
-        events = list(sched.events)
+        events += sched.events
         scores = self._run_step(sched, events)                 # run
-        finished = self._postprocess(sched, scores, events)    # postprocess
+        launched = self._pick(sched, scores)                   # sample (on the device)
+        if inflight is not None:  # async: the step before lands while this one computes
+            finished += self._land(inflight, events)
+        self._inflight = None
+        if launched is not None and launched.overlap:
+            self._inflight = launched
+        elif launched is not None:
+            finished += self._land(launched, events)           # postprocess
         for group in sched.aborted:
             finished.append(self._finish_group(group, events, aborted=True))
         result = StepResult(self.kv.step, events, finished, self._lazy_outputs(), sched.num_tokens,
                             len(sched.prefills), len(sched.decodes))
         self.last_step = result
         return result, events
+
+    def _can_overlap(self, inflight: Launched) -> bool:
+        """May the next step be scheduled before `inflight`'s tokens are read? Not when they
+        decide forks and frees (beams, the n samples of a prefill), and not when the next step
+        could preempt: a preempted sequence must not have a token on its way. A decode takes
+        at most one block a sequence, so enough free blocks for all of them rule that out."""
+        sched = self.scheduler
+        return (inflight.overlap and not sched.swapped
+                and self.kv.pool.num_allocatable >= sched._num_running_seqs)
+
+    def _land_in_flight(self, events: list[Event]) -> list[RequestOutput]:
+        """Read back and postprocess the step still on the GPU, if any (async scheduling)."""
+        inflight, self._inflight = self._inflight, None
+        return self._land(inflight, events) if inflight is not None else []
 
     # ---- run ------------------------------------------------------------------------------------
 
@@ -121,11 +168,21 @@ class ServingMixin:
         self.runtime.copy_blocks(cow)
         if not items:
             return None
-        return self.runtime.execute([(s.token_ids[n:], n, s.block_table) for s, n in items])
+        batch = [(s.token_ids[n:], n, s.block_table) for s, n in items]
+        # async scheduling: a token still on the GPU is read there, from the last step's picks
+        feed = [(i, s.inflight_row) for i, (s, _) in enumerate(items) if s.inflight_step >= 0]
+        if feed:
+            return self.runtime.execute(batch, feed=(feed, self._last_picks.tokens))
+        return self.runtime.execute(batch)
 
     # ---- postprocess ---------------------------------------------------------------------------
 
-    def _postprocess(self, sched: ScheduledStep, scores: Any, events: list[Event]) -> list[RequestOutput]:
+    def _pick(self, sched: ScheduledStep, scores: Any) -> Launched | None:
+        """Every token of the step in one batched draw, every beam's candidates in one top-k:
+        the device is read once for each, not once per sequence. Under async scheduling a step
+        whose picks decide nothing but tokens leaves them on the device (read when it lands)."""
+        if scores is None:
+            return None
         rows: dict[int, list[tuple[Sequence, int]]] = {}
         fresh: set[int] = set()
         row = 0
@@ -138,29 +195,62 @@ class ServingMixin:
             rows.setdefault(seq.request_id, []).append((seq, row))
             row += 1
         groups = self.groups
-        # Every token of the step in one batched draw, every beam's candidates in one top-k:
-        # the device is read once for each, not once per sequence.
         draws: list[SampleRequest] = []
+        counts: list[tuple[int, int]] = []  # (draws, top-k rows) per request, in rows' order
         beam_rows: list[int] = []
         beam_ks: list[int] = []
+        structural = False  # do the picks fork or free sequences?
         for rid, seq_rows in rows.items():
             group = groups[rid]
             if group.params.beam_width > 1:
                 beam_rows += [r for _, r in seq_rows]
                 beam_ks += [2 * group.params.beam_width] * len(seq_rows)
+                counts.append((0, len(seq_rows)))
+                structural = True
             else:
-                draws += self._draws(group, seq_rows, rid in fresh)
-        tokens = iter(scores.sample_many(draws)) if draws else iter(())
-        tops = iter(scores.top_many(beam_rows, beam_ks)) if beam_rows else iter(())
+                mine = self._draws(group, seq_rows, rid in fresh)
+                draws += mine
+                counts.append((len(mine), 0))
+                structural |= rid in fresh and group.params.n > 1
+        launched = Launched(self.kv.step, rows, fresh, counts)
+        launched.overlap = (self.config.async_scheduling and not structural
+                            and all(d.params.top_p >= 1.0 for d in draws)
+                            and hasattr(scores, "pick_rows"))
+        if launched.overlap:
+            launched.picks = self._last_picks = scores.pick_rows(draws)
+            for seq_rows in rows.values():
+                for seq, r in seq_rows:
+                    seq.inflight_step, seq.inflight_row = launched.step, r
+        else:
+            launched.tokens = scores.sample_many(draws) if draws else []
+            launched.tops = scores.top_many(beam_rows, beam_ks) if beam_rows else []
+        return launched
+
+    def _land(self, launched: Launched, events: list[Event]) -> list[RequestOutput]:
+        """Postprocess one step: its tokens into their sequences; beams continue by fork and
+        free; finished requests end. A sequence or request that ended after the step was
+        launched (async scheduling) lets its row go."""
+        if launched.picks is not None:
+            launched.tokens = launched.picks.result()
+        tokens = iter(launched.tokens)
+        tops = iter(launched.tops)
+        groups = self.groups
         finished = []
-        for rid, seq_rows in rows.items():
-            group = groups[rid]
-            if rid in fresh:
+        for (rid, seq_rows), count in zip(launched.rows.items(), launched.counts, strict=True):
+            group = groups.get(rid)
+            if group is None:  # ended while this step ran (async scheduling): skip its picks
+                for _ in range(count[0]):
+                    next(tokens)
+                for _ in range(count[1]):
+                    next(tops)
+                continue
+            if rid in launched.fresh:
                 group.prefilled = True
             if group.params.beam_width > 1:
                 done = self._beam_step(group, seq_rows, [next(tops) for _ in seq_rows], events)
             else:
-                done = self._sample_step(group, seq_rows, tokens, events, rid in fresh)
+                done = self._sample_step(group, seq_rows, tokens, events, rid in launched.fresh,
+                                         launched.step)
             if done:
                 finished.append(self._finish_group(group, events))
         return finished
@@ -179,15 +269,17 @@ class ServingMixin:
         if fresh and params.n > 1:  # the n samples of the prefill's row, forked after the draw
             row = seq_rows[0][1]
             return [SampleRequest(row, params, sample_uniform(key, i, 0)) for i in range(params.n)]
+        # the output position: under async scheduling a token may still be on its way
         if params.n == 1:
-            return [SampleRequest(r, params, sample_uniform(key, 0, len(s.output_ids)))
-                    for s, r in seq_rows]
+            return [SampleRequest(r, params, sample_uniform(
+                key, 0, len(s.output_ids) + (s.inflight_step >= 0))) for s, r in seq_rows]
         index = {s.seq_id: i for i, s in enumerate(group.seqs)}
-        return [SampleRequest(r, params, sample_uniform(key, index[s.seq_id], len(s.output_ids)))
-                for s, r in seq_rows]
+        return [SampleRequest(r, params, sample_uniform(
+            key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0))) for s, r in seq_rows]
 
     def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
-                     tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool) -> bool:
+                     tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool,
+                     step: int) -> bool:
         params = group.params
         if fresh and params.n > 1:  # parallel sampling: fork the prefilled sequence n - 1 times
             seq, row = seq_rows[0]
@@ -197,6 +289,12 @@ class ServingMixin:
                 seq_rows.append((child, row))
         for seq, _ in seq_rows:
             token, logprob = next(tokens)
+            if seq.inflight_step == step:
+                seq.inflight_step = seq.inflight_row = -1
+            if seq.status is SequenceStatus.FINISHED:
+                continue  # ended (eos, stop) while this step ran: its row was spare work
+            if seq.token_ids and seq.token_ids[-1] == IN_FLIGHT:  # the next step wrote it blind
+                events += self.kv.land(seq, token)
             self._take_token(seq, token, logprob)
             reason = self._finish_reason(seq, params)
             if reason:
