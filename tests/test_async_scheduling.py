@@ -83,3 +83,26 @@ def test_real_async_scheduling_changes_no_output(tiny_model):
     expected = run(engine(False, 256), work)
     assert run(engine(True, 256), work) == expected
     assert run(engine(True, 30), work) == expected  # a small pool: preemption, drained first
+
+
+def test_a_primitive_lands_the_step_in_flight_and_the_next_step_reports_it():
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=64, async_scheduling=True))
+    rid = eng.add_request("abc", SamplingParams(max_tokens=3))
+    eng.step()
+    eng.step()
+    assert eng._inflight is not None
+    # between calls every slot holds a real token (the step before landed inside the call);
+    # the token of the step on its way is not an output yet
+    assert all(t >= 0 for t in eng.snapshot().sequences[0].token_ids)
+    assert len(eng.seqs[0].output_ids) == 1
+    seq = eng.add_sequence("zz")  # lands the step first
+    assert eng._inflight is None and len(eng.seqs[0].output_ids) == 2
+    eng.check_invariants()
+    finished = []
+    while eng.scheduler.has_work() or eng._inflight is not None:
+        finished += eng.step().finished
+    assert [o.request_id for o in finished] == [rid] and len(finished[0].outputs[0].token_ids) == 3
+    eng.free(seq)
+    eng.check_invariants()
+    replayed = LLMEngine.replay(eng.config, eng.trace)
+    assert replayed.snapshot().blocks == eng.snapshot().blocks
