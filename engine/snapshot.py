@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from engine.block_pool import BlockPool
-from engine.sequence import IN_FLIGHT, Sequence
+from engine.sequence import Sequence
 
 
 class BlockView(NamedTuple):  # a NamedTuple: 4096 of them must build in a few ms
@@ -102,16 +102,14 @@ class SnapshotBuilder:
         return tuple(views)
 
     def sequence_view(self, seq: Sequence) -> SequenceView:
-        # the last token too: under async scheduling it is IN_FLIGHT until its step lands
         key = (seq.num_tokens, tuple(seq.block_table), seq.pending_token, seq.status,
-               seq.num_cached_tokens, seq.token_ids[-1] if seq.token_ids else None)
+               seq.num_cached_tokens)
         cached = self._seqs.get(seq.seq_id)
         if cached is not None and cached[0] == key:
             return cached[1]
         view = SequenceView(
             seq.seq_id, tuple(seq.block_table), tuple(seq.token_ids), seq.num_tokens,
-            self.decode([t for t in seq.token_ids if t != IN_FLIGHT]), seq.status.value,
-            seq.num_cached_tokens,
+            self.decode(seq.token_ids), seq.status.value, seq.num_cached_tokens,
             seq.pending_token, seq.prompt_len, seq.parent_id,
         )
         self._seqs[seq.seq_id] = (key, view)
