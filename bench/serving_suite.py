@@ -50,6 +50,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.models import load_model  # noqa: E402
 
 DEVICE = "cuda"
+ASYNC = True  # async scheduling, as a server would run (--sync: off; `concurrency` runs both)
 
 
 def sync() -> None:
@@ -85,6 +86,7 @@ class Bench:
 
     def engine(self, max_num_seqs: int = 256, blocks: int | None = None, **kw) -> tuple[LLMEngine, float]:
         t = time.perf_counter()
+        kw.setdefault("async_scheduling", ASYNC)
         eng = LLMEngine(EngineConfig(model=self.model, device=DEVICE, dtype=self.dtype,
                                      block_size=16, num_gpu_blocks=blocks,
                                      max_num_seqs=max_num_seqs, **kw))
@@ -98,7 +100,7 @@ class Bench:
         done: dict[int, object] = {}
         sync()
         t0 = time.perf_counter()
-        while eng.scheduler.has_work():
+        while eng.scheduler.has_work() or eng._inflight is not None:
             ts = time.perf_counter()
             r = eng.step()
             steps.append((time.perf_counter() - ts, r.num_prefills, r.num_decodes,
@@ -311,7 +313,7 @@ def long_prompt_among_decodes(b: Bench, n: int, plen: int, new: int, long_len: i
     for chunked in (True, False):
         eng, _ = b.engine(max_num_seqs=n + 1, blocks=n * -(-(plen + new) // 16) + long_len // 16 + 64,
                           max_num_batched_tokens=budget, enable_chunked_prefill=chunked,
-                          enable_prefix_caching=False)
+                          enable_prefix_caching=False, async_scheduling=False)
         for p in prompts:
             eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
         for _ in range(8):  # everyone prefilled and decoding
@@ -342,22 +344,26 @@ def long_prompt_among_decodes(b: Bench, n: int, plen: int, new: int, long_len: i
 
 
 def concurrency(b: Bench, sizes: tuple[int, ...], plen: int, new: int) -> dict:
+    """The decode step against its roofline at each size, with async scheduling and without
+    (the same requests): the graph's GPU time, and what the host adds around it."""
     res: dict = {"prompt_len": plen, "new_tokens": new}
     for n in sizes:
-        eng, _ = b.engine(max_num_seqs=max(n, 8), blocks=n * -(-(plen + new) // 16) + 64)
         rng = random.Random(n)
         runs = [([rng.randrange(10, b.vocab) for _ in range(plen)],
                  SamplingParams(max_tokens=new, ignore_eos=True)) for _ in range(n)]
-        r = b.run_engine(eng, runs)
-        r.pop("outputs")
-        r["roofline_ms"] = b.roofline_ms([plen + new // 2] * n)
-        r["full_step_over_roofline"] = r["median_full_batch_decode_ms"] / r["roofline_ms"]
-        r["graph_replay_gpu_ms"] = _replay_gpu_ms(eng, n)
-        if r["graph_replay_gpu_ms"]:
-            r["graph_gpu_over_roofline"] = r["graph_replay_gpu_ms"] / r["roofline_ms"]
-        res[str(n)] = r
-        del eng
-        release()
+        for overlap in (True, False):
+            eng, _ = b.engine(max_num_seqs=max(n, 8), blocks=n * -(-(plen + new) // 16) + 64,
+                              async_scheduling=overlap)
+            r = b.run_engine(eng, runs)
+            r.pop("outputs")
+            r["roofline_ms"] = b.roofline_ms([plen + new // 2] * n)
+            r["full_step_over_roofline"] = r["median_full_batch_decode_ms"] / r["roofline_ms"]
+            r["graph_replay_gpu_ms"] = _replay_gpu_ms(eng, n)
+            if r["graph_replay_gpu_ms"]:
+                r["graph_gpu_over_roofline"] = r["graph_replay_gpu_ms"] / r["roofline_ms"]
+            res[str(n) if overlap else f"{n}_sync"] = r
+            del eng
+            release()
     return res
 
 
@@ -425,8 +431,10 @@ def main() -> None:
     ap.add_argument("--model", default="default", help="name or path (the GPU run: a folder)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny-random, tiny sizes")
     ap.add_argument("--only", default="", help="comma-separated stages to run")
+    ap.add_argument("--sync", action="store_true", help="async scheduling off (but in `concurrency`)")
     args = ap.parse_args()
-    global DEVICE, OUT_PATH
+    global DEVICE, OUT_PATH, ASYNC
+    ASYNC = not args.sync
     OUT_PATH = args.out
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.smoke:
@@ -445,6 +453,7 @@ def main() -> None:
         "torch": torch.__version__, "triton": triton.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),
         "copy_bandwidth_GBps": b.bw / 1e9, "weight_bytes": b.weight_bytes,
+        "async_scheduling": ASYNC,
         "lengths": "seeded synthetic ShareGPT-like: log-normal prompt (mu 4.9, sigma 0.75) and "
                    "output (mu 4.6, sigma 0.6) lengths, clipped to 1024 / 384; random token ids",
     }

@@ -6,6 +6,8 @@ later at most."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 
 from engine import EngineConfig, LLMEngine, SamplingParams
@@ -65,7 +67,11 @@ def test_dry_async_steps_overlap_and_stop_strings_land_a_step_late():
     assert outs[0].outputs[0].finish_reason in ("stop", "length")
 
 
-def test_real_async_scheduling_changes_no_output(tiny_model):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_real_async_scheduling_changes_no_output(tiny_model, device):
+    """On a GPU the decode steps are CUDA graph replays whose inputs read the last step's
+    picks on the device, from two pinned input buffers used in turn."""
     prompts = [list(range(300 + 7 * i, 300 + 7 * i + 5 + 3 * i)) for i in range(6)]
     shared = list(range(50, 70))
     work = [(p, SamplingParams(max_tokens=6 + i, ignore_eos=i % 2 == 0)) for i, p in enumerate(prompts)]
@@ -76,7 +82,7 @@ def test_real_async_scheduling_changes_no_output(tiny_model):
     work += [(p, SamplingParams(max_tokens=6, temperature=0.7, top_p=0.9, seed=2)) for p in prompts[4:]]
 
     def engine(async_scheduling: bool, blocks: int) -> LLMEngine:
-        return LLMEngine(EngineConfig(model="tiny-random", device="cpu", dtype="float32",
+        return LLMEngine(EngineConfig(model="tiny-random", device=device, dtype="float32",
                                       block_size=4, num_gpu_blocks=blocks, max_num_batched_tokens=24,
                                       async_scheduling=async_scheduling))
 
