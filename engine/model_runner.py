@@ -198,15 +198,19 @@ class ModelRunner:
         start = time.perf_counter()
         bs = self.block_size
         nblocks = self.cache.num_gpu_blocks
-        # a few prefill shapes, one of them mixed with decodes: the Triton kernels compile once
-        # per specialisation (lengths divisible by 16 or not, one sequence or several)
-        for lens in ([17], [16, 33, 1, 1], [bs * 4 + 3, 1]):
-            need = [-(-n // bs) for n in lens]
+        # a few prefill shapes, mixed with decodes: the Triton kernels compile once per
+        # specialisation (lengths divisible by 16 or not, one sequence or several), and the
+        # last is a chunk of a long prompt after its first blocks (chunked prefill), as big as
+        # a step gets, so that the allocator has grown to it too
+        big = max(16, min(2048, nblocks * bs // 2) // 16 * 16 - 2 * bs - 15)
+        for lens, done in (([17], [0]), ([16, 33, 1, 1], [0] * 4), ([bs * 4 + 3, 1], [0, 0]),
+                           ([big] + [1] * 15, [2 * bs] + [bs - 1] * 15)):
+            need = [-(-(n + c) // bs) for n, c in zip(lens, done, strict=True)]
             if sum(need) > nblocks:
                 continue
             first = [sum(need[:i]) for i in range(len(lens))]
-            self.execute([ScheduledSeq([0] * n, 0, list(range(f, f + k)))
-                          for n, f, k in zip(lens, first, need, strict=True)])
+            self.execute([ScheduledSeq([0] * n, c, list(range(f, f + k)))
+                          for n, c, f, k in zip(lens, done, first, need, strict=True)])
 
         def progress(done: int, total: int) -> None:
             if log is not None and (done % 5 == 0 or done == total - 1):

@@ -140,8 +140,14 @@ class ServingMixin:
         could preempt: a preempted sequence must not have a token on its way. A decode takes
         at most one block a sequence, so enough free blocks for all of them rule that out."""
         sched = self.scheduler
-        return (inflight.overlap and not sched.swapped
-                and self.kv.pool.num_allocatable >= sched._num_running_seqs)
+        if not inflight.overlap or sched.swapped:
+            return False
+        free = self.kv.pool.num_allocatable
+        if free >= sched._num_running_seqs:
+            return True
+        # a fuller pool: count what the next decode pass takes (one pass over the sequences)
+        needed = self.kv.blocks_needed_to_append
+        return sum(needed(s, 1) for g in sched.running for s in g.live()) <= free
 
     def _land_in_flight(self, events: list[Event]) -> list[RequestOutput]:
         """Read back and postprocess the step still on the GPU, if any (async scheduling)."""
