@@ -142,10 +142,26 @@ class KVCacheManager:
 
     def append_reserved(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """`append` of one token whose block the caller has already counted (the scheduler's
-        decode pass reserves them): no second capacity check in the hot path."""
-        self._write(seq, [token], events, narrate_each=True)
+        decode pass reserves them): no second capacity check in the hot path, and the common
+        case (room in an unshared last block) without `_write`'s loop; the same events."""
+        offset = len(seq.token_ids) % self.block_size
+        block_id = seq.block_table[-1] if offset else -1
+        block = self.pool.blocks[block_id] if offset else None
+        if block is None or block.ref_count > 1:  # a new block, or copy-on-write first
+            self._write(seq, [token], events, narrate_each=True)
+            return
+        block.token_ids.append(token)
+        seq.token_ids.append(token)
+        self.pool.dirty.add(block_id)
+        what = "the token it sampled last step (still on the GPU)" if token == IN_FLIGHT \
+            else self.token_repr(token)
+        events.append(Event("append", self.step, seq.seq_id,
+                            f"seq {seq.seq_id} wrote {what} into slot {offset} of block {block_id}",
+                            (block_id,), (token,), offset))
+        if offset == self.block_size - 1 and self.enable_prefix_caching and token != IN_FLIGHT:
+            self._seal(seq, block_id, events)
 
-    def land(self, seq: Sequence, token: int) -> list[Event]:
+    def land(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
         known. Put it in the sequence and its block, and hash the block if that filled it."""
         seq.token_ids[-1] = token
@@ -153,10 +169,8 @@ class KVCacheManager:
         block = self.pool.blocks[block_id]
         block.token_ids[-1] = token
         self.pool.dirty.add(block_id)
-        events: list[Event] = []
         if self.enable_prefix_caching and len(block.token_ids) == self.block_size:
             self._seal(seq, block_id, events)
-        return events
 
     def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
         """The child gets a copy of the parent's block table; nothing is copied but ids."""

@@ -300,7 +300,7 @@ class ServingMixin:
             if seq.status is SequenceStatus.FINISHED:
                 continue  # ended (eos, stop) while this step ran: its row was spare work
             if seq.token_ids and seq.token_ids[-1] == IN_FLIGHT:  # the next step wrote it blind
-                events += self.kv.land(seq, token)
+                self.kv.land(seq, token, events)
             self._take_token(seq, token, logprob)
             reason = self._finish_reason(seq, params)
             if reason:

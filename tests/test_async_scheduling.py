@@ -34,8 +34,10 @@ requests = st.lists(st.tuples(
     st.builds(lambda m, t, n, beam, stop, seed: SamplingParams(
         max_tokens=m, temperature=0.0 if beam > 1 else t, n=1 if beam > 1 else n,
         beam_width=beam, stop=("q",) if stop else (), seed=seed),
+        # no beams here: the dry mode draws beam candidates from one RNG shared by the batch,
+        # so they depend on which steps the groups share (the real-model test has beams)
         st.integers(1, 12), st.sampled_from([0.0, 0.8]), st.sampled_from([1, 1, 3]),
-        st.sampled_from([1, 1, 1, 2]), st.booleans(), st.integers(0, 3))), min_size=1, max_size=8)
+        st.just(1), st.booleans(), st.integers(0, 3))), min_size=1, max_size=8)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
