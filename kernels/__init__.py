@@ -57,9 +57,11 @@ def interpreter_enabled() -> bool:
 
 
 def _reference_ops() -> KernelOps:
-    from . import layer_reference, reference
+    # Attention is the vectorised torch version: the loop in reference.py is the tests' oracle,
+    # too slow for serving-sized batches (one Python iteration per sequence per layer).
+    from . import layer_reference, reference, torch_attention
 
-    return KernelOps("reference", reference.paged_attention, reference.write_kv,
+    return KernelOps("reference", torch_attention.paged_attention, reference.write_kv,
                      reference.copy_blocks, reference.swap_blocks,
                      layer_reference.add_rms_norm, layer_reference.rope_write_kv,
                      layer_reference.silu_and_mul)
@@ -78,7 +80,8 @@ def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelO
 
     backend "auto": Triton on CUDA (when triton is installed), the torch references elsewhere.
     "triton" forces Triton (on CPU only valid under TRITON_INTERPRET=1, i.e. for tests);
-    "reference" forces the plain-torch versions.
+    "reference" forces the plain-torch versions (attention: the vectorised one of
+    `kernels.torch_attention`, which the tests hold equal to the loop of `kernels.reference`).
     """
     device = torch.device(device)
     if backend == "reference":

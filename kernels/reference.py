@@ -2,6 +2,8 @@
 
 Each function has exactly the signature of its Triton twin in `paged_attention.py` /
 `cache_ops.py`, so the engine can swap one for the other (see `kernels.get_kernel_ops`).
+`paged_attention` here is a plain loop over the sequences, kept simple on purpose as the oracle;
+the CPU backend attends with its vectorised twin in `torch_attention.py`.
 
 KV cache layout (fixed, see DESIGN.md "Kernels"): one tensor
 `kv_cache[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`; per layer

@@ -24,7 +24,7 @@ _TRITON_IMPORTED_BEFORE = "triton" in sys.modules
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from kernels import get_kernel_ops, interpreter_enabled, reference, triton_available  # noqa: E402
+from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available  # noqa: E402
 
 
 def _triton_runs_here() -> bool:
@@ -372,7 +372,7 @@ def test_swap_blocks_round_trip_cuda_pinned_host():
 
 def test_dispatch():
     cpu_ops = get_kernel_ops("cpu")
-    assert cpu_ops.name == "reference" and cpu_ops.paged_attention is reference.paged_attention
+    assert cpu_ops.name == "reference" and cpu_ops.paged_attention is torch_attention.paged_attention
     assert get_kernel_ops(DEVICE, "reference").name == "reference"
     with pytest.raises(ValueError):
         get_kernel_ops("cpu", "cuda-graphs")
