@@ -30,6 +30,7 @@ __all__ = ["sample", "PARAM_ROWS"]
 # The per-row parameters, one float32 row each of a [PARAM_ROWS, rows] tensor (one transfer):
 # logits row, temperature, top_p, and the uniforms of the first draw and of rounds 1 and 2.
 PARAM_ROWS = 6
+BLOCK = 2048  # tokens per chunk (at most: a smaller vocabulary takes its next power of two)
 
 
 @triton.jit
@@ -152,7 +153,8 @@ def _sample_kernel(logits_ptr, stride_row, params_ptr, kth_ptr, tok_ptr, lp_ptr,
 
 
 def sample(logits: torch.Tensor, params: torch.Tensor, kth: torch.Tensor | None = None,
-           need_p: bool = True, block: int = 2048) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+           need_p: bool = True, block: int | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Draw one token for each column of `params` ([PARAM_ROWS, n] float32, on the logits'
     device; rows as above) from `logits` [rows, vocab] (float32 or bfloat16, unit stride along
     the vocabulary). `kth` [n]: each row's k-th best score (-inf: no top-k cut). `need_p`: some
@@ -167,7 +169,7 @@ def sample(logits: torch.Tensor, params: torch.Tensor, kth: torch.Tensor | None 
     settled = torch.empty(n, dtype=torch.bool, device=dev)
     if n == 0:
         return tokens, logprobs, settled
-    block = min(block, triton.next_power_of_2(logits.shape[1]))
+    block = min(block or BLOCK, triton.next_power_of_2(logits.shape[1]))
     _sample_kernel[(n,)](logits, logits.stride(0), params, kth if kth is not None else params,
                          tokens, logprobs, settled, n, logits.shape[1], BLOCK=block,
                          HAS_TOP_K=kth is not None, NEED_P=need_p,
