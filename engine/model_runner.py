@@ -38,7 +38,7 @@ import torch
 from engine.cache_engine import CacheEngine
 from engine.decode_graphs import DecodeGraphs
 from engine.lean_decoder import lean_forward
-from engine.sampler import SamplerWorkspace, TorchScores
+from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
@@ -208,6 +208,10 @@ class ModelRunner:
             if log is not None and (done % 5 == 0 or done == total - 1):
                 log(f"[pagedlab] capturing decode graphs: {done + 1}/{total} batch sizes")
 
+        if fused_sampling_available(self.device):  # the sampling kernel's variants, too
+            from kernels import sampling
+
+            sampling.warm_up(int(self.lm_head.weight.shape[0]), self.device)
         self.graphs.capture(progress=progress)
         torch.cuda.synchronize(self.device)
         self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's

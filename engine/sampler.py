@@ -16,6 +16,7 @@ whatever row it lands in, and after a preemption; no RNG state lives between ste
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -60,9 +61,15 @@ def _scratch(workspace: SamplerWorkspace | None, name: str, like: torch.Tensor,
 
 def fused_sampling_available(device: torch.device) -> bool:
     """Whether the fused Triton kernel draws on `device`: CUDA with triton installed."""
+    return device.type == "cuda" and _triton_installed()
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    """Looked up once: a scores object is made every step."""
     from kernels import triton_available
 
-    return device.type == "cuda" and triton_available()
+    return triton_available()
 
 
 class TorchScores:

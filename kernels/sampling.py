@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["sample", "PARAM_ROWS"]
+__all__ = ["sample", "warm_up", "PARAM_ROWS"]
 
 # The per-row parameters, one float32 row each of a [PARAM_ROWS, rows] tensor (one transfer):
 # logits row, temperature, top_p, and the uniforms of the first draw and of rounds 1 and 2.
@@ -117,7 +117,7 @@ def _inverse_cdf(row_ptr, V, m, t, w_min, pivot, target, BLOCK: tl.constexpr):
     return tok
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # one row or many: the same binary
 def _sample_kernel(logits_ptr, stride_row, params_ptr, kth_ptr, tok_ptr, lp_ptr, ok_ptr, M, V,
                    BLOCK: tl.constexpr, HAS_TOP_K: tl.constexpr, NEED_P: tl.constexpr):
     i = tl.program_id(0)
@@ -175,3 +175,15 @@ def sample(logits: torch.Tensor, params: torch.Tensor, kth: torch.Tensor | None 
                          HAS_TOP_K=kth is not None, NEED_P=need_p,
                          num_warps=8 if block >= 2048 else 4)
     return tokens, logprobs, settled
+
+
+def warm_up(vocab: int, device: torch.device) -> None:
+    """Compile the kernel's four variants (top-k or not, top-p or not) for float32 logits now,
+    so that no user's first sampled step waits for the compiler."""
+    logits = torch.zeros(2, vocab, device=device)
+    params = torch.tensor([[0, 1], [1.0, 1.0], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]],
+                          device=device)
+    kth = torch.zeros(2, device=device)
+    for top_k in (None, kth):
+        for need_p in (False, True):
+            sample(logits, params, top_k, need_p)
