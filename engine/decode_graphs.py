@@ -17,7 +17,9 @@ Buffer layout (int32), for a capacity of B sequences with block tables W blocks 
     [ tokens B | positions B | slots B | seq_lens B | block_tables B x W ]
 
 On the CPU there is nothing to replay: the same function runs eagerly on the exact batch
-(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture.
+(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture;
+there it returns the logits alone and the sampler makes the greedy choice only for a step with
+a greedy row (a sampled step has no use for it).
 """
 
 from __future__ import annotations
