@@ -125,7 +125,8 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool,
     timers = {name: HostTimer(obj, attr) for name, obj, attr in [
         ("schedule", eng.scheduler, "schedule"),
         ("model: inputs + launch", eng.runtime, "execute"),
-        ("postprocess (waits for the GPU)", eng, "_postprocess"),
+        ("sample (waits for the GPU)", eng, "_pick"),
+        ("postprocess", eng, "_land"),
     ]}
     steps = []
     ids = [eng.add_request(p, params) for p in batch]

@@ -17,7 +17,9 @@ Buffer layout (int32), for a capacity of B sequences with block tables W blocks 
     [ tokens B | positions B | slots B | seq_lens B | block_tables B x W ]
 
 On the CPU there is nothing to replay: the same function runs eagerly on the exact batch
-(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture.
+(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture;
+there it returns the logits alone and the sampler makes the greedy choice only for a step with
+a greedy row (a sampled step has no use for it).
 """
 
 from __future__ import annotations
@@ -27,20 +29,28 @@ from typing import Any
 
 import torch
 
+from engine.sampler import greedy_pair
+
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
 
 class DecodeOutputs:
-    """The static outputs of one bucket: float32 logits, log probs and the greedy choice."""
+    """The static outputs of one bucket: float32 logits and, on a GPU, the greedy choice (ids
+    and log probs). No log probabilities over the vocabulary: the sampler computes them only
+    for a step that needs them (beam search), and on a CPU the greedy choice too."""
 
-    def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor, greedy_ids: torch.Tensor,
-                 greedy_logprobs: torch.Tensor) -> None:
+    def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor | None = None,
+                 greedy_ids: torch.Tensor | None = None,
+                 greedy_logprobs: torch.Tensor | None = None) -> None:
         self.logits, self.logprobs = logits, logprobs
         self.greedy_ids, self.greedy_logprobs = greedy_ids, greedy_logprobs
 
     def rows(self, n: int) -> DecodeOutputs:
-        return DecodeOutputs(self.logits[:n], self.logprobs[:n], self.greedy_ids[:n],
-                             self.greedy_logprobs[:n])
+        def head(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[:n]
+
+        return DecodeOutputs(self.logits[:n], head(self.logprobs), head(self.greedy_ids),
+                             head(self.greedy_logprobs))
 
 
 class DecodeGraphs:
@@ -174,9 +184,10 @@ class DecodeGraphs:
         ids, pos, slots, lens, tables = self._views(size)
         logits = self.forward(ids.long(), pos.long(), slots.long(), lens, tables,
                               self.max_seq_len).float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        greedy = logprobs.argmax(dim=-1)
-        return DecodeOutputs(logits, logprobs, greedy, logprobs.gather(1, greedy[:, None])[:, 0])
+        if not self.use_graphs:  # eager: a sampled step has no use for the greedy choice
+            return DecodeOutputs(logits)
+        # in the graph: a greedy step then reads its tokens back with no kernel of its own
+        return DecodeOutputs(logits, None, *greedy_pair(logits))
 
     def _capture(self, size: int) -> None:
         # Warm up on a side stream first (Triton compiles its kernels, cuBLAS picks its

@@ -38,7 +38,7 @@ import torch
 from engine.cache_engine import CacheEngine
 from engine.decode_graphs import DecodeGraphs
 from engine.lean_decoder import lean_forward
-from engine.sampler import TorchScores
+from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
@@ -161,6 +161,9 @@ class ModelRunner:
         # else on the model's own modules with our attention plugged in.
         self.lean = getattr(loaded_model, "lean", None) if use_lean else None
         self._modules_only = 0
+        # the sampler's full-vocabulary scratch, reused every step (fresh pages cost a CPU more
+        # than the arithmetic on them)
+        self.sampler_workspace = SamplerWorkspace()
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs)
 
@@ -216,6 +219,10 @@ class ModelRunner:
             if log is not None and (done % 5 == 0 or done == total - 1):
                 log(f"[pagedlab] capturing decode graphs: {done + 1}/{total} batch sizes")
 
+        if fused_sampling_available(self.device):  # the sampling kernel's variants, too
+            from kernels import sampling
+
+            sampling.warm_up(int(self.lm_head.weight.shape[0]), self.device)
         self.graphs.capture(progress=progress)
         torch.cuda.synchronize(self.device)
         self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's
@@ -242,7 +249,7 @@ class ModelRunner:
         if not self._modules_only and all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
                 len(batch), max((len(s.block_table) for s in batch), default=0)):
             return self.decode(batch, feed)
-        return TorchScores(self.execute(batch, feed))
+        return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 
     def decode(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
         """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
@@ -274,7 +281,8 @@ class ModelRunner:
                 self._check(i, seq)
         self.num_tokens_computed += len(batch)
         self.num_forward_passes += 1
-        return TorchScores(out.logits, out.logprobs, (out.greedy_ids, out.greedy_logprobs))
+        greedy = None if out.greedy_ids is None else (out.greedy_ids, out.greedy_logprobs)
+        return TorchScores(out.logits, out.logprobs, greedy, workspace=self.sampler_workspace)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,

@@ -28,6 +28,13 @@ def test_kernel_bench_smoke(tmp_path):
     assert {"shuffled_us", "sdpa_us", "paged_over_sdpa", "shuffled_over_identity"} <= set(row)
 
 
+def test_sampler_bench_smoke(tmp_path):
+    result = run("sampler_micro.py", tmp_path / "sampler.json", 300)
+    assert result["smoke"] and result["path"] in ("torch draw", "fused triton kernel")
+    assert all(result[f"{case}_ms"] > 0 for case in ("greedy", "temperature", "temperature_top_p",
+                                                      "top_k_top_p"))
+
+
 @pytest.mark.model
 def test_engine_bench_smoke(tmp_path):
     result = run("engine_throughput.py", tmp_path / "engine.json", 600)

@@ -14,7 +14,15 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.sampler import TorchScores, draw, exact_top_p
+from engine.sampler import (
+    SamplerWorkspace,
+    TorchScores,
+    _row_argmax,
+    _top_values,
+    draw,
+    exact_top_p,
+    greedy_pair,
+)
 from engine.sampler_keys import SampleRequest, request_key, sample_uniform
 
 N = 1000
@@ -146,3 +154,43 @@ def test_preemption_changes_no_sampled_output(tiny_model, mode):
     got, preemptions = run(9)
     assert none == 0 and preemptions > 0
     assert got == expected
+
+
+def test_a_shared_workspace_changes_no_draw():
+    """Two steps' scores share the runner's workspace, used in turns: each draws what it draws
+    alone, and a stale one does not read what the other left in the buffers."""
+    g = torch.Generator().manual_seed(5)
+    a, b = (torch.randn(6, 2048, generator=g) for _ in range(2))
+    sp = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9),
+          SamplingParams(temperature=1.2, top_k=7, top_p=0.5)]
+    reqs = [SampleRequest(i, sp[i % 3], sample_uniform(request_key(i), 0, 3)) for i in range(6)]
+    want_a, want_b = TorchScores(a).sample_many(reqs), TorchScores(b).sample_many(reqs)
+    ws = SamplerWorkspace()
+    first, second = TorchScores(a, workspace=ws), TorchScores(b, workspace=ws)
+    assert first.sample_many(reqs) == want_a
+    assert second.sample_many(reqs) == want_b
+    assert first.sample_many(reqs[1:]) == want_a[1:]  # after `second` wrote over the buffers
+    assert [first.greedy(i) for i in range(6)] == [TorchScores(a).greedy(i) for i in range(6)]
+
+
+def test_greedy_without_log_softmax():
+    """The greedy choice from block maxima (a CPU's argmax over the vocabulary is slow) is
+    torch.argmax's, ties to the first column included; its log probability log_softmax's."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 1000, generator=g)
+    x[0, [3, 700]] = 9.0  # a tie across blocks: the first wins
+    x[1, [260, 261]] = 9.0  # inside one block
+    x[2, 999] = 9.0  # in the short last block
+    assert _row_argmax(x).tolist() == x.argmax(-1).tolist() == [3, 260, 999, *x[3:].argmax(-1).tolist()]
+    best, lp = greedy_pair(x)
+    assert best.tolist() == x.argmax(-1).tolist()
+    torch.testing.assert_close(lp, torch.log_softmax(x, -1).amax(-1), atol=1e-6, rtol=0)
+
+
+def test_top_k_values_from_the_best_blocks_are_topk():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(7, 4096, generator=g)
+    x[0, :300] = 5.0  # ties spanning two blocks
+    ints = torch.randint(0, 4, (9, 2048), generator=g).float()  # ties everywhere
+    for t, k in ((x, 1), (x, 5), (x, 12), (ints, 20)):
+        assert torch.equal(_top_values(t, k), torch.topk(t, k).values)

@@ -1,0 +1,176 @@
+"""The fused Triton sampling kernel (kernels/sampling.py) against the plain-torch sampler.
+
+Without CUDA the kernel runs through Triton's interpreter (`TRITON_INTERPRET=1`, set below
+before triton is imported), on small shapes: a vocabulary of a few chunks. If another test module
+imported triton first, uninterpreted, these tests run in a fresh subprocess instead (as in
+test_kernels.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+_TRITON_IMPORTED_BEFORE = "triton" in sys.modules
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from engine.sampler import TorchScores, draw, round_uniforms  # noqa: E402
+from engine.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
+from engine.sequence import SamplingParams  # noqa: E402
+from kernels import interpreter_enabled, triton_available  # noqa: E402
+
+
+def _triton_runs_here() -> bool:
+    if not triton_available():
+        return False
+    if HAS_CUDA:
+        return True
+    if not interpreter_enabled():
+        return False
+    if not _TRITON_IMPORTED_BEFORE:
+        return True
+    import triton.language as tl
+
+    return type(tl.cdiv).__name__ == "InterpretedFunction"
+
+
+TRITON_HERE = _triton_runs_here()
+DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
+needs_triton = pytest.mark.skipif(
+    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
+)
+
+
+@pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
+                    reason="the Triton tests run in this process")
+def test_triton_sampling_in_subprocess():
+    """Fallback when triton was imported, uninterpreted, before this module."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
+         "-k", "triton and not subprocess"],
+        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 256 tokens, so a vocabulary of 1,000 takes four (the last one partial)."""
+    from kernels import sampling
+
+    monkeypatch.setattr(sampling, "BLOCK", 256)
+    return sampling
+
+
+def separated_rows(rows: int, vocab: int, live: int = 40, seed: int = 0) -> torch.Tensor:
+    """Logits whose draws have no near-ties: `live` tokens a row, at random places, with
+    scores at least 0.1 apart in [0, 6]; the rest far below (-25 give or take: weight ~1e-11,
+    so where a chunk's scan adds them up does not move a boundary the draw could land near)."""
+    g = torch.Generator().manual_seed(seed)
+    out = -25.0 + 0.5 * torch.randn(rows, vocab, generator=g)
+    for r in range(rows):
+        where = torch.randperm(vocab, generator=g)[:live]
+        levels = torch.randperm(61, generator=g)[:live].float() * 0.1
+        out[r, where] = levels
+    return out
+
+
+def kernel_params(reqs: list[SampleRequest]) -> torch.Tensor:
+    later = [round_uniforms(r.u) for r in reqs]
+    return torch.tensor([[r.row for r in reqs], [r.params.temperature for r in reqs],
+                         [r.params.top_p for r in reqs], [r.u for r in reqs],
+                         [a for a, _ in later], [b for _, b in later]], dtype=torch.float32,
+                        device=DEVICE)
+
+
+PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9),
+          SamplingParams(temperature=1.3, top_p=0.25), SamplingParams(temperature=0.9, top_k=5),
+          SamplingParams(temperature=1.1, top_k=20, top_p=0.5), SamplingParams(temperature=2.0, top_p=0.1)]
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_sampling_draws_what_torch_draws(small_chunks, dtype):
+    """Same uniforms, same tokens and settled flags as the torch `draw`; log probabilities as
+    log_softmax's; a row's draw does not depend on the other rows of the batch."""
+    logits = separated_rows(6, 1000).to(DEVICE, dtype)
+    scores = logits.float()
+    lp = torch.log_softmax(scores, -1)
+    open_rows = 0
+    for step in range(4):
+        reqs = [SampleRequest(i, p, sample_uniform(request_key(i), 0, step))
+                for i, p in enumerate(PARAMS)]
+        _, want, want_ok = draw(scores, reqs)
+        fused = TorchScores(logits, fused=True)
+        kth = fused_kth(fused, reqs)
+        tokens, token_lp, ok = small_chunks.sample(logits, kernel_params(reqs), kth)
+        assert tokens.tolist() == want.tolist()
+        assert ok.tolist() == want_ok.tolist()
+        torch.testing.assert_close(token_lp, lp.gather(1, tokens[:, None])[:, 0], atol=1e-5, rtol=0)
+        open_rows += int((~ok).sum())
+        # rows 4 and 1 alone, in that order: the same draws
+        sub = [reqs[4], reqs[1]]
+        alone, _, _ = small_chunks.sample(logits, kernel_params(sub), fused_kth(fused, sub))
+        assert alone.tolist() == [want[4].item(), want[1].item()]
+    assert open_rows > 0  # some rows went through all three rounds and still missed
+
+
+def fused_kth(scores: TorchScores, reqs: list[SampleRequest]) -> torch.Tensor | None:
+    from engine.sampler import _kth_scores
+
+    vocab = scores.logits.shape[1]
+    return _kth_scores(scores._raw, reqs) if any(0 < r.params.top_k < vocab for r in reqs) else None
+
+
+@needs_triton
+def test_triton_sampling_counts_are_the_models_distribution():
+    """Evenly spaced uniforms give exact counts (as test_sampler's torch tests); greedy rows
+    share the step; top-k keeps the k best."""
+    probs = [0.5, 0.3, 0.15, 0.05]
+    n = 400
+    logits = torch.log(torch.tensor([probs] * (n + 1), device=DEVICE))
+    logits[n] = torch.tensor([0.0, 3.0, 1.0, 2.0])  # a greedy row among them
+    for params, expected in ((SamplingParams(temperature=1.0), {0: 200, 1: 120, 2: 60, 3: 20}),
+                             (SamplingParams(temperature=1.0, top_k=2), {0: 250, 1: 150})):
+        reqs = [SampleRequest(i, params, (i + 0.5) / n) for i in range(n)]
+        out = TorchScores(logits, fused=True).sample_many(reqs + [SampleRequest(n, SamplingParams(), 0.0)])
+        assert out[n][0] == 1 and out[n][1] == pytest.approx(float(torch.log_softmax(logits[n], -1)[1]))
+        assert Counter(t for t, _ in out[:n]) == expected
+        assert all(math.isclose(lp, math.log(probs[t]), rel_tol=1e-5) for t, lp in out[:n])
+
+
+@needs_triton
+def test_triton_top_p_frequencies_follow_the_nucleus(small_chunks):
+    """Many uniforms on one row through `sample_many` (rows the kernel leaves open go to
+    `exact_top_p`): every token inside the nucleus of the tempered distribution, computed by a
+    sort, and each token's frequency within a few standard deviations of its nucleus probability.
+    A kernel that cut no nucleus, or at the wrong place, or forgot the temperature fails."""
+    small_chunks.BLOCK = 32  # 64 tokens: two chunks (the interpreter takes ~40 ms a draw)
+    vocab, n, temperature, top_p = 64, 600, 0.6, 0.7
+    g = torch.Generator().manual_seed(3)
+    row = torch.randn(vocab, generator=g) * 0.8  # nucleus: 14 tokens (27 at temperature 1)
+    probs = torch.softmax(row.double() / temperature, 0)
+    values, order = torch.sort(probs, descending=True)
+    keep = (torch.cumsum(values, 0) - values) < top_p * values.sum()
+    nucleus = torch.zeros(vocab, dtype=torch.float64)
+    nucleus[order[keep]] = values[keep] / values[keep].sum()
+    assert 5 < int(keep.sum()) < vocab // 2  # a real cut, neither one token nor most of them
+    sp = SamplingParams(temperature=temperature, top_p=top_p)
+    reqs = [SampleRequest(0, sp, sample_uniform(request_key(11), 0, i)) for i in range(n)]
+    out = TorchScores(row[None].to(DEVICE), fused=True).sample_many(reqs)
+    counts = Counter(t for t, _ in out)
+    assert set(counts) <= set(order[keep].tolist())
+    for t, p in enumerate(nucleus.tolist()):
+        bound = 4 * math.sqrt(p * (1 - p) / n) + 2 / n
+        assert abs(counts[t] / n - p) <= bound, (t, counts[t] / n, p)
