@@ -367,6 +367,16 @@ def concurrency(b: Bench, sizes: tuple[int, ...], plen: int, new: int) -> dict:
     return res
 
 
+def _cpu_name() -> str:
+    """The host's processor: a step that is host work runs at its speed (runs on two machines
+    of the same GPU differ by it)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
 def release() -> None:
     """Give a dropped engine's pool back before the next one sizes its own."""
     gc.collect()
@@ -453,7 +463,7 @@ def main() -> None:
         "torch": torch.__version__, "triton": triton.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),
         "copy_bandwidth_GBps": b.bw / 1e9, "weight_bytes": b.weight_bytes,
-        "async_scheduling": ASYNC,
+        "async_scheduling": ASYNC, "host_cpu": _cpu_name(),
         "lengths": "seeded synthetic ShareGPT-like: log-normal prompt (mu 4.9, sigma 0.75) and "
                    "output (mu 4.6, sigma 0.6) lengths, clipped to 1024 / 384; random token ids",
     }

@@ -266,6 +266,9 @@ class ServingMixin:
         """What each sequence of a sampling group draws from this step: its row, and the
         uniform number of (seed, its index in the group, its output position)."""
         params = group.params
+        if params.temperature == 0 and self.runtime is not None:  # greedy: no uniform to draw
+            rows = [r for _, r in seq_rows] * (params.n if fresh else 1)  # n copies: forked after
+            return [SampleRequest(r, params, 0.0) for r in rows]
         if group.seed is None:
             seed = params.seed
             if seed is None:  # reproducible on replay all the same

@@ -81,6 +81,7 @@ def test_real_async_scheduling_changes_no_output(tiny_model, device):
              for i, p in enumerate(prompts[:3])]
     work += [(p, SamplingParams(max_tokens=5, n=3, temperature=1.0, seed=5)) for p in prompts[:2]]
     work += [(p, SamplingParams(max_tokens=5, beam_width=2)) for p in prompts[2:4]]
+    work += [(prompts[5], SamplingParams(max_tokens=4, n=2))]  # greedy n = 2: two equal copies
     work += [(p, SamplingParams(max_tokens=6, temperature=0.7, top_p=0.9, seed=2)) for p in prompts[4:]]
 
     def engine(async_scheduling: bool, blocks: int) -> LLMEngine:
