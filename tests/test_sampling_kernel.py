@@ -26,24 +26,10 @@ if not HAS_CUDA:
 from engine.sampler import TorchScores, draw, round_uniforms  # noqa: E402
 from engine.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
 from engine.sequence import SamplingParams  # noqa: E402
-from kernels import interpreter_enabled, triton_available  # noqa: E402
+from kernels import triton_available  # noqa: E402
+from tests.helpers import triton_runs_here  # noqa: E402
 
-
-def _triton_runs_here() -> bool:
-    if not triton_available():
-        return False
-    if HAS_CUDA:
-        return True
-    if not interpreter_enabled():
-        return False
-    if not _TRITON_IMPORTED_BEFORE:
-        return True
-    import triton.language as tl
-
-    return type(tl.cdiv).__name__ == "InterpretedFunction"
-
-
-TRITON_HERE = _triton_runs_here()
+TRITON_HERE = triton_runs_here(_TRITON_IMPORTED_BEFORE)
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 needs_triton = pytest.mark.skipif(
     not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
