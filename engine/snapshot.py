@@ -37,6 +37,7 @@ class SequenceView(NamedTuple):
     pending_token: int | None
     prompt_len: int
     parent_id: int | None
+    prefill_rest: int = 0  # chunked prefill: prompt tokens not in the cache yet
 
 
 @dataclass(frozen=True)
@@ -103,14 +104,14 @@ class SnapshotBuilder:
 
     def sequence_view(self, seq: Sequence) -> SequenceView:
         key = (seq.num_tokens, tuple(seq.block_table), seq.pending_token, seq.status,
-               seq.num_cached_tokens)
+               seq.num_cached_tokens, len(seq.prefill_rest))
         cached = self._seqs.get(seq.seq_id)
         if cached is not None and cached[0] == key:
             return cached[1]
         view = SequenceView(
             seq.seq_id, tuple(seq.block_table), tuple(seq.token_ids), seq.num_tokens,
             self.decode(seq.token_ids), seq.status.value, seq.num_cached_tokens,
-            seq.pending_token, seq.prompt_len, seq.parent_id,
+            seq.pending_token, seq.prompt_len, seq.parent_id, len(seq.prefill_rest),
         )
         self._seqs[seq.seq_id] = (key, view)
         return view

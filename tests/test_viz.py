@@ -9,7 +9,7 @@ import time
 
 import plotly.graph_objects as go
 
-from engine import EngineConfig, LLMEngine
+from engine import EngineConfig, LLMEngine, SamplingParams
 from viz import event_log_markdown, metrics_html, palette, pool_figure, sequences_html
 from viz.pool_cells import COLOURS, FREE, PENDING, SHARED
 from viz.pool_layout import gpu_layout
@@ -82,6 +82,18 @@ def test_the_pending_token_is_marked_in_its_slot_and_after_the_table(default_mod
     if view.num_tokens % 4:
         z, text, _ = cell(trace(fig, "pool"), view.block_table[-1], view.num_tokens % 4)
         assert z == PENDING and text.startswith("▸")
+
+
+def test_a_sequence_mid_prefill_shows_what_is_left_of_its_prompt_after_its_table():
+    eng = dry(num_blocks=32, max_num_batched_tokens=6)
+    eng.add_request("y" * 20, SamplingParams(max_tokens=2))
+    eng.step()  # 6 of 20 prompt tokens in; 14 to come
+    snap = eng.snapshot()
+    view = snap.sequences[0]
+    assert (view.num_tokens, view.prefill_rest, view.pending_token) == (6, 14, None)
+    tables = trace(pool_figure(snap, eng.last_events, eng.decode), "block tables")
+    assert tables.z[0][len(view.block_table)] == PENDING
+    assert tables.text[0][len(view.block_table)] == "+14 to prefill"
 
 
 def test_big_pools_fall_back_to_one_cell_per_block():

@@ -52,6 +52,11 @@ def table_heatmap(snap: Snapshot, seqs: Sequence[SequenceView], top: float, widt
             z[i][shown] = PENDING
             text[i][shown] = f"+{len(table) - shown}"
             custom[i][shown] = [seq.seq_id, f"{len(table) - shown} more logical blocks"]
+        elif seq.prefill_rest and shown < cols:  # chunked prefill: the prompt is still coming
+            z[i][shown] = PENDING
+            text[i][shown] = f"+{seq.prefill_rest} to prefill" if wide else f"+{seq.prefill_rest}"
+            custom[i][shown] = [seq.seq_id, f"{seq.prefill_rest} prompt tokens not computed yet: "
+                                            f"chunked prefill brings them in a chunk a step"]
         elif seq.pending_token is not None and shown < cols:
             tok = token_text(seq.pending_token)
             z[i][shown] = PENDING
