@@ -51,6 +51,7 @@ from engine.models import load_model  # noqa: E402
 
 DEVICE = "cuda"
 ASYNC = True  # async scheduling, as a server would run (--sync: off; `concurrency` runs both)
+NO_HF = False  # --no-hf: the engine alone (a quick re-measure; no baseline ratios)
 
 
 def sync() -> None:
@@ -184,6 +185,8 @@ class Bench:
     def with_hf(self, result: dict, prompts: list[list[int]], max_new: int, tokens: int,
                 batch_api: bool = True, **kw) -> None:
         """HF generate and generate_batch on the same prompts, tokens/s over the same tokens."""
+        if NO_HF:
+            return
         model = self.lm.model
         old = model.config._attn_implementation
         model.set_attn_implementation("sdpa")
@@ -247,7 +250,7 @@ def parallel_n8(b: Bench, eng: LLMEngine, requests: int, new: int, scale: float)
     prompts = [p for p, _ in work]
     b.with_hf(res, prompts, new, res["sampled"]["tokens"], batch_api=False, do_sample=True,
               temperature=0.8, top_p=0.95, top_k=0, num_return_sequences=8)
-    if not b.smoke:  # generate_batch has no n: each prompt asked 8 times, as a user would
+    if not b.smoke and not NO_HF:  # generate_batch has no n: each prompt asked 8 times, as a user would
         b.hf_run(res, "hf_generate_batch", b.hf_generate_batch, [p for p in prompts for _ in range(8)],
                  new, res["sampled"]["tokens"], do_sample=True, temperature=0.8, top_p=0.95, top_k=0)
     return res
@@ -442,9 +445,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny-random, tiny sizes")
     ap.add_argument("--only", default="", help="comma-separated stages to run")
     ap.add_argument("--sync", action="store_true", help="async scheduling off (but in `concurrency`)")
+    ap.add_argument("--no-hf", action="store_true", help="skip the HF baselines")
     args = ap.parse_args()
-    global DEVICE, OUT_PATH, ASYNC
-    ASYNC = not args.sync
+    global DEVICE, OUT_PATH, ASYNC, NO_HF
+    ASYNC, NO_HF = not args.sync, args.no_hf
     OUT_PATH = args.out
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if args.smoke:
@@ -463,7 +467,7 @@ def main() -> None:
         "torch": torch.__version__, "triton": triton.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),
         "copy_bandwidth_GBps": b.bw / 1e9, "weight_bytes": b.weight_bytes,
-        "async_scheduling": ASYNC, "host_cpu": _cpu_name(),
+        "async_scheduling": ASYNC, "host_cpu": _cpu_name(), "hf_baselines": not NO_HF,
         "lengths": "seeded synthetic ShareGPT-like: log-normal prompt (mu 4.9, sigma 0.75) and "
                    "output (mu 4.6, sigma 0.6) lengths, clipped to 1024 / 384; random token ids",
     }

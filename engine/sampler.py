@@ -20,6 +20,7 @@ import functools
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from engine.sampler_keys import SampleRequest, _mix64
@@ -202,11 +203,8 @@ class TorchScores:
 
         vocab = self._raw.shape[1]
         need_p = any(r.params.top_p < 1.0 for r in sampled)
-        later = [round_uniforms(r.u) for r in sampled] if need_p else [(0.0, 0.0)] * len(sampled)
-        params = _to_device([[r.row for r in sampled], [r.params.temperature for r in sampled],
-                             [r.params.top_p for r in sampled], [r.u for r in sampled],
-                             [a for a, _ in later], [b for _, b in later]],
-                            torch.float32, self._raw.device)
+        params = _params_to_device([[float(r.row) for r in sampled]], sampled, need_p,
+                                   self._raw.device)
         kth = _kth_scores(self._raw, sampled) if any(0 < r.params.top_k < vocab for r in sampled) \
             else None
         logits = self._raw if self._raw.stride(1) == 1 else self._raw.contiguous()
@@ -249,6 +247,40 @@ def _to_device(values: list, dtype: torch.dtype, dev: torch.device) -> torch.Ten
     return t.to(dev, non_blocking=True)
 
 
+def _params_to_device(first: list[list[float]], requests: list[SampleRequest], need_p: bool,
+                      dev: torch.device) -> torch.Tensor:
+    """float32 [len(first) + 5, rows] on the device in one transfer: the rows of `first`, then
+    each request's temperature, top-p, uniform and its two later rounds' uniforms (zeros
+    without top-p). Built as one array: a Python list per row per step costs the host more."""
+    n = len(requests)
+    m = np.zeros((len(first) + 5, n), dtype=np.float32)
+    for i, row in enumerate(first):
+        m[i] = row
+    k = len(first)
+    m[k] = [r.params.temperature for r in requests]
+    m[k + 1] = [r.params.top_p for r in requests]
+    us = np.fromiter((r.u for r in requests), dtype=np.float64, count=n)
+    m[k + 2] = us
+    if need_p:
+        m[k + 3], m[k + 4] = round_uniforms_many(us)
+    t = torch.from_numpy(m)
+    if dev.type == "cuda":
+        t = t.pin_memory()
+    return t.to(dev, non_blocking=True)
+
+
+def round_uniforms_many(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`round_uniforms` of every uniform at once (numpy's uint64 arithmetic wraps at 2**64, as
+    `_mix64`'s masks do, so the values are the same)."""
+    x = (us * float(1 << 53)).astype(np.uint64)
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
+    x = x ^ (x >> np.uint64(31))
+    scale = 1.0 / (1 << 24)
+    return (x >> np.uint64(40)).astype(np.float64) * scale, \
+        ((x >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(np.float64) * scale
+
+
 def round_uniforms(u: float) -> tuple[float, float]:
     """Rounds 1 and 2's uniforms (24 bits each, as float32 holds them) for a row whose first
     uniform is u: one more scramble of u's bits."""
@@ -284,11 +316,7 @@ def draw(scores: torch.Tensor, requests: list[SampleRequest], row_max: torch.Ten
     dev = scores.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
     need_p = any(r.params.top_p < 1.0 for r in requests)
-    later = [round_uniforms(r.u) for r in requests] if need_p else [(0.0, 0.0)] * rows
-    host = _to_device([[r.params.temperature for r in requests], [r.params.top_p for r in requests],
-                       ks, [r.u for r in requests], [a for a, _ in later], [b for _, b in later]],
-                      torch.float32, dev)
-    temps, top_p, k_t, u0, u1, u2 = host.unbind(0)
+    k_t, temps, top_p, u0, u1, u2 = _params_to_device([ks], requests, need_p, dev).unbind(0)
     top = _row_max(scores) if row_max is None else row_max
     weights = _weights(scores, top, temps, k_t, ks, workspace)
     tokens, total = _inverse_cdf(weights, u0)

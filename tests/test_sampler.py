@@ -194,3 +194,15 @@ def test_top_k_values_from_the_best_blocks_are_topk():
     ints = torch.randint(0, 4, (9, 2048), generator=g).float()  # ties everywhere
     for t, k in ((x, 1), (x, 5), (x, 12), (ints, 20)):
         assert torch.equal(_top_values(t, k), torch.topk(t, k).values)
+
+
+def test_later_rounds_uniforms_at_once_equal_the_scalar_ones():
+    import numpy as np
+
+    from engine.sampler import round_uniforms, round_uniforms_many
+    from engine.sampler_keys import request_key, sample_uniform
+
+    us = [sample_uniform(request_key(s), i, p) for s in range(5) for i in range(4) for p in range(50)]
+    us += [0.0, 1 - 2.0 ** -53]
+    a, b = round_uniforms_many(np.array(us))
+    assert [(x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)] == [round_uniforms(u) for u in us]
