@@ -9,7 +9,7 @@ the model path (sampler.py) both draw from it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from engine.sequence import SamplingParams
 
@@ -43,3 +43,17 @@ class SampleRequest(NamedTuple):
     row: int
     params: SamplingParams
     u: float
+
+
+def sample_uniforms(counters: list[tuple[int, int, int]]) -> Any:
+    """`sample_uniform` of many (key, sample index, position) at once, as a numpy float64
+    array: numpy's uint64 arithmetic wraps at 2**64 as the masks above do, so the values are
+    the same bits (one step's sampled rows hashed in one pass, not a Python call each)."""
+    import numpy as np
+
+    c = np.array(counters, dtype=np.uint64).reshape(-1, 3)
+    x = c[:, 0] + c[:, 1] * np.uint64(0xD1B54A32D192ED03) + c[:, 2] * np.uint64(0x8CB92BA72F3D8DD7)
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
+    x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

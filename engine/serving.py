@@ -17,7 +17,7 @@ from engine.beam_search import Hypothesis, choose, length_penalised, should_stop
 from engine.dry_model import DryScores
 from engine.events import Event
 from engine.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
-from engine.sampler_keys import SampleRequest, request_key, sample_uniform
+from engine.sampler_keys import SampleRequest, request_key, sample_uniforms
 from engine.scheduler import PrefillItem, ScheduledStep, Scheduler
 from engine.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
 
@@ -202,6 +202,7 @@ class ServingMixin:
             row += 1
         groups = self.groups
         draws: list[SampleRequest] = []
+        counters: list[tuple[int, int, int]] = []  # (key, sample index, position) per sampled draw
         counts: list[tuple[int, int]] = []  # (draws, top-k rows) per request, in rows' order
         beam_rows: list[int] = []
         beam_ks: list[int] = []
@@ -214,10 +215,11 @@ class ServingMixin:
                 counts.append((0, len(seq_rows)))
                 structural = True
             else:
-                mine = self._draws(group, seq_rows, rid in fresh)
+                mine = self._draws(group, seq_rows, rid in fresh, counters)
                 draws += mine
                 counts.append((len(mine), 0))
                 structural |= rid in fresh and group.params.n > 1
+        draws = self._with_uniforms(draws, counters)
         launched = Launched(self.kv.step, rows, fresh, counts)
         launched.overlap = (self.config.async_scheduling and not structural
                             and all(d.params.top_p >= 1.0 for d in draws)
@@ -261,14 +263,15 @@ class ServingMixin:
                 finished.append(self._finish_group(group, events))
         return finished
 
-    def _draws(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool
-               ) -> list[SampleRequest]:
-        """What each sequence of a sampling group draws from this step: its row, and the
-        uniform number of (seed, its index in the group, its output position)."""
+    def _draws(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool,
+               counters: list[tuple[int, int, int]]) -> list[SampleRequest]:
+        """What each sequence of a sampling group draws from this step: its row and params; its
+        uniform number is hashed from (seed, its index in the group, its output position), the
+        counters appended to `counters` for one vectorised hash over the step (`_with_uniforms`)."""
         params = group.params
         if params.temperature == 0 and self.runtime is not None:  # greedy: no uniform to draw
             rows = [r for _, r in seq_rows] * (params.n if fresh else 1)  # n copies: forked after
-            return [SampleRequest(r, params, 0.0) for r in rows]
+            return [SampleRequest(r, params, -1.0) for r in rows]
         if group.seed is None:
             seed = params.seed
             if seed is None:  # reproducible on replay all the same
@@ -277,14 +280,26 @@ class ServingMixin:
         key = group.seed
         if fresh and params.n > 1:  # the n samples of the prefill's row, forked after the draw
             row = seq_rows[0][1]
-            return [SampleRequest(row, params, sample_uniform(key, i, 0)) for i in range(params.n)]
+            counters += [(key, i, 0) for i in range(params.n)]
+            return [SampleRequest(row, params, 0.0)] * params.n
         # the output position: under async scheduling a token may still be on its way
         if params.n == 1:
-            return [SampleRequest(r, params, sample_uniform(
-                key, 0, len(s.output_ids) + (s.inflight_step >= 0))) for s, r in seq_rows]
-        index = {s.seq_id: i for i, s in enumerate(group.seqs)}
-        return [SampleRequest(r, params, sample_uniform(
-            key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0))) for s, r in seq_rows]
+            counters += [(key, 0, len(s.output_ids) + (s.inflight_step >= 0)) for s, _ in seq_rows]
+        else:
+            index = {s.seq_id: i for i, s in enumerate(group.seqs)}
+            counters += [(key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0))
+                         for s, _ in seq_rows]
+        return [SampleRequest(r, params, 0.0) for _, r in seq_rows]
+
+    @staticmethod
+    def _with_uniforms(draws: list[SampleRequest], counters: list[tuple[int, int, int]]
+                       ) -> list[SampleRequest]:
+        """The draws with their uniforms, hashed for the whole step at once; greedy rows (-1.0:
+        no counter) keep 0."""
+        if not counters:
+            return [d._replace(u=0.0) for d in draws] if draws and draws[0].u < 0 else draws
+        us = iter(sample_uniforms(counters).tolist())
+        return [d._replace(u=next(us)) if d.u == 0.0 else d._replace(u=0.0) for d in draws]
 
     def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
                      tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool,

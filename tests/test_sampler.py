@@ -206,3 +206,10 @@ def test_later_rounds_uniforms_at_once_equal_the_scalar_ones():
     us += [0.0, 1 - 2.0 ** -53]
     a, b = round_uniforms_many(np.array(us))
     assert [(x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)] == [round_uniforms(u) for u in us]
+
+
+def test_uniforms_hashed_at_once_equal_the_scalar_ones():
+    from engine.sampler_keys import request_key, sample_uniform, sample_uniforms
+
+    counters = [(request_key(s), i, p) for s in (0, 7, 2**62) for i in range(3) for p in range(40)]
+    assert sample_uniforms(counters).tolist() == [sample_uniform(*c) for c in counters]
