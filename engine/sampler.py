@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.sampler_keys import SampleRequest, _mix64
+from engine.sampler_keys import SampleRequest, _mix64, mix64_array
 from engine.step_picks import StepPicks
 
 # what a draw hands back for the rows it left open: (their tokens, log probs) by `exact_top_p`
@@ -272,10 +272,7 @@ def _params_to_device(first: list[list[float]], requests: list[SampleRequest], n
 def round_uniforms_many(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`round_uniforms` of every uniform at once (numpy's uint64 arithmetic wraps at 2**64, as
     `_mix64`'s masks do, so the values are the same)."""
-    x = (us * float(1 << 53)).astype(np.uint64)
-    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
-        x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
-    x = x ^ (x >> np.uint64(31))
+    x = mix64_array((us * float(1 << 53)).astype(np.uint64))
     scale = 1.0 / (1 << 24)
     return (x >> np.uint64(40)).astype(np.float64) * scale, \
         ((x >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(np.float64) * scale

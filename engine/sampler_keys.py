@@ -52,8 +52,15 @@ def sample_uniforms(counters: list[tuple[int, int, int]]) -> Any:
     import numpy as np
 
     c = np.array(counters, dtype=np.uint64).reshape(-1, 3)
-    x = c[:, 0] + c[:, 1] * np.uint64(0xD1B54A32D192ED03) + c[:, 2] * np.uint64(0x8CB92BA72F3D8DD7)
+    x = mix64_array(c[:, 0] + c[:, 1] * np.uint64(0xD1B54A32D192ED03)
+                    + c[:, 2] * np.uint64(0x8CB92BA72F3D8DD7))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def mix64_array(x: Any) -> Any:
+    """`_mix64` of a numpy uint64 array, element by element (the same bits)."""
+    import numpy as np
+
     for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
         x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
-    x = x ^ (x >> np.uint64(31))
-    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return x ^ (x >> np.uint64(31))
