@@ -153,11 +153,7 @@ class KVCacheManager:
         block.token_ids.append(token)
         seq.token_ids.append(token)
         self.pool.dirty.add(block_id)
-        what = "the token it sampled last step (still on the GPU)" if token == IN_FLIGHT \
-            else self.token_repr(token)
-        events.append(Event("append", self.step, seq.seq_id,
-                            f"seq {seq.seq_id} wrote {what} into slot {offset} of block {block_id}",
-                            (block_id,), (token,), offset))
+        events.append(self._append_event(seq.seq_id, token, block_id, offset))
         if offset == self.block_size - 1 and self.enable_prefix_caching and token != IN_FLIGHT:
             self._seal(seq, block_id, events)
 
@@ -310,13 +306,7 @@ class KVCacheManager:
             seq.token_ids.append(tok)
             dirty.add(block_id)
             if narrate_each:
-                what = "the token it sampled last step (still on the GPU)" if tok == IN_FLIGHT \
-                    else self.token_repr(tok)
-                events.append(Event(
-                    "append", self.step, sid,
-                    f"seq {sid} wrote {what} into slot {offset} of block {block_id}",
-                    (block_id,), (tok,), offset,
-                ))
+                events.append(self._append_event(sid, tok, block_id, offset))
             if offset == bs - 1 and self.enable_prefix_caching and tok != IN_FLIGHT:
                 self._seal(seq, block_id, events)  # an in-flight token's block: when it lands
         if new_blocks and not narrate_each:
@@ -325,6 +315,13 @@ class KVCacheManager:
                 f"seq {sid} got {blocks_str(new_blocks)} for {len(token_ids)} token(s)",
                 tuple(new_blocks),
             ))
+
+    def _append_event(self, sid: int, tok: int, block_id: int, offset: int) -> Event:
+        what = "the token it sampled last step (still on the GPU)" if tok == IN_FLIGHT \
+            else self.token_repr(tok)
+        return Event("append", self.step, sid,
+                     f"seq {sid} wrote {what} into slot {offset} of block {block_id}",
+                     (block_id,), (tok,), offset)
 
     def _allocate(self, sid: int, events: list[Event], narrate: bool) -> int:
         block_id, evicted_hash = self.pool.allocate(sid)

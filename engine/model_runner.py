@@ -38,7 +38,7 @@ import torch
 from engine.cache_engine import CacheEngine
 from engine.decode_graphs import DecodeGraphs
 from engine.lean_decoder import lean_forward
-from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available
+from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, to_device
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
@@ -376,14 +376,7 @@ def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -
     its place among the step's input ids (rows[i]: item i's place; None: place i)."""
     pairs, tokens = feed
     dev = input_ids.device
-    items = _device_list([i for i, _ in pairs], dev)
+    items = to_device([i for i, _ in pairs], torch.long, dev)
     where = items if rows is None else rows.index_select(0, items)
-    input_ids.index_copy_(0, where, tokens.index_select(0, _device_list([r for _, r in pairs], dev))
-                          .to(input_ids.dtype))
-
-
-def _device_list(values: list[int], dev: torch.device) -> torch.Tensor:
-    t = torch.tensor(values, dtype=torch.long)
-    if dev.type == "cuda":
-        t = t.pin_memory()
-    return t.to(dev, non_blocking=True)
+    picked = tokens.index_select(0, to_device([r for _, r in pairs], torch.long, dev))
+    input_ids.index_copy_(0, where, picked.to(input_ids.dtype))

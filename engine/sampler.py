@@ -164,12 +164,17 @@ class TorchScores:
         """`sample_many` for async scheduling, with nothing read back yet: one pick per row
         (greedy, or the row's draw), left on the device. Only for requests whose draws always
         settle at once (no top-p: its rare unsettled rows need the host)."""
-        best, best_lp = self._greedy_pair()
-        tokens, logprobs = best.clone(), best_lp.clone().float()
         sampled = [r for r in requests if r.params.temperature > 0]
+        if len(sampled) < len(requests):  # some row is greedy: start from the greedy picks
+            best, best_lp = self._greedy_pair()
+            tokens, logprobs = best.clone(), best_lp.clone().float()
+        else:
+            dev = self._raw.device
+            tokens = torch.zeros(self.num_rows, dtype=torch.long, device=dev)
+            logprobs = torch.zeros(self.num_rows, dtype=torch.float32, device=dev)
         if sampled:
             drawn, drawn_lp, _, _ = (self._draw_fused if self.fused else self._draw_torch)(sampled)
-            rows = _to_device([r.row for r in sampled], torch.long, tokens.device)
+            rows = to_device([r.row for r in sampled], torch.long, tokens.device)
             tokens.index_copy_(0, rows, drawn)
             logprobs.index_copy_(0, rows, drawn_lp.float())
         return StepPicks(tokens, logprobs, [r.row for r in requests])
@@ -178,7 +183,7 @@ class TorchScores:
         """The requests' rows of `scores`: `scores` itself when they are all its rows, in order."""
         if len(requests) == scores.shape[0] and all(r.row == i for i, r in enumerate(requests)):
             return scores
-        return scores.index_select(0, _to_device([r.row for r in requests], torch.long, scores.device))
+        return scores.index_select(0, to_device([r.row for r in requests], torch.long, scores.device))
 
     def _draw_torch(self, sampled: list[SampleRequest]) -> Drawn:
         """(tokens, their log probs, settled, the draw for open rows) by the plain-torch `draw`
@@ -190,7 +195,7 @@ class TorchScores:
         weights, tokens, settled = draw(scores, sampled, top, self.workspace)
 
         def again(open_rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-            idx = _to_device(open_rows, torch.long, tokens.device)
+            idx = to_device(open_rows, torch.long, tokens.device)
             got = exact_top_p(weights.index_select(0, idx), [sampled[i] for i in open_rows])
             return got, scores.index_select(0, idx).gather(1, got[:, None])[:, 0]
 
@@ -203,7 +208,7 @@ class TorchScores:
 
         vocab = self._raw.shape[1]
         need_p = any(r.params.top_p < 1.0 for r in sampled)
-        params = _params_to_device([[float(r.row) for r in sampled]], sampled, need_p,
+        params = _paramsto_device([[float(r.row) for r in sampled]], sampled, need_p,
                                    self._raw.device)
         kth = _kth_scores(self._raw, sampled) if any(0 < r.params.top_k < vocab for r in sampled) \
             else None
@@ -217,7 +222,7 @@ class TorchScores:
         scores = self._select(self.logits, reqs)
         vocab = scores.shape[1]
         ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in reqs]
-        temps, k_t = _to_device([[r.params.temperature for r in reqs], ks], torch.float32,
+        temps, k_t = to_device([[r.params.temperature for r in reqs], ks], torch.float32,
                                 scores.device).unbind(0)
         got = exact_top_p(_weights(scores, _row_max(scores), temps, k_t, ks, None), reqs)
         return got, _token_logprobs(scores, got)
@@ -227,7 +232,7 @@ class TorchScores:
         first: one top-k over all the rows (beam candidates of the whole step), one transfer."""
         if not rows:
             return []
-        idx = _to_device(rows, torch.long, self.logits.device)
+        idx = to_device(rows, torch.long, self.logits.device)
         values, ids = torch.topk(self.logprobs().index_select(0, idx), max(ks), dim=-1)
         both = torch.stack([ids.double(), values.double()]).tolist()
         return [list(zip(map(int, i[:k]), v[:k], strict=True))
@@ -238,16 +243,16 @@ class TorchScores:
         return self.top_many([row], [k])[0]
 
 
-def _to_device(values: list, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
-    """A small host list on the device without a sync: from pinned memory on a GPU (a copy from
-    pageable memory may wait for the stream, i.e. for the whole forward pass)."""
-    t = torch.tensor(values, dtype=dtype)
+def to_device(values: list | np.ndarray, dtype: torch.dtype, dev: torch.device) -> torch.Tensor:
+    """A small host list or array on the device without a sync: from pinned memory on a GPU (a
+    copy from pageable memory may wait for the stream, i.e. for the whole forward pass)."""
+    t = torch.as_tensor(values, dtype=dtype)
     if dev.type == "cuda":
         t = t.pin_memory()
     return t.to(dev, non_blocking=True)
 
 
-def _params_to_device(first: list[list[float]], requests: list[SampleRequest], need_p: bool,
+def _paramsto_device(first: list[list[float]], requests: list[SampleRequest], need_p: bool,
                       dev: torch.device) -> torch.Tensor:
     """float32 [len(first) + 5, rows] on the device in one transfer: the rows of `first`, then
     each request's temperature, top-p, uniform and its two later rounds' uniforms (zeros
@@ -263,10 +268,7 @@ def _params_to_device(first: list[list[float]], requests: list[SampleRequest], n
     m[k + 2] = us
     if need_p:
         m[k + 3], m[k + 4] = round_uniforms_many(us)
-    t = torch.from_numpy(m)
-    if dev.type == "cuda":
-        t = t.pin_memory()
-    return t.to(dev, non_blocking=True)
+    return to_device(m, torch.float32, dev)
 
 
 def round_uniforms_many(us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -313,7 +315,7 @@ def draw(scores: torch.Tensor, requests: list[SampleRequest], row_max: torch.Ten
     dev = scores.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
     need_p = any(r.params.top_p < 1.0 for r in requests)
-    k_t, temps, top_p, u0, u1, u2 = _params_to_device([ks], requests, need_p, dev).unbind(0)
+    k_t, temps, top_p, u0, u1, u2 = _paramsto_device([ks], requests, need_p, dev).unbind(0)
     top = _row_max(scores) if row_max is None else row_max
     weights = _weights(scores, top, temps, k_t, ks, workspace)
     tokens, total = _inverse_cdf(weights, u0)
@@ -373,7 +375,7 @@ def _kth_scores(logits: torch.Tensor, requests: list[SampleRequest]) -> torch.Te
     kernel's top-k threshold (tokens whose weight is below the k-th's weigh 0)."""
     vocab = logits.shape[1]
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]
-    rows, k_t = _to_device([[r.row for r in requests], ks], torch.long, logits.device).unbind(0)
+    rows, k_t = to_device([[r.row for r in requests], ks], torch.long, logits.device).unbind(0)
     values = torch.topk(logits.index_select(0, rows), max(k for k in ks if k < vocab), dim=-1).values
     kth = values.gather(1, (k_t - 1).clamp(max=values.shape[1] - 1)[:, None])[:, 0].float()
     return torch.where(k_t < vocab, kth, float("-inf")).contiguous()
@@ -410,7 +412,7 @@ def exact_top_p(weights: torch.Tensor, requests: list[SampleRequest]) -> torch.T
     """The last resort for a row that `draw`'s rounds left open: the nucleus by a sort of the
     row, drawn at one more uniform of the row's."""
     dev = weights.device
-    top_p, u = _to_device([[r.params.top_p for r in requests],
+    top_p, u = to_device([[r.params.top_p for r in requests],
                            [round_uniforms(round_uniforms(r.u)[1])[0] for r in requests]],
                           torch.float32, dev).unbind(0)
     values, order = torch.sort(weights, dim=-1, descending=True)

@@ -70,7 +70,7 @@ class Scheduler:
         self.running: list[SequenceGroup] = []  # in arrival order
         self.swapped: deque[SequenceGroup] = deque()
         self.num_preemptions = 0
-        self._num_running_seqs = 0  # live sequences of the running groups, as the decode pass left them
+        self.num_running_seqs = 0  # live sequences of the running groups, as the decode pass left them
 
     def add(self, group: SequenceGroup) -> None:
         self.waiting.append(group)
@@ -129,7 +129,7 @@ class Scheduler:
             reserved += need
             i += 1
         self.running = [g for g, _ in scheduled]
-        self._num_running_seqs = sum(map(len, (live for _, live in scheduled)))
+        self.num_running_seqs = sum(map(len, (live for _, live in scheduled)))
         append = self.kv.append_reserved
         decodes = out.decodes
         events = out.events
@@ -162,7 +162,7 @@ class Scheduler:
 
     def _schedule_prefills(self, out: ScheduledStep) -> None:
         cfg = self.config
-        num_seqs = self._num_running_seqs  # every running group's: decoding, or mid-prefill
+        num_seqs = self.num_running_seqs  # every running group's: decoding, or mid-prefill
         while self.waiting:
             group = self.waiting[0]
             seqs = group.live()
@@ -206,7 +206,7 @@ class Scheduler:
                                                 not seq.prefill_rest))
             self._insert_running(group)
             num_seqs += width
-            self._num_running_seqs = num_seqs
+            self.num_running_seqs = num_seqs
 
     # ---- preemption ---------------------------------------------------------------------------
 

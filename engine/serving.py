@@ -143,7 +143,7 @@ class ServingMixin:
         if not inflight.overlap or sched.swapped:
             return False
         free = self.kv.pool.num_allocatable
-        if free >= sched._num_running_seqs:
+        if free >= sched.num_running_seqs:
             return True
         # a fuller pool: count what the next decode pass takes (one pass over the sequences)
         needed = self.kv.blocks_needed_to_append
@@ -176,7 +176,8 @@ class ServingMixin:
             return None
         batch = [(s.token_ids[n:], n, s.block_table) for s, n in items]
         # async scheduling: a token still on the GPU is read there, from the last step's picks
-        feed = [(i, s.inflight_row) for i, (s, _) in enumerate(items) if s.inflight_step >= 0]
+        feed = [(i, s.inflight_row) for i, (s, _) in enumerate(items) if s.inflight_step >= 0] \
+            if self.config.async_scheduling else None
         if feed:
             return self.runtime.execute(batch, feed=(feed, self._last_picks.tokens))
         return self.runtime.execute(batch)
@@ -201,8 +202,7 @@ class ServingMixin:
             rows.setdefault(seq.request_id, []).append((seq, row))
             row += 1
         groups = self.groups
-        draws: list[SampleRequest] = []
-        counters: list[tuple[int, int, int]] = []  # (key, sample index, position) per sampled draw
+        pending: list[tuple[int, SamplingParams, tuple[int, int, int] | None]] = []
         counts: list[tuple[int, int]] = []  # (draws, top-k rows) per request, in rows' order
         beam_rows: list[int] = []
         beam_ks: list[int] = []
@@ -215,11 +215,13 @@ class ServingMixin:
                 counts.append((0, len(seq_rows)))
                 structural = True
             else:
-                mine = self._draws(group, seq_rows, rid in fresh, counters)
-                draws += mine
+                mine = self._draws(group, seq_rows, rid in fresh)
+                pending += mine
                 counts.append((len(mine), 0))
                 structural |= rid in fresh and group.params.n > 1
-        draws = self._with_uniforms(draws, counters)
+        counters = [c for _, _, c in pending if c is not None]
+        us = iter(sample_uniforms(counters).tolist() if counters else ())
+        draws = [SampleRequest(r, p, 0.0 if c is None else next(us)) for r, p, c in pending]
         launched = Launched(self.kv.step, rows, fresh, counts)
         launched.overlap = (self.config.async_scheduling and not structural
                             and all(d.params.top_p >= 1.0 for d in draws)
@@ -263,15 +265,15 @@ class ServingMixin:
                 finished.append(self._finish_group(group, events))
         return finished
 
-    def _draws(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool,
-               counters: list[tuple[int, int, int]]) -> list[SampleRequest]:
-        """What each sequence of a sampling group draws from this step: its row and params; its
-        uniform number is hashed from (seed, its index in the group, its output position), the
-        counters appended to `counters` for one vectorised hash over the step (`_with_uniforms`)."""
+    def _draws(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool
+               ) -> list[tuple[int, SamplingParams, tuple[int, int, int] | None]]:
+        """What each sequence of a sampling group draws from this step: its row, its params,
+        and the counter its uniform number is hashed from, (seed, its index in the group, its
+        output position), or None for a greedy row (`_pick` hashes the step's counters at once)."""
         params = group.params
         if params.temperature == 0 and self.runtime is not None:  # greedy: no uniform to draw
             rows = [r for _, r in seq_rows] * (params.n if fresh else 1)  # n copies: forked after
-            return [SampleRequest(r, params, -1.0) for r in rows]
+            return [(r, params, None) for r in rows]
         if group.seed is None:
             seed = params.seed
             if seed is None:  # reproducible on replay all the same
@@ -280,26 +282,14 @@ class ServingMixin:
         key = group.seed
         if fresh and params.n > 1:  # the n samples of the prefill's row, forked after the draw
             row = seq_rows[0][1]
-            counters += [(key, i, 0) for i in range(params.n)]
-            return [SampleRequest(row, params, 0.0)] * params.n
+            return [(row, params, (key, i, 0)) for i in range(params.n)]
         # the output position: under async scheduling a token may still be on its way
         if params.n == 1:
-            counters += [(key, 0, len(s.output_ids) + (s.inflight_step >= 0)) for s, _ in seq_rows]
-        else:
-            index = {s.seq_id: i for i, s in enumerate(group.seqs)}
-            counters += [(key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0))
-                         for s, _ in seq_rows]
-        return [SampleRequest(r, params, 0.0) for _, r in seq_rows]
-
-    @staticmethod
-    def _with_uniforms(draws: list[SampleRequest], counters: list[tuple[int, int, int]]
-                       ) -> list[SampleRequest]:
-        """The draws with their uniforms, hashed for the whole step at once; greedy rows (-1.0:
-        no counter) keep 0."""
-        if not counters:
-            return [d._replace(u=0.0) for d in draws] if draws and draws[0].u < 0 else draws
-        us = iter(sample_uniforms(counters).tolist())
-        return [d._replace(u=next(us)) if d.u == 0.0 else d._replace(u=0.0) for d in draws]
+            return [(r, params, (key, 0, len(s.output_ids) + (s.inflight_step >= 0)))
+                    for s, r in seq_rows]
+        index = {s.seq_id: i for i, s in enumerate(group.seqs)}
+        return [(r, params, (key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0)))
+                for s, r in seq_rows]
 
     def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
                      tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool,
