@@ -191,10 +191,18 @@ def hf_generate_batch(model, batch: list[list[int]], new: int) -> tuple[list[lis
     from transformers import GenerationConfig
 
     cfg = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    kw = {}
+    if DEVICE == "cpu":  # HF sizes its paged cache from free memory: on a CPU, most of the RAM
+        try:
+            from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+            kw["continuous_batching_config"] = ContinuousBatchingConfig(num_blocks=256, max_batch_tokens=512)
+        except ImportError:  # an older transformers: its own sizing
+            pass
     # outside inference_mode: its cache is updated in place by plain autograd-free ops
     with torch.inference_mode(False), torch.no_grad():
-        model.generate_batch(inputs=batch[:4], generation_config=cfg)
-        outs, seconds = timed(lambda: model.generate_batch(inputs=batch, generation_config=cfg))
+        model.generate_batch(inputs=batch[:4], generation_config=cfg, **kw)
+        outs, seconds = timed(lambda: model.generate_batch(inputs=batch, generation_config=cfg, **kw))
     by_request = sorted(outs.values(), key=lambda o: int(str(o.request_id).split("_")[-1]))
     tokens = [list(o.generated_tokens) for o in by_request]
     produced = sum(map(len, tokens))

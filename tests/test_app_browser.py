@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -240,8 +241,15 @@ def test_play_replays_the_log_and_pause_stops_it(browser, dry_app):
     page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
                            timeout=60_000)
     page.click("#tl-pause")
-    page.wait_for_timeout(300)
-    paused_at = events_text(page)
+    # a tick already on its way when Pause was clicked may still land (on a loaded machine,
+    # later than a fixed wait): wait until the log holds still, then that it stays still
+    paused_at, still_since, deadline = events_text(page), time.monotonic(), time.monotonic() + 60
+    while time.monotonic() - still_since < 1.5:
+        assert time.monotonic() < deadline, "the timeline kept moving after Pause"
+        page.wait_for_timeout(100)
+        now = events_text(page)
+        if now != paused_at:
+            paused_at, still_since = now, time.monotonic()
     page.wait_for_timeout(3000)  # a playing timer would have moved on by now
     assert events_text(page) == paused_at
     assert page.console_errors == []
