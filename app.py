@@ -20,7 +20,7 @@ def main() -> int:
     args = ap.parse_args()
 
     # One warm-up per process, not per session: the app builds an engine for each session and
-    # replays one on every Back (engine/runtime.py, _should_warm_up)
+    # replays one on every Back (engine/runtime/runtime.py, _should_warm_up)
     os.environ.setdefault("PAGEDLAB_WARMUP", "once")
     from ui import build_app
     from ui.app import CSS, HEAD, THEME
@@ -28,7 +28,7 @@ def main() -> int:
     mode, note = "dry (bookkeeping only, no model)", ""
     if not args.dry:
         try:
-            from engine.models import load_model
+            from engine.runtime.models import load_model
 
             print("[pagedlab] loading the default model (SmolLM2-135M-Instruct)...", flush=True)
             load_model("default", args.device, "auto")

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from copy_bandwidth import copy_bandwidth  # noqa: E402 (bench/, beside this file)
 
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine.models import load_model  # noqa: E402
+from engine.runtime.models import load_model  # noqa: E402
 
 TEXT = ("PagedAttention stores the KV cache in fixed-size blocks that need not be contiguous, "
         "like pages of virtual memory; a block table maps each sequence's logical blocks to "

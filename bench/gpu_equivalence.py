@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine.models import load_model  # noqa: E402
+from engine.runtime.models import load_model  # noqa: E402
 
 PROMPTS = [
     "The capital of France is",

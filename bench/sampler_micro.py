@@ -23,9 +23,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, greedy_pair  # noqa: E402
-from engine.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
-from engine.sequence import SamplingParams  # noqa: E402
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
+from engine.core.sequence import SamplingParams  # noqa: E402
+from engine.runtime.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, greedy_pair  # noqa: E402
 
 CASES = (("greedy", SamplingParams()), ("temperature", SamplingParams(temperature=0.8)),
          ("temperature_top_p", SamplingParams(temperature=0.8, top_p=0.95)),

@@ -1,7 +1,7 @@
 """Tensor parallelism on two GPUs: a random-weight Llama of ~1.1B parameters, TP = 2 against TP = 1.
 
 The model has TinyLlama-1.1B's shape (22 layers, hidden 2048, 32 query heads, 4 KV heads,
-MLP 5632) with the default model's vocabulary and random weights (engine/tp_models.py), written
+MLP 5632) with the default model's vocabulary and random weights (engine/tp/models.py), written
 once to a local folder. For TP = 1 (one process, CUDA graphs on, and again eagerly) and TP = 2
 (two worker processes over NCCL, one GPU each, eager), the same greedy batch runs to completion:
 
@@ -40,8 +40,8 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine.models import cache_root  # noqa: E402
-from engine.tp_models import LLAMA_1B, TINY_KV2, save_random_llama  # noqa: E402
+from engine.runtime.models import cache_root  # noqa: E402
+from engine.tp.models import LLAMA_1B, TINY_KV2, save_random_llama  # noqa: E402
 
 
 def prompts(eng: LLMEngine, n: int, length: int) -> list[list[int]]:

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Event
-from engine.snapshot import Snapshot
+from engine.core.events import Event
+from engine.core.snapshot import Snapshot
 
 STATUSES = ("waiting", "running", "preempted", "done")
 

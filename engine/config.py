@@ -36,7 +36,7 @@ class EngineConfig:
     # the host's bookkeeping runs while the GPU computes (vLLM v1's async scheduling; see
     # serving.py). The same outputs; a step's finished requests are reported one step later.
     async_scheduling: bool = False
-    tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp_runtime.py)
+    tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp/runtime.py)
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):

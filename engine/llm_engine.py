@@ -6,7 +6,7 @@ argument or a pool too small raises before anything changes.
 
 In dry mode (`EngineConfig(model=None)`) there is no model: prompts are UTF-8 bytes and
 `append(seq, n)` draws n tokens from an RNG seeded by the config. Otherwise a real model computes
-every token's K/V into the paged pool (see `engine.runtime`).
+every token's K/V into the paged pool (see `engine.runtime.runtime`).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine.block_pool import OutOfBlocks
-from engine.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
 from engine.config import EngineConfig
-from engine.events import Event
-from engine.kv_cache_manager import InvariantError, KVCacheManager
-from engine.sequence import Sequence, SequenceStatus
+from engine.core.block_pool import OutOfBlocks
+from engine.core.events import Event
+from engine.core.kv_cache_manager import InvariantError, KVCacheManager
+from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.snapshot import Snapshot, SnapshotBuilder
+from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
 from engine.serving import ServingMixin
-from engine.snapshot import Snapshot, SnapshotBuilder
 
 TRACE_VERSION = 1
 MAX_APPEND_PER_CALL = 100_000
@@ -39,10 +39,10 @@ class LLMEngine(ServingMixin):
             num_blocks = config.num_gpu_blocks
             self.max_model_len = num_blocks * config.block_size
         else:
-            from engine.runtime import Runtime  # torch only when there is a model
+            from engine.runtime.runtime import Runtime  # torch only when there is a model
 
             if config.tensor_parallel_size > 1:  # N worker processes, one block table
-                from engine.tp_runtime import TPRuntime
+                from engine.tp.runtime import TPRuntime
 
                 self.runtime = TPRuntime(config)
             else:

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.beam_search import Hypothesis, choose, length_penalised, should_stop
-from engine.dry_model import DryScores
-from engine.events import Event
-from engine.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
-from engine.sampler_keys import SampleRequest, request_key, sample_uniforms
-from engine.scheduler import PrefillItem, ScheduledStep, Scheduler
-from engine.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from engine.core.beam_search import Hypothesis, choose, length_penalised, should_stop
+from engine.core.events import Event
+from engine.core.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
+from engine.core.scheduler import PrefillItem, ScheduledStep, Scheduler
+from engine.core.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from engine.dry.dry_model import DryScores
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""Triton: one step's sampled tokens in one launch (the GPU path of `engine.sampler`).
+"""Triton: one step's sampled tokens in one launch (the GPU path of `engine.runtime.sampler`).
 
-`engine.sampler.draw` in plain torch is about fifty launches and several full passes over
+`engine.runtime.sampler.draw` in plain torch is about fifty launches and several full passes over
 [rows, vocab]. Here one program per sampled row loops over its row of logits in chunks of
 BLOCK tokens and does all of it:
 

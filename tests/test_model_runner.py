@@ -12,8 +12,8 @@ import random
 import pytest
 import torch
 
-from engine.cache_engine import CacheEngine, KVShape
-from engine.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.cache_engine import CacheEngine, KVShape
+from engine.runtime.model_runner import ModelRunner, ScheduledSeq
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    "]
 TOL = {"atol": 1e-4, "rtol": 1e-4}  # float32 on both sides; only summation order differs

@@ -1,4 +1,4 @@
-"""engine.models: where weights come from, the disk cache, and the errors a user can run into."""
+"""engine.runtime.models: where weights come from, the disk cache, and the errors a user can run into."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from engine import models
-from engine.models import ModelLoadError, UnsupportedArchitecture, load_model, load_model_uncached
+from engine.runtime import models
+from engine.runtime.models import ModelLoadError, UnsupportedArchitecture, load_model, load_model_uncached
 
 CPU = torch.device("cpu")
 

@@ -1,8 +1,8 @@
 """Prefix caching: chained hashes, the collision guard, the hit cap, LRU eviction."""
 
 from engine import EngineConfig, LLMEngine
-from engine.kv_cache_manager import KVCacheManager
-from engine.sequence import Sequence
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.sequence import Sequence
 
 BS = 4
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.sampler import (
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform
+from engine.runtime.sampler import (
     SamplerWorkspace,
     TorchScores,
     _row_argmax,
@@ -23,7 +24,6 @@ from engine.sampler import (
     exact_top_p,
     greedy_pair,
 )
-from engine.sampler_keys import SampleRequest, request_key, sample_uniform
 
 N = 1000
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -199,8 +199,8 @@ def test_top_k_values_from_the_best_blocks_are_topk():
 def test_later_rounds_uniforms_at_once_equal_the_scalar_ones():
     import numpy as np
 
-    from engine.sampler import round_uniforms, round_uniforms_many
-    from engine.sampler_keys import request_key, sample_uniform
+    from engine.core.sampler_keys import request_key, sample_uniform
+    from engine.runtime.sampler import round_uniforms, round_uniforms_many
 
     us = [sample_uniform(request_key(s), i, p) for s in range(5) for i in range(4) for p in range(50)]
     us += [0.0, 1 - 2.0 ** -53]
@@ -209,7 +209,7 @@ def test_later_rounds_uniforms_at_once_equal_the_scalar_ones():
 
 
 def test_uniforms_hashed_at_once_equal_the_scalar_ones():
-    from engine.sampler_keys import request_key, sample_uniform, sample_uniforms
+    from engine.core.sampler_keys import request_key, sample_uniform, sample_uniforms
 
     counters = [(request_key(s), i, p) for s in (0, 7, 2**62) for i in range(3) for p in range(40)]
     assert sample_uniforms(counters).tolist() == [sample_uniform(*c) for c in counters]

@@ -23,9 +23,9 @@ _TRITON_IMPORTED_BEFORE = "triton" in sys.modules
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from engine.sampler import TorchScores, draw, round_uniforms  # noqa: E402
-from engine.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
-from engine.sequence import SamplingParams  # noqa: E402
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
+from engine.core.sequence import SamplingParams  # noqa: E402
+from engine.runtime.sampler import TorchScores, draw, round_uniforms  # noqa: E402
 from kernels import triton_available  # noqa: E402
 from tests.helpers import triton_runs_here  # noqa: E402
 
@@ -113,7 +113,7 @@ def test_triton_sampling_draws_what_torch_draws(small_chunks, dtype):
 
 
 def fused_kth(scores: TorchScores, reqs: list[SampleRequest]) -> torch.Tensor | None:
-    from engine.sampler import _kth_scores
+    from engine.runtime.sampler import _kth_scores
 
     vocab = scores.logits.shape[1]
     return _kth_scores(scores._raw, reqs) if any(0 < r.params.top_k < vocab for r in reqs) else None

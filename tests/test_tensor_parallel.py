@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.tp_models import TINY_KV2, save_random_llama
-from engine.tp_runtime import TensorParallelError
+from engine.tp.models import TINY_KV2, save_random_llama
+from engine.tp.runtime import TensorParallelError
 from viz.shards_figure import shards_figure
 
 pytestmark = pytest.mark.model

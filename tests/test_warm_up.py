@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine
-from engine.model_runner import ModelRunner
+from engine.runtime.model_runner import ModelRunner
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from engine import EngineConfig, LLMEngine
-from engine.baselines import POLICIES, reservation_fit, workload
+from engine.core.baselines import POLICIES, reservation_fit, workload
 from lessons.helpers import admit
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from engine.snapshot import SequenceView, Snapshot
+from engine.core.snapshot import SequenceView, Snapshot
 from viz.pool_cells import FAST, PENDING, colourscale, escape, owner_category, shorten
 from viz.pool_layout import PoolLayout
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 
-from engine.events import Event
+from engine.core.events import Event
 from viz import palette
 from viz.pool_cells import FAST
 from viz.pool_layout import PoolLayout

@@ -7,10 +7,10 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from engine.baselines import naive_blocks_for
-from engine.events import Event
-from engine.snapshot import Snapshot
-from engine.units import human_bytes
+from engine.core.baselines import naive_blocks_for
+from engine.core.events import Event
+from engine.core.snapshot import Snapshot
+from engine.core.units import human_bytes
 from viz import palette
 
 MAX_TOKENS_SHOWN = 400  # per sequence; the start is elided beyond that

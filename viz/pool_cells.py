@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from engine.snapshot import BlockView
+from engine.core.snapshot import BlockView
 from viz import palette
 from viz.pool_layout import PoolLayout
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from engine.events import Event
-from engine.snapshot import Snapshot
+from engine.core.events import Event
+from engine.core.snapshot import Snapshot
 from viz import palette
 from viz.block_tables import links, table_heatmap
 from viz.overlays import change_overlays, rects

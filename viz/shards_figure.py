@@ -15,8 +15,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from engine.snapshot import Snapshot
-from engine.units import human_bytes
+from engine.core.snapshot import Snapshot
+from engine.core.units import human_bytes
 from viz import palette
 
 _FAST = {"_validate": False}  # fixed traces; tests/test_viz_shards.py validates the output

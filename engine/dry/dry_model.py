@@ -10,9 +10,20 @@ from __future__ import annotations
 import math
 import random
 
-from engine.byte_tokenizer import DRY_ALPHABET
-from engine.sampler_keys import SampleRequest
-from engine.step_picks import DryPicks
+from engine.core.sampler_keys import SampleRequest
+from engine.dry.byte_tokenizer import DRY_ALPHABET
+
+
+class DryPicks:
+    """The dry mode's picks: drawn now (no device), read when the step lands."""
+
+    tokens = None
+
+    def __init__(self, picks: list[tuple[int, float]]) -> None:
+        self._picks = picks
+
+    def result(self) -> list[tuple[int, float]]:
+        return self._picks
 
 
 class DryScores:

@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.block_pool import OutOfBlocks
 from engine.config import EngineConfig
-from engine.events import Event
-from engine.kv_cache_manager import KVCacheManager
-from engine.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
+from engine.core.block_pool import OutOfBlocks
+from engine.core.events import Event
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from engine.sequence import SamplingParams
+from engine.core.sequence import SamplingParams
 
 _MASK64 = (1 << 64) - 1
 

@@ -34,15 +34,3 @@ class StepPicks:
             self._done.synchronize()  # this step's work only: the next one keeps running
         ids, lps = self._host.tolist()
         return [(int(ids[r]), lps[r]) for r in self.draw_rows]
-
-
-class DryPicks:
-    """The dry mode's picks: drawn now (no device), read when the step lands."""
-
-    tokens = None
-
-    def __init__(self, picks: list[tuple[int, float]]) -> None:
-        self._picks = picks
-
-    def result(self) -> list[tuple[int, float]]:
-        return self._picks

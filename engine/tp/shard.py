@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from engine.lean_decoder import fuse_projections
+from engine.runtime.lean_decoder import fuse_projections
 
 
 def valid_sizes(num_kv_heads: int) -> list[int]:
@@ -44,7 +44,7 @@ def check_tp_size(size: int, num_q_heads: int, num_kv_heads: int, model: str) ->
 
 def shard_model(loaded: Any, rank: int, size: int, reduce: Callable[[torch.Tensor], torch.Tensor]
                 ) -> None:
-    """Cut `loaded` (an engine.models.LoadedModel) down to rank `rank`'s shard, in place.
+    """Cut `loaded` (an engine.runtime.models.LoadedModel) down to rank `rank`'s shard, in place.
 
     `reduce` sums a tensor over the ranks (an all-reduce) and returns it; it runs after every
     o_proj and down_proj."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from engine.block_pool import BlockPool
-from engine.sequence import Sequence
+from engine.core.block_pool import BlockPool
+from engine.core.sequence import Sequence
 
 
 class BlockView(NamedTuple):  # a NamedTuple: 4096 of them must build in a few ms

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine.sampler_keys import SampleRequest, _mix64, mix64_array
-from engine.step_picks import StepPicks
+from engine.core.sampler_keys import SampleRequest, _mix64, mix64_array
+from engine.runtime.step_picks import StepPicks
 
 # what a draw hands back for the rows it left open: (their tokens, log probs) by `exact_top_p`
 Redraw = Callable[[list[int]], tuple[torch.Tensor, torch.Tensor]]

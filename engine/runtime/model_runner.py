@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-from engine.cache_engine import CacheEngine
-from engine.decode_graphs import DecodeGraphs
-from engine.lean_decoder import lean_forward
-from engine.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, to_device
+from engine.runtime.cache_engine import CacheEngine
+from engine.runtime.decode_graphs import DecodeGraphs
+from engine.runtime.lean_decoder import lean_forward
+from engine.runtime.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, to_device
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from engine.cache_engine import CacheEngine
 from engine.config import EngineConfig
-from engine.model_runner import Feed, ModelRunner, ScheduledSeq
-from engine.models import load_model
-from engine.sampler import TorchScores
+from engine.runtime.cache_engine import CacheEngine
+from engine.runtime.model_runner import Feed, ModelRunner, ScheduledSeq
+from engine.runtime.models import load_model
+from engine.runtime.sampler import TorchScores
 
 
 class Runtime:

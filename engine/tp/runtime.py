@@ -35,10 +35,10 @@ import torch
 import torch.distributed as dist
 
 from engine.config import EngineConfig
-from engine.sampler import TorchScores
-from engine.tp_comm import PollingWaiter, broadcast_object, gloo_group
-from engine.tp_shard import check_tp_size
-from engine.tp_worker import worker_main
+from engine.runtime.sampler import TorchScores
+from engine.tp.comm import PollingWaiter, broadcast_object, gloo_group
+from engine.tp.shard import check_tp_size
+from engine.tp.worker import worker_main
 
 START_TIMEOUT_S = 600.0  # loading and sharding a model in every worker
 STEP_TIMEOUT_S = 120.0  # the longest a step may take before the engine calls a worker stuck
@@ -109,7 +109,7 @@ class TPRuntime:
     by `config.tensor_parallel_size` worker processes."""
 
     def __init__(self, config: EngineConfig, start_timeout_s: float = START_TIMEOUT_S) -> None:
-        from engine.models import resolve_device
+        from engine.runtime.models import resolve_device
 
         n = config.tensor_parallel_size
         self.size = n
@@ -173,7 +173,7 @@ class TPRuntime:
             time.sleep(0.05)
 
     def _describe(self, hello: dict[str, Any], config: EngineConfig) -> None:
-        from engine.runtime import HFTokenizer
+        from engine.runtime.runtime import HFTokenizer
 
         self.tokenizer = HFTokenizer(hello.pop("tokenizer"))  # the one worker 0 loaded
         self.model_info = hello
@@ -413,15 +413,15 @@ def _worker_context() -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["engine.tp_worker", "engine.models", "engine.model_runner",
-                                "engine.cache_engine", "transformers.models.llama.modeling_llama"])
+    ctx.set_forkserver_preload(["engine.tp.worker", "engine.runtime.models", "engine.runtime.model_runner",
+                                "engine.runtime.cache_engine", "transformers.models.llama.modeling_llama"])
     return ctx
 
 
 def _peek_heads(model: str | None) -> tuple[int, int] | None:
     """(query heads, KV heads) from a config.json on disk, when one is at hand without loading
     anything (a local folder, or the default model's converted cache); else None."""
-    from engine.models import DEFAULT_CACHE_NAME, cache_root
+    from engine.runtime.models import DEFAULT_CACHE_NAME, cache_root
 
     if model is None:
         return None

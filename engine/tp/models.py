@@ -26,7 +26,7 @@ def save_random_llama(folder: str | Path, shape: dict[str, int], seed: int = 0,
     """Write a random Llama of `shape` into `folder` (kept if it is already there)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from engine.models import _load_default_tokenizer
+    from engine.runtime.models import _load_default_tokenizer
 
     folder = Path(folder)
     if (folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file():

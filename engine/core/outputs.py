@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from engine.events import Event
+from engine.core.events import Event
 
 
 @dataclass(frozen=True)

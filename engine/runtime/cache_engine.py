@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from engine.units import gib, kib, mib
+from engine.core.units import gib, kib, mib
 
 DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
 DEFAULT_MEMORY_UTILIZATION = 0.9

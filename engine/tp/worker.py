@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.tp_comm import broadcast_object, gloo_group
+from engine.tp.comm import broadcast_object, gloo_group
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
@@ -80,11 +80,11 @@ class _Worker:
                  threads: int) -> None:
         from transformers.utils import logging as hf_logging
 
-        from engine.cache_engine import CacheEngine
         from engine.config import EngineConfig
-        from engine.model_runner import ModelRunner
-        from engine.models import load_model, resolve_device
-        from engine.tp_shard import check_tp_size, shard_model
+        from engine.runtime.cache_engine import CacheEngine
+        from engine.runtime.model_runner import ModelRunner
+        from engine.runtime.models import load_model, resolve_device
+        from engine.tp.shard import check_tp_size, shard_model
 
         hf_logging.disable_progress_bar()  # N bars at once help nobody (and leak tqdm's locks)
         cfg = EngineConfig.from_dict(config)
@@ -140,7 +140,7 @@ class _Worker:
                 self.reply.broadcast(torch.stack([k, v]).contiguous(), 1).wait()
 
     def _execute(self, items: list[tuple[list[int], int, list[int]]]) -> None:
-        from engine.model_runner import ScheduledSeq
+        from engine.runtime.model_runner import ScheduledSeq
 
         scores = self.runner.execute_scores([ScheduledSeq(t, n, b) for t, n, b in items])
         if self.rank == 0:
