@@ -64,7 +64,7 @@ def summary(clock: Clock, target: float) -> dict:
 def fill(session: Session, leave_free: int) -> list[int]:
     """Distinct prompts (no prefix hits) until about `leave_free` blocks are left."""
     seqs, i = [], 0
-    while session.engine.core.snapshot().num_free_blocks > leave_free:
+    while session.engine.snapshot().num_free_blocks > leave_free:
         seqs.append(session.run("add_sequence", f"{i:06d}" + "x" * (16 * 3 - 6)))
         i += 1
     return seqs

@@ -167,7 +167,7 @@ class Room:
 
     def _do_step(self, _: Any) -> str:
         self.paused = True
-        if not self.engine.core.scheduler.has_work():
+        if not self.engine.scheduler.has_work():
             raise RoomError("nothing to step: no request is waiting, running or preempted")
         self._step()
         return f"paused after step {self.engine.kv.step}"
@@ -228,7 +228,7 @@ class Room:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self.closed and (self.paused or not self.engine.core.scheduler.has_work()):
+                while not self.closed and (self.paused or not self.engine.scheduler.has_work()):
                     if time.monotonic() - self._last_activity > self.idle_seconds:
                         self.closed = True
                         self.error = f"closed after {self.idle_seconds:.0f} s without activity"

@@ -228,7 +228,7 @@ class LessonRun:
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
-                        answer_text, explanation, tuple(st.events), self.engine.core.snapshot(), tuple(held))
+                        answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held))
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()

@@ -85,12 +85,12 @@ def test_random_clicks_keep_the_session_consistent_and_usable(config: EngineConf
             if seq.request_id is None:
                 s.run("free", sid)
         for _ in range(500):
-            if not s.engine.core.scheduler.has_work():
+            if not s.engine.scheduler.has_work():
                 break
             s.run("step")
         assert not s.engine.seqs
         s.engine.check_invariants()
-        assert s.engine.core.snapshot().metrics.used_blocks == 0
+        assert s.engine.snapshot().metrics.used_blocks == 0
         s.run("add_sequence", "ok")
         s.engine.check_invariants()
     finally:

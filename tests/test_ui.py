@@ -24,14 +24,14 @@ def test_back_next_undo_and_timeline_move_over_the_op_log():
     s.run("append", a, n=3)
     after = fingerprint(s.engine)
     s.goto(1)
-    assert len(s.engine.core.snapshot().sequences) == 1
+    assert len(s.engine.snapshot().sequences) == 1
     s.goto(3)
     assert fingerprint(s.engine) == after  # forward again: the same state
     s.goto(2)
     s.run("free", a)  # an operation in the past drops the future
     assert [op["op"] for op in s.ops] == ["add_sequence", "fork", "free"]
     s.undo()
-    assert len(s.ops) == 2 and len(s.engine.core.snapshot().sequences) == 2
+    assert len(s.ops) == 2 and len(s.engine.snapshot().sequences) == 2
 
 
 def test_refused_operation_is_a_user_error_and_changes_nothing():

@@ -39,7 +39,7 @@ def playground_panel(page: Page) -> Callable[[], None]:
         if not isinstance(text, str):
             raise UserError("the prompt must be text")
         limits.check_prompt(text)
-        if chat and session.engine.runtime.runtime is not None:
+        if chat and session.engine.runtime is not None:
             ids = session.engine.tokenizer.apply_chat_template(text)
             session.selected_seq = session.run("add_sequence", ids)
         else:

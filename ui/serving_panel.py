@@ -50,7 +50,7 @@ def serving_panel(page: Page) -> Callable[[], None]:
 
     @guard
     def on_step(session: Session):
-        if not session.engine.core.scheduler.has_work():
+        if not session.engine.scheduler.has_work():
             raise UserError("no request is waiting or running: add a request first")
         session.run("step")
         return show(session)
@@ -58,7 +58,7 @@ def serving_panel(page: Page) -> Callable[[], None]:
     @guard
     def on_run_all(session: Session):
         for _ in range(limits.MAX_RUN_STEPS):
-            if not session.engine.core.scheduler.has_work():
+            if not session.engine.scheduler.has_work():
                 break
             session.run("step")
         return show(session)
