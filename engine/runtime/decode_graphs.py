@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from engine.runtime.sampler import greedy_pair
+from engine.runtime.row_reductions import greedy_pair
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 

@@ -38,7 +38,9 @@ import torch
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs
 from engine.runtime.lean_decoder import lean_forward
-from engine.runtime.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, to_device
+from engine.runtime.sampler import TorchScores, fused_sampling_available
+from engine.runtime.sampler_workspace import SamplerWorkspace
+from engine.runtime.transfer import to_device
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
