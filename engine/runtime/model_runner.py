@@ -169,6 +169,14 @@ class ModelRunner:
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs)
 
+    def close(self) -> None:
+        """Let go of this runner's own tensors now: decode graphs, static buffers, the sampler's
+        workspace (idempotent). The KV pool is the cache engine's (`CacheEngine.close`); the
+        model's weights are shared and stay."""
+        self.graphs.close()
+        self.sampler_workspace.release()
+        self._no_mask = self._query_starts = None
+
     @torch.inference_mode()
     def execute(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> torch.Tensor:
         """One forward pass over the batch: float32 logits [num_seqs, vocab] of each sequence's
