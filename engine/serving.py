@@ -225,7 +225,7 @@ class ServingMixin:
         launched = Launched(self.kv.step, rows, fresh, counts)
         launched.overlap = (self.config.async_scheduling and not structural
                             and all(d.params.top_p >= 1.0 for d in draws)
-                            and hasattr(scores, "pick_rows"))
+                            and scores.can_overlap)
         if launched.overlap:
             launched.picks = self._last_picks = scores.pick_rows(draws)
             for seq_rows in rows.values():
@@ -407,16 +407,7 @@ class ServingMixin:
         return out
 
     def _detokenizer(self, stop: tuple[str, ...]) -> Any:
-        decode = self.tokenizer.decode  # not self.decode: last_step must not hold the engine
-
-        def detokenize(ids: tuple[int, ...]) -> str:
-            text = decode(list(ids))
-            for s in stop:
-                if s in text:
-                    text = text[: text.index(s)]
-            return text
-
-        return detokenize
+        return _detokenizer(self.tokenizer.decode, stop)
 
     def _lazy_outputs(self) -> LazyOutputs:
         """The running requests' outputs as of now, built only if read. A sequence's
@@ -424,12 +415,12 @@ class ServingMixin:
         to rebuild this step's view later; the rest is copied now."""
         captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
                          for s in g.live()], g.num_preemptions) for g in self.scheduler.running]
-        detokenizer = self._detokenizer
+        decode = self.tokenizer.decode  # not a method of the engine: last_step must not hold it
 
         def build() -> list[RequestOutput]:
             outs = []
             for group, seqs, preemptions in captured:
-                detokenize = detokenizer(group.params.stop)
+                detokenize = _detokenizer(decode, group.params.stop)
                 outs.append(RequestOutput(
                     group.request_id, group.prompt, tuple(group.prompt_ids),
                     tuple(CompletionOutput(i, tuple(s.output_ids[:n]), lp, reason, detokenize)
@@ -450,6 +441,20 @@ class ServingMixin:
                      for i, (ids, lp, reason) in enumerate(items))
         return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), outs,
                              finished, group.num_preemptions)
+
+
+def _detokenizer(decode: Any, stop: tuple[str, ...]) -> Any:
+    """ids -> text cut at the first stop string (`decode` is the tokenizer's, not the engine's:
+    a closure over the engine would keep it and its KV pool alive until a garbage collection)."""
+
+    def detokenize(ids: tuple[int, ...]) -> str:
+        text = decode(list(ids))
+        for s in stop:
+            if s in text:
+                text = text[: text.index(s)]
+        return text
+
+    return detokenize
 
 
 def _prefill_text(p: PrefillItem) -> str:
