@@ -18,6 +18,7 @@ from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
+from engine.core.narration import TokenNames
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
@@ -52,9 +53,9 @@ class LLMEngine(ServingMixin):
             self.max_model_len = self.runtime.max_model_len
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
         self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
-        # a function of the tokenizer, not a bound method of this engine: the cache manager must
-        # not point back at the engine, or a dropped engine (and its KV pool) waits for the GC
-        token_repr = self.tokenizer.token_repr if config.dry else _decoded_repr(self.tokenizer)
+        # how events show a token, when their narration is read: a function of the tokenizer, not
+        # of this engine (events outlive steps; pointing back would keep the KV pool alive)
+        token_repr = TokenNames(self.tokenizer.decode)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks)
         self.seqs: dict[int, Sequence] = {}
@@ -226,12 +227,9 @@ class LLMEngine(ServingMixin):
         self._next_seq_id += 1
         self.seqs[seq.seq_id] = seq
         computed = len(tokens) - seq.num_cached_tokens
-        events.append(Event(
-            "prefill", self.kv.step, seq.seq_id,
-            f"seq {seq.seq_id}: prefill of {len(tokens)} prompt tokens, {computed} computed"
-            + (f", {seq.num_cached_tokens} from the prefix cache" if seq.num_cached_tokens else ""),
-            tuple(seq.block_table),
-        ))
+        events.append(Event("prefill", self.kv.step, seq.seq_id, tuple(seq.block_table),
+                            facts=(len(tokens), computed, seq.num_cached_tokens),
+                            form="prefill_primitive"))
         if self.runtime is not None:
             self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
@@ -289,9 +287,8 @@ class LLMEngine(ServingMixin):
         seq.pending_token = token
         seq.cumulative_logprob += logprob
         n = seq.num_tokens - num_computed
-        events.append(Event("decode", self.kv.step, seq.seq_id,
-                            f"seq {seq.seq_id}: the model computed {n} token(s); next token "
-                            f"{self.kv.token_repr(token)} waits as pending", (), (token,)))
+        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=(n,),
+                            form="decode_primitive", names=self.kv.token_repr))
 
     _OPS = {
         "add_sequence": _op_add_sequence,
@@ -348,21 +345,6 @@ class LLMEngine(ServingMixin):
                              f"this engine can hold; shorten it")
         return tokens
 
-
-
-def _decoded_repr(tokenizer: Any) -> Any:
-    """How the narration shows one token: its decoded text, memoised (a serving step narrates
-    every sequence's new token, and a tokenizer call per token costs more than the rest of the
-    bookkeeping). At most one entry per vocabulary id, per engine."""
-    shown: dict[int, str] = {}
-
-    def token_repr(token_id: int) -> str:
-        text = shown.get(token_id)
-        if text is None:
-            text = shown[token_id] = repr(tokenizer.decode([token_id]))
-        return text
-
-    return token_repr
 
 
 def _copy_prompt(prompt: object) -> object:

@@ -161,11 +161,9 @@ class ServingMixin:
         items += [(s, s.num_tokens - 1) for s in sched.decodes]
         cow = [e.block_ids for e in events if e.kind == "cow"]
         for p in sched.prefills:
-            events.append(Event("prefill", self.kv.step, p.seq.seq_id, _prefill_text(p),
-                                tuple(p.seq.block_table)))
+            events.append(_prefill_event(p, self.kv.step))
         if sched.decodes:
             events.append(Event("decode", self.kv.step, None,
-                                f"decode: {len(sched.decodes)} sequence(s) computed one token each",
                                 tuple(s.seq_id for s in sched.decodes)))
         if self.runtime is None:
             return DryScores(len(items), self._rng) if items else None
@@ -400,9 +398,8 @@ class ServingMixin:
         for seq in group.seqs:
             self.seqs.pop(seq.seq_id, None)
         out = self._request_output(group, finished=True)
-        events.append(Event("finish", self.kv.step, group.seqs[0].seq_id,
-                            f"request {group.request_id} finished"
-                            f" ({out.outputs[0].finish_reason if out.outputs else 'abort'})"))
+        events.append(Event("finish", self.kv.step, group.seqs[0].seq_id, facts=(
+            group.request_id, out.outputs[0].finish_reason if out.outputs else "abort")))
         del self.groups[group.request_id]
         return out
 
@@ -452,16 +449,10 @@ class ServingMixin:
                              finished, group.num_preemptions)
 
 
-def _prefill_text(p: PrefillItem) -> str:
-    """The narration of one prefill: whole, or which chunk of a chunked prompt."""
+def _prefill_event(p: PrefillItem, step: int) -> Event:
+    """One prefill (whole, or a chunk of a chunked prompt) and the numbers its sentence needs."""
     seq = p.seq
-    what = "recompute after preemption" if p.resumed else "prefill"
-    if p.final and p.start == seq.num_cached_tokens:
-        return (f"seq {seq.seq_id}: {what} of {seq.num_tokens} tokens, {p.num_new_tokens} computed, "
-                f"{seq.num_cached_tokens} from the prefix cache")
-    total = seq.num_tokens + len(seq.prefill_rest)
-    rest = "the last chunk" if p.final else f"{len(seq.prefill_rest)} to go"
-    cached = f" ({seq.num_cached_tokens} from the prefix cache)" if seq.num_cached_tokens else ""
-    return (f"seq {seq.seq_id}: chunked {what}: tokens {p.start}–{seq.num_tokens - 1} of {total} "
-            f"computed{cached}, {rest}")
-
+    whole = p.final and p.start == seq.num_cached_tokens
+    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=(
+        p.resumed, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
+        seq.num_cached_tokens, len(seq.prefill_rest)))
