@@ -32,7 +32,7 @@ from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
 from engine.core.registry import Registry
-from engine.core.scheduler import Scheduler
+from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
@@ -336,11 +336,13 @@ class LLMEngine:
         return rid, []  # nothing happens to blocks until a step schedules it
 
     def _op_step(self, op: dict[str, Any]) -> tuple[StepResult, list[Event]]:
-        events, finished = self._flight.before_step()  # what landed since the last step
-        sched = self.scheduler.schedule()                          # schedule
+        """schedule -> run -> postprocess. Under async scheduling the postprocess of this step
+        may wait for the next one (`InFlight`); what landed in between is reported here."""
+        events, finished = self._flight.before_step()
+        sched = self.scheduler.schedule()                        # schedule
         events += sched.events
-        launched = self._run(sched, events)                        # run
-        finished += self._flight.after_launch(launched, events)    # postprocess (async: later)
+        launched = self._run(sched, events)                      # run
+        finished += self._flight.after_launch(launched, events)  # postprocess
         for group in sched.aborted:
             finished.append(self._post.finish_group(group, events, aborted=True))
         result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
@@ -348,7 +350,7 @@ class LLMEngine:
         self.last_step = result
         return result, events
 
-    def _run(self, sched: Any, events: list[Event]) -> Launched | None:
+    def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:
         """One forward pass over every scheduled token, then the step's picks launched."""
         step = self.kv.step
         scores = step_run.execute(sched, events, step, self.runtime, self._rng,
