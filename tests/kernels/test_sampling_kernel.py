@@ -44,7 +44,7 @@ def test_triton_sampling_in_subprocess():
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
          "-k", "triton and not subprocess"],
-        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

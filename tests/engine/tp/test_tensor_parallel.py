@@ -24,7 +24,7 @@ from engine.tp.runtime import TensorParallelError
 from viz.shards_figure import shards_figure
 
 pytestmark = pytest.mark.model
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = ["The capital of France is", "Once upon a time, a small robot"]
 
 
