@@ -1,8 +1,9 @@
 """Kernel tests: Triton kernels vs the torch references, and the references vs dense float64.
 
 On a machine without CUDA the Triton kernels run through Triton's CPU interpreter
-(`TRITON_INTERPRET=1`, set below before any kernel is defined), so shapes stay tiny. With CUDA
-the same Triton tests compile real kernels, and the `cuda` tests add a bf16 accuracy check.
+(`TRITON_INTERPRET=1`, set by the folder's conftest.py before any kernel is defined), so shapes
+stay tiny. With CUDA the same Triton tests compile real kernels, and the `cuda` tests add a bf16
+accuracy check.
 """
 
 from __future__ import annotations
@@ -15,25 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-HAS_CUDA = torch.cuda.is_available()
-# Triton decides between compiling and interpreting when a function is *defined*, including
-# its own library functions (tl.cdiv, tl.sum...) at `import triton`. So the interpreter must be
-# switched on before triton is first imported; if another test module imported triton first,
+# Triton's interpreter is switched on (without CUDA) by the folder's preamble, triton_mode.py,
+# which conftest.py imports before this module; if another folder's tests imported triton first,
 # the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
-_TRITON_IMPORTED_BEFORE = "triton" in sys.modules
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available  # noqa: E402
-from kernels.testing import make_case, rel_error  # noqa: E402
-from tests.helpers import triton_runs_here  # noqa: E402
-
-TRITON_HERE = triton_runs_here(_TRITON_IMPORTED_BEFORE)
-DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
-needs_triton = pytest.mark.skipif(
-    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
-)
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
+from kernels.testing import make_case, rel_error
+from tests.kernels.triton_mode import DEVICE, HAS_CUDA, TRITON_HERE, needs_cuda, needs_triton
 
 
 def _triton():
