@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from bench.load import SessionRun, drive, isolation
 
 
+@pytest.mark.slow
 def test_concurrent_sessions_have_no_errors_and_stay_isolated(served_app) -> None:
     runs = [SessionRun(f"dry-{i}", False, 10, i) for i in range(4)]
     runs.append(SessionRun("real-0", True, 4, 100))

@@ -16,6 +16,7 @@ import pytest
 
 from ui.app_process import ROOT
 
+pytestmark = pytest.mark.slow  # the served app on the real model, 30 clients, a browser
 SYSTEM = "You are a friendly tutor. Answer in one short sentence."
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 

@@ -109,6 +109,7 @@ def fused_kth(scores: TorchScores, reqs: list[SampleRequest]) -> torch.Tensor | 
 
 
 @needs_triton
+@pytest.mark.slow
 def test_triton_sampling_counts_are_the_models_distribution():
     """Evenly spaced uniforms give exact counts (as test_sampler's torch tests); greedy rows
     share the step; top-k keeps the k best."""
@@ -126,6 +127,7 @@ def test_triton_sampling_counts_are_the_models_distribution():
 
 
 @needs_triton
+@pytest.mark.slow
 def test_triton_top_p_frequencies_follow_the_nucleus(small_chunks):
     """Many uniforms on one row through `sample_many` (rows the kernel leaves open go to
     `exact_top_p`): every token inside the nucleus of the tempered distribution, computed by a

@@ -303,6 +303,7 @@ def test_bad_lesson_checks_fail_with_file_and_line_and_the_run_stays_usable(tmp_
 
 # ---- a few rows through the served API (gradio_client, the real default model) ----------------
 
+@pytest.mark.slow
 def test_bad_inputs_through_the_served_api(served_app) -> None:
     from gradio_client import Client
 

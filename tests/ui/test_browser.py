@@ -19,8 +19,9 @@ import pytest
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                 reason="Debian's chromium is not installed (scripts/setup.sh installs it)")]
 # the README's screenshots are refreshed only on request, so a test run leaves the tree clean
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}

@@ -90,6 +90,7 @@ def test_the_app_builds_without_launching():
     assert demo is not None
 
 
+@pytest.mark.slow
 def test_api_new_append_fork_append_copies_on_write_and_sessions_are_separate(served_app):
     from gradio_client import Client
 
