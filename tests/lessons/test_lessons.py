@@ -161,6 +161,7 @@ def test_back_from_first_step_returns_to_intro() -> None:
     assert run.back() is None and run.index == 0
 
 
+@pytest.mark.slow
 def test_params_choose_the_big_model(default_model) -> None:
     lesson = load(Path("lessons") / "01_kv_cache.md")
     texts = {}
