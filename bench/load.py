@@ -48,30 +48,13 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.measure import RssSampler, pct, rss_mb  # noqa: E402
+from bench.room_load import run_room  # noqa: E402
 from ui.app_process import free_port, launch, stop  # noqa: E402
 
 DRY = "dry (bookkeeping only, no model)"
 PROMPTS = ["Four score and seven years ago", "Paged memory is", "The cat sat on the mat",
            "Four score and seven years ago our fathers", "KV cache"]
-
-
-class RssSampler(threading.Thread):
-    """The server's resident memory every 0.2 s (its peak is the "during" figure)."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.proc = psutil.Process(pid)
-        self.peak = 0
-        self.stop_flag = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop_flag.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
-            time.sleep(0.2)
-
-
-def rss_mb(pid: int) -> float:
-    return psutil.Process(pid).memory_info().rss / 2**20
 
 
 @dataclass
@@ -157,11 +140,6 @@ def unexpected_exceptions(log: str) -> list[str]:
     exc = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
     return [line[:200] for line in log.splitlines() if exc.match(line)
             and not line.startswith(("gradio.exceptions.Error", "ui.limits.UserError"))]
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
 def isolation(runs: list[SessionRun]) -> dict[str, Any]:
@@ -308,8 +286,6 @@ def main() -> int:
 
 def room_main(args: argparse.Namespace) -> int:
     """One room of --room-students students on the served app (bench/room_load.py)."""
-    from bench.room_load import run_room
-
     port = free_port()
     proc = launch(["app.py"], port, {"PAGEDLAB_MAX_ROOM_STUDENTS": str(max(200, args.room_students))},
                   timeout=300)

@@ -25,6 +25,8 @@ from typing import Any
 
 import psutil
 
+from bench.measure import RssSampler, pct, rss_mb
+
 SYSTEM = "You are a friendly tutor. Answer in one short sentence."
 TOPICS = ["the moon", "volcanoes", "bees", "rainbows", "the ocean", "trees", "music", "numbers",
           "clouds", "the sun", "fish", "snow"]
@@ -38,11 +40,6 @@ class Student:
     finish_s: float | None = None
     text: str = ""
     errors: list[str] = field(default_factory=list)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
 def summary(values: list[float]) -> dict[str, Any]:
@@ -88,8 +85,6 @@ def student(url: str, code: str, s: Student, start: threading.Barrier, poll_s: f
 def run_room(url: str, pid: int, n_students: int, max_tokens: int = 16, poll_s: float = 1.0,
              timeout_s: float = 900) -> dict[str, Any]:
     from gradio_client import Client
-
-    from bench.load import RssSampler, rss_mb
 
     teacher = Client(url, verbose=False, httpx_kwargs={"timeout": 300})
     settings = {"system_prompt": SYSTEM, "max_tokens": max_tokens, "block_size": 16, "num_blocks": 64,

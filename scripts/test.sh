@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: set up .venv if needed, then lint and run every test.
+# The README's test command: set up .venv if needed, then lint and run every test (arguments go to
+# pytest: `bash scripts/test.sh -m "not slow"` runs the fast subset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: ONE loaded instance of each real model for the whole test session.
+"""Shared pytest fixtures: ONE loaded instance of each real model for the whole test session, the
+served app and the browser that the ui/, classroom/ and bench/ folders drive.
 
 Loading goes through `engine.runtime.models.load_model`, whose process-wide cache means that an engine
 built by a test (`LLMEngine(EngineConfig(model="default"))`) shares these very weights instead of
@@ -71,3 +72,16 @@ def browser() -> Iterator[Any]:
             "--disable-component-update", "--disable-sync", "--no-first-run"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def served_app() -> Iterator[str]:
+    """`python app.py` on the real default model, on a free loopback port (one app per module)."""
+    from ui.app_process import free_port, launch
+
+    port = free_port()
+    proc = launch(["app.py"], port)
+    url = f"http://127.0.0.1:{port}/"
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)

@@ -2,7 +2,7 @@
 colour everywhere.
 
 Owner colours are Okabe-Ito / Paul Tol hues chosen to stay apart for deuteranopes (the common
-red-green colour blindness): tests/test_viz.py simulates deuteranopia (Machado et al. 2009) and
+red-green colour blindness): tests/viz/test_figures.py simulates deuteranopia (Machado et al. 2009) and
 checks every pair of owner colours, and each against the shared / cached / free colours.
 """
 

@@ -19,7 +19,7 @@ from engine.core.snapshot import Snapshot
 from engine.core.units import human_bytes
 from viz import palette
 
-_FAST = {"_validate": False}  # fixed traces; tests/test_viz_shards.py validates the output
+_FAST = {"_validate": False}  # fixed traces; tests/viz/test_shards_figure.py validates the output
 
 
 def _colour(ref_count: int, state: str, owners: tuple[int, ...]) -> str:

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_close_reuse_smoke(tmp_path):
     out = tmp_path / "close_reuse.json"
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "close_reuse.py"), "--smoke",

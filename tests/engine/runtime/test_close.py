@@ -92,6 +92,7 @@ def test_a_dropped_engine_needs_no_gc(tiny_model):
         assert alive(refs) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_default_model_second_engine_after_close(default_model):
     first = LLMEngine(config("default"))

@@ -18,7 +18,7 @@ import pytest
 
 from engine.tp.models import TINY_KV2, save_random_llama
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes
 ROOT = Path(__file__).resolve().parents[3]
 
 # No main guard, on purpose. The marker file counts how often this module is imported: a

@@ -1,8 +1,9 @@
 """Kernel tests: Triton kernels vs the torch references, and the references vs dense float64.
 
 On a machine without CUDA the Triton kernels run through Triton's CPU interpreter
-(`TRITON_INTERPRET=1`, set below before any kernel is defined), so shapes stay tiny. With CUDA
-the same Triton tests compile real kernels, and the `cuda` tests add a bf16 accuracy check.
+(`TRITON_INTERPRET=1`, set by the folder's conftest.py before any kernel is defined), so shapes
+stay tiny. With CUDA the same Triton tests compile real kernels, and the `cuda` tests add a bf16
+accuracy check.
 """
 
 from __future__ import annotations
@@ -15,24 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-HAS_CUDA = torch.cuda.is_available()
-# Triton decides between compiling and interpreting when a function is *defined*, including
-# its own library functions (tl.cdiv, tl.sum...) at `import triton`. So the interpreter must be
-# switched on before triton is first imported; if another test module imported triton first,
+# Triton's interpreter is switched on (without CUDA) by the folder's preamble, triton_mode.py,
+# which conftest.py imports before this module; if another folder's tests imported triton first,
 # the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
-_TRITON_IMPORTED_BEFORE = "triton" in sys.modules
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available  # noqa: E402
-from tests.helpers import triton_runs_here  # noqa: E402
-
-TRITON_HERE = triton_runs_here(_TRITON_IMPORTED_BEFORE)
-DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
-needs_triton = pytest.mark.skipif(
-    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
-)
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
+from kernels.testing import make_case, rel_error
+from tests.kernels.triton_mode import DEVICE, HAS_CUDA, TRITON_HERE, needs_cuda, needs_triton
 
 
 def _triton():
@@ -51,57 +40,14 @@ def test_triton_kernels_in_subprocess():
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
          "-k", "triton and not subprocess"],
-        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------
-# Building paged inputs
-
-
-def make_case(
-    block_size: int,
-    num_kv_heads: int,
-    group: int,
-    head_dim: int,
-    q_lens: list[int],
-    seq_lens: list[int],
-    dtype: torch.dtype = torch.float32,
-    device: torch.device = DEVICE,
-    shuffle: bool = True,
-    seed: int = 0,
-) -> dict:
-    """Random q and a paged cache. Blocks are handed out by a random permutation (shuffle) or in
-    order; every slot no sequence owns and every block-table padding entry point at NaNs, so a
-    kernel that reads beyond a sequence's length poisons its output."""
-    gen = torch.Generator().manual_seed(seed)
-    pages = [-(-s // block_size) for s in seq_lens]
-    num_blocks = sum(pages) + 2  # spare blocks: never referenced, full of NaN
-    order = torch.randperm(num_blocks, generator=gen) if shuffle else torch.arange(num_blocks)
-    k_cache = torch.full((num_blocks, block_size, num_kv_heads, head_dim), float("nan"))
-    v_cache = torch.full_like(k_cache, float("nan"))
-    poison = int(order[-1])  # a spare block: padding entries of the tables point here
-    tables = torch.full((len(seq_lens), max(pages) + 1), poison, dtype=torch.int32)
-    next_block = 0
-    for i, (n, seq_len) in enumerate(zip(pages, seq_lens, strict=True)):
-        ids = order[next_block:next_block + n]
-        next_block += n
-        tables[i, :n] = ids
-        slots = (ids[:, None] * block_size + torch.arange(block_size)).flatten()[:seq_len]
-        k_cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(
-            seq_len, num_kv_heads, head_dim, generator=gen)
-        v_cache.view(-1, num_kv_heads, head_dim)[slots] = torch.randn(
-            seq_len, num_kv_heads, head_dim, generator=gen)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen)
-    qsl = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    return dict(
-        q=q.to(device, dtype), k_cache=k_cache.to(device, dtype), v_cache=v_cache.to(device, dtype),
-        block_tables=tables.to(device), seq_lens=torch.tensor(seq_lens, dtype=torch.int32,
-                                                              device=device),
-        query_start_loc=qsl.to(device), scale=head_dim ** -0.5,
-    )
+# The float64 oracle (the paged inputs come from kernels.testing.make_case)
 
 
 def dense_attention_f64(case: dict) -> torch.Tensor:
@@ -126,11 +72,6 @@ def dense_attention_f64(case: dict) -> torch.Tensor:
                 scores = k[: pos + 1, h // group] @ q[qsl[i] + j, h] * case["scale"]
                 out[qsl[i] + j, h] = torch.softmax(scores, 0) @ v[: pos + 1, h // group]
     return out
-
-
-def rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.double().cpu(), ref.double().cpu()
-    return float((x - ref).norm() / ref.norm())
 
 
 # (block_size, num_kv_heads, group, head_dim, q_lens, seq_lens): mixed prefill + decode batches,

@@ -13,6 +13,10 @@ from lessons.loader import lesson_files
 from lessons.safe_eval import Evaluator, UnsafeExpression
 
 LESSONS = lesson_files()
+# lessons that play in a second or two; the others run the real model for many steps (slow)
+QUICK_LESSONS = {"02_paging", "07_fragmentation", "08_block_size"}
+LESSON_PARAMS = [pytest.param(p, id=p.stem, marks=() if p.stem in QUICK_LESSONS else pytest.mark.slow)
+                 for p in LESSONS]
 
 
 def _run(lesson, **kw) -> LessonRun:
@@ -30,7 +34,7 @@ def test_there_are_eleven_lessons_sorted() -> None:
             assert lsn.dry_reason
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+@pytest.mark.parametrize("path", LESSON_PARAMS)
 def test_lesson_plays_to_the_end(path: Path, default_model) -> None:
     lesson = load(path)
     run = _run(lesson)
@@ -129,6 +133,7 @@ def _state(run: LessonRun) -> tuple:
     return snap.blocks, dict(snap.sequences), snap.metrics, run.engine.trace
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["03_fork_cow", "06_preemption"])
 def test_back_and_restart_equal_replay(name: str, default_model) -> None:
     lesson = load(Path("lessons") / f"{name}.md")
@@ -156,6 +161,7 @@ def test_back_from_first_step_returns_to_intro() -> None:
     assert run.back() is None and run.index == 0
 
 
+@pytest.mark.slow
 def test_params_choose_the_big_model(default_model) -> None:
     lesson = load(Path("lessons") / "01_kv_cache.md")
     texts = {}

@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from tests.test_ui import served_app  # noqa: F401  (the launched app fixture)
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                                reason="Debian's chromium is not installed (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                 reason="Debian's chromium is not installed (scripts/setup.sh installs it)")]
 # the README's screenshots are refreshed only on request, so a test run leaves the tree clean
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
@@ -66,7 +66,7 @@ def dry_app():
 
 
 @pytest.fixture(scope="module")
-def page(browser, served_app):  # noqa: F811
+def page(browser, served_app):
     pg = open_page(browser, served_app, WIDE)
     yield pg
     pg.close()
@@ -216,7 +216,7 @@ def test_a_lesson_played_to_its_end_drives_the_main_picture_and_events(page):
     assert page.console_errors == []
 
 
-def test_a_link_opens_a_lesson_step(page, served_app):  # noqa: F811
+def test_a_link_opens_a_lesson_step(page, served_app):
     page.goto(served_app + "?lesson=02_paging&step=2")
     page.wait_for_function("() => document.body.innerText.includes('step 2 of')", timeout=60_000)
     page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's

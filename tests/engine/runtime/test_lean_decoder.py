@@ -43,7 +43,7 @@ def test_architectures_not_laid_out_like_llama_keep_the_module_path():
     assert fuse_projections(qwen3) is None  # per-head q/k norms: not in the lean layer
 
 
-@pytest.fixture(params=["tiny", pytest.param("default", marks=pytest.mark.model)])
+@pytest.fixture(params=["tiny", pytest.param("default", marks=[pytest.mark.model, pytest.mark.slow])])
 def loaded(request, tiny_model):
     return tiny_model if request.param == "tiny" else request.getfixturevalue("default_model")
 

@@ -1,9 +1,9 @@
 """The fused Triton sampling kernel (kernels/sampling.py) against the plain-torch sampler.
 
-Without CUDA the kernel runs through Triton's interpreter (`TRITON_INTERPRET=1`, set below
-before triton is imported), on small shapes: a vocabulary of a few chunks. If another test module
-imported triton first, uninterpreted, these tests run in a fresh subprocess instead (as in
-test_kernels.py).
+Without CUDA the kernel runs through Triton's interpreter (`TRITON_INTERPRET=1`, set by the
+folder's conftest.py before triton is imported), on small shapes: a vocabulary of a few
+chunks. If another folder's tests imported triton first, uninterpreted, these tests run in a
+fresh subprocess instead (as in test_kernel_ops.py).
 """
 
 from __future__ import annotations
@@ -18,22 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-HAS_CUDA = torch.cuda.is_available()
-_TRITON_IMPORTED_BEFORE = "triton" in sys.modules
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform  # noqa: E402
-from engine.core.sequence import SamplingParams  # noqa: E402
-from engine.runtime.sampler import TorchScores, draw, round_uniforms  # noqa: E402
-from kernels import triton_available  # noqa: E402
-from tests.helpers import triton_runs_here  # noqa: E402
-
-TRITON_HERE = triton_runs_here(_TRITON_IMPORTED_BEFORE)
-DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
-needs_triton = pytest.mark.skipif(
-    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
-)
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform
+from engine.core.sequence import SamplingParams
+from engine.runtime.sampler import TorchScores, draw, round_uniforms
+from kernels import triton_available
+from tests.kernels.triton_mode import DEVICE, HAS_CUDA, TRITON_HERE, needs_triton
 
 
 @pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
@@ -44,7 +33,7 @@ def test_triton_sampling_in_subprocess():
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
          "-k", "triton and not subprocess"],
-        cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -120,6 +109,7 @@ def fused_kth(scores: TorchScores, reqs: list[SampleRequest]) -> torch.Tensor | 
 
 
 @needs_triton
+@pytest.mark.slow
 def test_triton_sampling_counts_are_the_models_distribution():
     """Evenly spaced uniforms give exact counts (as test_sampler's torch tests); greedy rows
     share the step; top-k keeps the k best."""
@@ -137,6 +127,7 @@ def test_triton_sampling_counts_are_the_models_distribution():
 
 
 @needs_triton
+@pytest.mark.slow
 def test_triton_top_p_frequencies_follow_the_nucleus(small_chunks):
     """Many uniforms on one row through `sample_many` (rows the kernel leaves open go to
     `exact_top_p`): every token inside the nucleus of the tempered distribution, computed by a

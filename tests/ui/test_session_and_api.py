@@ -9,7 +9,6 @@ import pytest
 
 from engine import EngineConfig
 from tests.helpers import fingerprint
-from ui.app_process import free_port, launch
 from ui.session import MAX_TRACE_BYTES, Session, UserError
 
 
@@ -91,17 +90,7 @@ def test_the_app_builds_without_launching():
     assert demo is not None
 
 
-@pytest.fixture(scope="module")
-def served_app():
-    """`python app.py` on the real default model, on a free loopback port."""
-    port = free_port()
-    proc = launch(["app.py"], port)
-    url = f"http://127.0.0.1:{port}/"
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-
-
+@pytest.mark.slow
 def test_api_new_append_fork_append_copies_on_write_and_sessions_are_separate(served_app):
     from gradio_client import Client
 

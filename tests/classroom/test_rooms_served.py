@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a free port)
 from ui.app_process import ROOT
 
+pytestmark = pytest.mark.slow  # the served app on the real model, 30 clients, a browser
 SYSTEM = "You are a friendly tutor. Answer in one short sentence."
 SHOTS = os.path.join(ROOT, "docs") if os.environ.get("PAGEDLAB_UPDATE_SCREENSHOTS") else "/tmp"
 
@@ -38,7 +38,7 @@ def wait_state(c, code: str, cond, timeout: float = 120) -> dict:
         time.sleep(0.3)
 
 
-def test_thirty_students_share_one_engine(served_app, default_model):  # noqa: F811
+def test_thirty_students_share_one_engine(served_app, default_model):
     teacher = client(served_app)
     # 36-token prompts at block size 8: the system prompt's two full blocks are shared, each
     # request holds three more and needs a sixth while decoding; 20 blocks cannot hold everyone
@@ -91,7 +91,7 @@ def test_thirty_students_share_one_engine(served_app, default_model):  # noqa: F
         assert r["text"] == alone.decode(list(tokens)), r
 
 
-def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):  # noqa: F811
+def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):
     from gradio_client.exceptions import AppError
 
     teacher, student = client(served_app), client(served_app)
@@ -115,7 +115,7 @@ def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):  
         teacher.predict(room["code"], room["secret"], "close", api_name="/room_control")
 
 
-def test_the_room_bench_runs(served_app):  # noqa: F811
+def test_the_room_bench_runs(served_app):
     """bench/room_load.py in small (3 students), so `bench/load.py --room-students` cannot rot; the
     CPU and memory figures here are this test process's, not the server's."""
     from bench.room_load import run_room
@@ -126,7 +126,7 @@ def test_the_room_bench_runs(served_app):  # noqa: F811
     assert result["student_saw"]["time_to_first_token"]["p50_s"] > 0
 
 
-def test_projector_and_a_phone_in_one_room(served_app, browser):  # noqa: F811
+def test_projector_and_a_phone_in_one_room(served_app, browser):
     projector = browser.new_page(viewport={"width": 1440, "height": 900})
     errors: list[str] = []
     projector.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

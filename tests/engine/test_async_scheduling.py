@@ -69,6 +69,7 @@ def test_dry_async_steps_overlap_and_stop_strings_land_a_step_late():
     assert outs[0].outputs[0].finish_reason in ("stop", "length")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 def test_real_async_scheduling_changes_no_output(tiny_model, device):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(script: str, out: Path, timeout: int) -> dict:
@@ -21,6 +21,7 @@ def run(script: str, out: Path, timeout: int) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_kernel_bench_smoke(tmp_path):
     result = run("kernels.py", tmp_path / "kernels.json", 300)
     assert result["smoke"] and result["decode"] and "copy_blocks" in result and "swap" in result
@@ -28,6 +29,7 @@ def test_kernel_bench_smoke(tmp_path):
     assert {"shuffled_us", "sdpa_us", "paged_over_sdpa", "shuffled_over_identity"} <= set(row)
 
 
+@pytest.mark.slow
 def test_sampler_bench_smoke(tmp_path):
     result = run("sampler_micro.py", tmp_path / "sampler.json", 300)
     assert result["smoke"] and result["path"] in ("torch draw", "fused triton kernel")
@@ -35,6 +37,7 @@ def test_sampler_bench_smoke(tmp_path):
                                                       "top_k_top_p"))
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_engine_bench_smoke(tmp_path):
     result = run("engine_throughput.py", tmp_path / "engine.json", 600)
@@ -46,6 +49,7 @@ def test_engine_bench_smoke(tmp_path):
     assert (tmp_path / "engine_profile.txt").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_serving_suite_smoke(tmp_path):
     result = run("serving_suite.py", tmp_path / "suite.json", 600)

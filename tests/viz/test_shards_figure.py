@@ -1,5 +1,5 @@
 """The shards picture and the app's tensor-parallel setting, without starting workers (the
-figures of a live tensor-parallel engine are checked in tests/test_tensor_parallel.py)."""
+figures of a live tensor-parallel engine are checked in tests/engine/tp/test_tensor_parallel.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from viz.shards_figure import shards_figure
 
 
 def _info(n: int, per_block: int, num_blocks: int) -> dict:
-    # the keys a tensor-parallel engine_info() carries (tests/test_tensor_parallel.py checks them)
+    # the keys a tensor-parallel engine_info() carries (tests/engine/tp/test_tensor_parallel.py checks them)
     return {"tensor_parallel_size": n, "kv_bytes_per_rank": [per_block * num_blocks] * n,
             "kv heads per rank": 1, "kv bytes per block per rank": per_block}
 

@@ -1,6 +1,6 @@
 """The CPU backend's vectorised paged attention (kernels/torch_attention.py) equals the reference loop.
 
-The inputs come from test_kernels' `make_case`: random block tables, and every slot no sequence
+The inputs come from `kernels.testing.make_case`: random block tables, and every slot no sequence
 owns (padding table entries, the tail of a partly filled block) full of NaN, so a gather that
 lets a padded position through poisons the output.
 """
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernels import reference, torch_attention
-from tests.test_kernels import make_case
+from kernels.testing import make_case
 
 CPU = torch.device("cpu")
 

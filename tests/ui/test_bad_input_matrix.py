@@ -17,7 +17,6 @@ import pytest
 
 from engine import EngineConfig
 from tests.helpers import fingerprint
-from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a free port)
 from ui import limits
 from ui.session import MAX_OPS, MAX_TRACE_BYTES, Session, UserError
 
@@ -304,7 +303,8 @@ def test_bad_lesson_checks_fail_with_file_and_line_and_the_run_stays_usable(tmp_
 
 # ---- a few rows through the served API (gradio_client, the real default model) ----------------
 
-def test_bad_inputs_through_the_served_api(served_app) -> None:  # noqa: F811
+@pytest.mark.slow
+def test_bad_inputs_through_the_served_api(served_app) -> None:
     from gradio_client import Client
 
     c = Client(served_app, verbose=False)

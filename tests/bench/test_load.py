@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from bench.load import SessionRun, drive, isolation
-from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a free port)
 
 
-def test_concurrent_sessions_have_no_errors_and_stay_isolated(served_app) -> None:  # noqa: F811
+@pytest.mark.slow
+def test_concurrent_sessions_have_no_errors_and_stay_isolated(served_app) -> None:
     runs = [SessionRun(f"dry-{i}", False, 10, i) for i in range(4)]
     runs.append(SessionRun("real-0", True, 4, 100))
     barrier = threading.Barrier(len(runs))

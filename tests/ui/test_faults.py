@@ -44,6 +44,7 @@ def broken_model_app(tmp_path) -> Iterator[str]:
     stop(proc)
 
 
+@pytest.mark.slow
 def test_a_model_that_fails_to_load_gives_a_page_that_says_why(broken_model_app: str) -> None:
     from gradio_client import Client
 
@@ -122,6 +123,7 @@ def test_a_handler_turns_an_unexpected_error_into_a_message(monkeypatch) -> None
 
 # ---- a killed app comes back ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_app_comes_back_on_the_same_port() -> None:
     from gradio_client import Client
 

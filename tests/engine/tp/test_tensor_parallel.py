@@ -23,8 +23,8 @@ from engine.tp.models import TINY_KV2, save_random_llama
 from engine.tp.runtime import TensorParallelError
 from viz.shards_figure import shards_figure
 
-pytestmark = pytest.mark.model
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes: seconds each
+ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = ["The capital of France is", "Once upon a time, a small robot"]
 
 

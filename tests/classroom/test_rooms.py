@@ -1,6 +1,6 @@
 """Classroom rooms without a server: limits with clear messages, the teacher's secret and actions
 (pause, step, shrink forcing preemption, prefix caching off, clear), isolation of rooms, idle
-close. Dry rooms (bookkeeping only) keep these fast; tests/test_rooms_served.py runs the real
+close. Dry rooms (bookkeeping only) keep these fast; tests/classroom/test_rooms_served.py runs the real
 model through the API and a browser."""
 
 from __future__ import annotations

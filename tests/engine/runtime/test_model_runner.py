@@ -74,7 +74,7 @@ def hf_greedy(loaded, ids: list[int], max_new: int, hf_attention) -> list[int]:
     return _GENERATED[key]
 
 
-@pytest.fixture(params=["tiny", pytest.param("default", marks=pytest.mark.model)])
+@pytest.fixture(params=["tiny", pytest.param("default", marks=[pytest.mark.model, pytest.mark.slow])])
 def loaded(request, tiny_model):
     if request.param == "tiny":
         return tiny_model

@@ -1,0 +1,51 @@
+"""How the Triton kernels run in this test process: the kernels folder's one preamble.
+
+Triton decides between compiling and interpreting when a function is *defined*, including its
+own library functions (tl.cdiv, tl.sum...) at `import triton`. So without CUDA the interpreter
+(`TRITON_INTERPRET=1`) must be switched on before triton is first imported: this module does it
+when it is imported, and tests/kernels/conftest.py imports it, which pytest does before it
+imports any module of this folder. If another folder's tests imported triton first,
+uninterpreted, the Triton tests run in a fresh subprocess instead (each kernel test module has
+such a fallback test).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+TRITON_IMPORTED_BEFORE = "triton" in sys.modules
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernels import interpreter_enabled, triton_available  # noqa: E402
+
+
+def triton_runs_here(imported_before: bool) -> bool:
+    """Whether Triton kernels run in this test process: on CUDA, or under the interpreter when
+    it was switched on before triton was first imported (`imported_before`: triton was already
+    in sys.modules when the preamble ran; then only a check of how triton defined its own
+    functions tells)."""
+    if not triton_available():
+        return False
+    if torch.cuda.is_available():
+        return True
+    if not interpreter_enabled():
+        return False
+    if not imported_before:
+        return True
+    import triton.language as tl
+
+    return type(tl.cdiv).__name__ == "InterpretedFunction"
+
+
+TRITON_HERE = triton_runs_here(TRITON_IMPORTED_BEFORE)
+DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
+needs_triton = pytest.mark.skipif(
+    not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
+)
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
