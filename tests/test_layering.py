@@ -30,10 +30,6 @@ HEAVY = {
     "plotly": ("viz",),
     "gradio": ("ui", "app"),
 }
-# Known exceptions, each reported to be moved rather than hidden: module -> libraries.
-KNOWN = {
-    "ui.compare": {"plotly"},  # the Compare tab draws its bar chart itself instead of asking viz/
-}
 
 
 @dataclass(frozen=True)
@@ -165,17 +161,8 @@ def test_heavy_libraries_only_in_their_layer(library: str) -> None:
     offenders = sorted(
         name for name, path in FILES.items()
         if not any(name == p or name.startswith(p + ".") for p in allowed)
-        and library not in KNOWN.get(name, set())
         and any(imp.module_level and imp.target.split(".")[0] == library for imp in imports(name, path)))
     assert not offenders, f"{library} imported at module level outside {allowed}: {offenders}"
-
-
-def test_the_known_exceptions_are_still_true() -> None:
-    """An exception that no longer holds must leave KNOWN (so the rule tightens by itself)."""
-    for name, libraries in KNOWN.items():
-        for library in libraries:
-            assert any(imp.module_level and imp.target.split(".")[0] == library
-                       for imp in imports(name, FILES[name])), f"{name} no longer imports {library}"
 
 
 def test_bench_and_product_never_import_tests_and_product_never_imports_bench() -> None:

@@ -5,11 +5,11 @@ admitting the same requests into a real dry engine until its pool refuses one.""
 from __future__ import annotations
 
 import gradio as gr
-import plotly.graph_objects as go
 
 from engine import EngineConfig, LLMEngine
 from engine.core.baselines import POLICIES, reservation_fit, workload
 from lessons.helpers import admit
+from viz.compare_figure import admitted_figure
 
 
 def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: int):
@@ -33,11 +33,7 @@ def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: i
              "|---|---|---|---|---|\n")
     table += "\n".join(f"| {r['policy']} | {r['admitted']} | {r['reserved']} | {r['used']} | "
                        f"{r['utilization']:.1%} |" for r in rows)
-    fig = go.Figure(go.Bar(x=[r["policy"] for r in rows], y=[r["admitted"] for r in rows],
-                           marker_color=["#bbbbbb"] * 3 + ["#4c78a8"]))
-    fig.update_layout(title=f"requests that fit in {pool_tokens} token slots", height=320,
-                      margin={"l": 10, "r": 10, "t": 40, "b": 10})
-    return table, fig
+    return table, admitted_figure(rows, pool_tokens)
 
 
 def compare_tab() -> None:
