@@ -14,17 +14,19 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from engine import ops
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
-from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.request_state import RequestState
+from engine.core.sequence import Sequence, SequenceGroup, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
+from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
 from engine.serving import ServingMixin
 
 TRACE_VERSION = 1
-MAX_APPEND_PER_CALL = 100_000
 
 
 class LLMEngine(ServingMixin):
@@ -71,27 +73,20 @@ class LLMEngine(ServingMixin):
 
     def add_sequence(self, prompt: str | list[int]) -> int:
         """Allocate and prefill a prompt (prefix cache consulted). Returns the new seq id."""
-        return self._apply({"op": "add_sequence", "prompt": _copy_prompt(prompt)})
+        return self._apply(ops.AddSequence(prompt))
 
     def append(self, seq: int, n: int | None = None, token_ids: list[int] | None = None
                ) -> list[Event]:
         """Append n model-chosen tokens (the pending one first), or exactly `token_ids`."""
-        op: dict[str, Any] = {"op": "append", "seq": seq}
-        if token_ids is not None:
-            if n is not None:
-                raise ValueError("give either n or token_ids to append, not both")
-            op["token_ids"] = list(token_ids) if isinstance(token_ids, list | tuple) else token_ids
-        else:
-            op["n"] = 1 if n is None else n
-        return self._apply(op)
+        return self._apply(ops.Append(seq, n, token_ids))
 
     def fork(self, seq: int) -> int:
         """A child sharing every block of the parent (ref counts + 1). Returns the child's id."""
-        return self._apply({"op": "fork", "seq": seq})
+        return self._apply(ops.Fork(seq))
 
     def free(self, seq: int) -> list[Event]:
         """Drop a sequence: every block's ref count - 1; blocks reaching 0 are cached or free."""
-        return self._apply({"op": "free", "seq": seq})
+        return self._apply(ops.Free(seq))
 
     # ---- introspection --------------------------------------------------------------------------
 
@@ -176,6 +171,65 @@ class LLMEngine(ServingMixin):
                                          [self.runtime.cache.bytes_per_block * self.kv.pool.num_blocks])
         return info
 
+    # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
+
+    def has_pending_work(self) -> bool:
+        """Whether a request is waiting, running or swapped out (a step would do something)."""
+        return self.scheduler.has_work()
+
+    def current_step(self) -> int:
+        """The number of the last operation (every event of it carries this step)."""
+        return self.kv.step
+
+    def pool_size(self) -> int:
+        """Physical blocks in the GPU pool."""
+        return self.kv.pool.num_blocks
+
+    def num_allocatable_blocks(self) -> int:
+        """Blocks an allocation may take now: free ones plus cached ones it may evict."""
+        return self.kv.pool.num_allocatable
+
+    def block_table(self, seq_id: int) -> tuple[int, ...]:
+        """The block table of a sequence the engine holds (empty while it waits)."""
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            raise ValueError(f"unknown sequence id {seq_id!r}")
+        return tuple(seq.block_table)
+
+    def requests(self) -> list[RequestState]:
+        """Every unfinished request, in queue order: waiting, running, swapped."""
+        sched = self.scheduler
+        queues = (("waiting", sched.waiting), ("running", sched.running), ("swapped", sched.swapped))
+        return [self._request_state(g, status) for status, queue in queues for g in queue]
+
+    def request(self, request_id: int) -> RequestState | None:
+        """One unfinished request by id; None once it finished (or if it never was)."""
+        return next((r for r in self.requests() if r.request_id == request_id), None)
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of `text` in this engine's tokenizer."""
+        return list(self.tokenizer.encode(text))
+
+    def loaded_model(self) -> Any:
+        """The loaded model (engine.runtime.models.LoadedModel: the HF module, its heads and
+        sizes); None in the dry mode."""
+        return None if self.runtime is None else self.runtime.loaded
+
+    def module_path(self) -> Any:
+        """A context in which forward passes run through the HF modules, so hooks on them fire
+        (the lessons' attention probe). Real mode only."""
+        runner = getattr(self.runtime, "runner", None)
+        if runner is None:
+            raise ValueError("the attention probe needs a real model in one process")
+        return runner.module_path()
+
+    def _request_state(self, group: SequenceGroup, status: str) -> RequestState:
+        live = group.live()
+        blocks = [b for s in live for b in s.block_table]
+        return RequestState(group.request_id, status, len(group.prompt_ids), group.num_preemptions,
+                            tuple(s.seq_id for s in group.seqs), tuple(s.seq_id for s in live),
+                            tuple(dict.fromkeys(blocks)))
+
     def close(self) -> None:
         """Let go of the engine's resources now: under tensor parallelism, end its worker
         processes (idempotent; a dropped engine does the same when it is collected)."""
@@ -204,22 +258,25 @@ class LLMEngine(ServingMixin):
 
     # ---- dispatch --------------------------------------------------------------------------------
 
-    def _apply(self, op: dict[str, Any]) -> Any:
-        if not isinstance(op, dict) or op.get("op") not in self._OPS:
-            raise ValueError(f"unknown operation {op!r:.80}; expected one of {sorted(self._OPS)}")
+    def apply(self, op: ops.Op | dict[str, Any]) -> Any:
+        """Run one operation (engine.ops) or op-log record; returns what its primitive returns."""
+        return self._apply(op)
+
+    def _apply(self, op: ops.Op | dict[str, Any]) -> Any:
+        op = ops.as_op(op)  # a record is parsed (and its arguments checked) by engine/ops.py
         self.kv.step = self.step_count + 1
-        if self._inflight is not None and op["op"] not in ("step", "add_request"):
+        if self._inflight is not None and not isinstance(op, ops.Step | ops.AddRequest):
             # async scheduling: a primitive works on settled sequences; the step on its way
             # lands first (its finished requests are reported by the next step)
             self._stashed_finished += self._land_in_flight(self._stashed_events)
-        result, events = self._OPS[op["op"]](self, op)
+        result, events = self._OPS[op.name](self, op)
         self.step_count += 1
         self.last_events = events
-        self._trace.append(op)
+        self._trace.append(op.to_record())
         return result
 
-    def _op_add_sequence(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        tokens = self._prompt_tokens(op.get("prompt"))
+    def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
+        tokens = self._prompt_tokens(op.prompt)
         seq = Sequence(self._next_seq_id)
         events = self.kv.allocate(seq, tokens)
         seq.prompt_len = len(tokens)
@@ -236,19 +293,15 @@ class LLMEngine(ServingMixin):
             self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
 
-    def _op_append(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.get("seq"))
-        if "token_ids" in op:
-            tokens = self._token_list(op["token_ids"], "token_ids")
-            if not tokens:
-                raise ValueError("token_ids is empty: give at least one token to append")
+    def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.seq)
+        if op.token_ids is not None:
+            tokens = self._in_vocabulary(op.token_ids, "token_ids")
             events = self.kv.append(seq, tokens)
             if self.runtime is not None:  # the pending token is dropped; a new one follows these
                 self._compute(seq, seq.num_tokens - len(tokens), events)
             return events, events
-        n = op.get("n")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPEND_PER_CALL:
-            raise ValueError(f"n must be a whole number from 1 to {MAX_APPEND_PER_CALL}, got {n!r}")
+        n = op.n
         if self.runtime is None:
             # Check the whole append fits before drawing, so a refused append leaves the RNG as
             # it was and a replay draws the same tokens.
@@ -264,21 +317,26 @@ class LLMEngine(ServingMixin):
                 events += step_events
         return events, events
 
-    def _op_fork(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        parent = self._live(op.get("seq"))
+    def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
+        parent = self._live(op.seq)
         child = Sequence(self._next_seq_id)
         events = self.kv.fork(parent, child)
         self._next_seq_id += 1
         self.seqs[child.seq_id] = child
         return child.seq_id, events
 
-    def _op_free(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.get("seq"))
+    def _op_free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.seq)
         events = self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
         del self.seqs[seq.seq_id]
         self.freed[seq.seq_id] = self.kv.step
         return events, events
+
+    def _op_set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
+        # read at every allocation and block seal; blocks cached so far keep their hash
+        self.kv.enable_prefix_caching = op.enabled
+        return None, []
 
     def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
         """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
@@ -293,20 +351,21 @@ class LLMEngine(ServingMixin):
                             f"seq {seq.seq_id}: the model computed {n} token(s); next token "
                             f"{self.kv.token_repr(token)} waits as pending", (), (token,)))
 
+    # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {
-        "add_sequence": _op_add_sequence,
-        "append": _op_append,
-        "fork": _op_fork,
-        "free": _op_free,
-        "add_request": ServingMixin._op_add_request,
-        "step": ServingMixin._op_step,
+        ops.AddSequence.name: _op_add_sequence,
+        ops.Append.name: _op_append,
+        ops.Fork.name: _op_fork,
+        ops.Free.name: _op_free,
+        ops.AddRequest.name: ServingMixin._op_add_request,
+        ops.Step.name: ServingMixin._op_step,
+        ops.SetPrefixCaching.name: _op_set_prefix_caching,
     }
 
     # ---- validation ------------------------------------------------------------------------------
 
-    def _live(self, seq_id: object) -> Sequence:
-        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
-            raise ValueError(f"a sequence id is a whole number, got {seq_id!r}")
+    def _live(self, seq_id: int) -> Sequence:
+        """The running sequence `seq_id` (a whole number: engine/ops.py checked it)."""
         seq = self.seqs.get(seq_id)
         if seq is not None and seq.status == SequenceStatus.RUNNING:
             return seq
@@ -322,24 +381,20 @@ class LLMEngine(ServingMixin):
         live = ", ".join(map(str, self.seqs)) or "none"
         raise ValueError(f"unknown sequence id {seq_id} (live sequences: {live})")
 
-    def _token_list(self, token_ids: object, what: str) -> list[int]:
-        if isinstance(token_ids, str | bytes) or not isinstance(token_ids, list | tuple):
-            raise ValueError(f"{what} must be a list of token ids, got {type(token_ids).__name__}")
+    def _in_vocabulary(self, token_ids: tuple[int, ...], what: str) -> list[int]:
+        """Token ids (whole numbers: engine/ops.py checked them) that this model knows."""
         for t in token_ids:
-            if isinstance(t, bool) or not isinstance(t, int):
-                raise ValueError(f"{what}: a token id must be an int, got {t!r}")
             if not 0 <= t < self.vocab_size:
                 raise ValueError(f"{what}: token id {t} is outside the vocabulary "
                                  f"(0..{self.vocab_size - 1})")
         return list(token_ids)
 
-    def _prompt_tokens(self, prompt: object) -> list[int]:
+    def _prompt_tokens(self, prompt: str | tuple[int, ...]) -> list[int]:
+        """A checked prompt (engine/ops.py) as this engine's tokens, within its length."""
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("the prompt is empty: type some text to start a sequence")
             tokens = self.tokenizer.encode(prompt)
         else:
-            tokens = self._token_list(prompt, "prompt")
+            tokens = self._in_vocabulary(prompt, "prompt")
         if not tokens:
             raise ValueError("the prompt is empty: give at least one token")
         limit = self.max_model_len
@@ -364,6 +419,3 @@ def _decoded_repr(tokenizer: Any) -> Any:
 
     return token_repr
 
-
-def _copy_prompt(prompt: object) -> object:
-    return list(prompt) if isinstance(prompt, list | tuple) else prompt

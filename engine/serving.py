@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from engine import ops
 from engine.core.beam_search import Hypothesis, choose, length_penalised, should_stop
 from engine.core.events import Event
 from engine.core.outputs import CompletionOutput, LazyOutputs, RequestOutput, StepResult
@@ -57,16 +58,11 @@ class ServingMixin:
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
         """Queue a request; it joins the next step. Returns the request id."""
-        params = params if params is not None else SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        op = {"op": "add_request", "prompt": list(prompt) if isinstance(prompt, list | tuple) else prompt,
-              "params": asdict(params)}
-        return self._apply(op)
+        return self._apply(ops.AddRequest(prompt, params))
 
     def step(self) -> StepResult:
         """One scheduler iteration: schedule, run, postprocess."""
-        return self._apply({"op": "step"})
+        return self._apply(ops.Step())
 
     def generate(self, prompts: str | list[str] | list[list[int]],
                  params: SamplingParams | None = None) -> list[RequestOutput]:
@@ -87,12 +83,9 @@ class ServingMixin:
 
     # ---- ops ------------------------------------------------------------------------------------
 
-    def _op_add_request(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        params = op.get("params") or {}
-        if not isinstance(params, dict):
-            raise ValueError("params must be an object of sampling parameters")
-        params = SamplingParams(**{k: tuple(v) if k == "stop" else v for k, v in params.items()})
-        tokens = self._prompt_tokens(op.get("prompt"))
+    def _op_add_request(self, op: ops.AddRequest) -> tuple[int, list[Event]]:
+        params = op.params
+        tokens = self._prompt_tokens(op.prompt)
         bs, nb = self.config.block_size, self.kv.pool.num_blocks
         if len(tokens) + params.max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(tokens)} tokens) + max_tokens ({params.max_tokens}) exceeds "
@@ -101,7 +94,7 @@ class ServingMixin:
             raise ValueError(f"the prompt needs {-(-len(tokens) // bs)} blocks but the pool has {nb}")
         rid = self._next_request_id
         seq = Sequence(self._next_seq_id, status=SequenceStatus.WAITING, request_id=rid)
-        group = SequenceGroup(rid, op.get("prompt"), tokens, params, [seq], arrival=rid)
+        group = SequenceGroup(rid, op.prompt_value, tokens, params, [seq], arrival=rid)
         self._next_request_id += 1
         self._next_seq_id += 1
         self.seqs[seq.seq_id] = seq
@@ -109,7 +102,7 @@ class ServingMixin:
         self.scheduler.add(group)
         return rid, []  # nothing happens to blocks until a step schedules it
 
-    def _op_step(self, op: dict[str, Any]) -> tuple[StepResult, list[Event]]:
+    def _op_step(self, op: ops.Step) -> tuple[StepResult, list[Event]]:
         events, self._stashed_events = self._stashed_events, []
         finished, self._stashed_finished = self._stashed_finished, []
         inflight = self._inflight
