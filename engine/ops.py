@@ -19,23 +19,27 @@ from engine.core.sequence import SamplingParams
 MAX_APPEND_PER_CALL = 100_000
 
 
+class OpError(ValueError):
+    """An operation's argument is wrong (or its record malformed); the message says how to fix it."""
+
+
 # ---- argument checks (each argument is checked here and nowhere else) ----------------------------
 
 
 def seq_id(value: object) -> int:
     """A sequence id: a whole number (whether it is live is the engine's question)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"a sequence id is a whole number, got {value!r}")
+        raise OpError(f"a sequence id is a whole number, got {value!r}")
     return value
 
 
 def token_ids(value: object, what: str) -> tuple[int, ...]:
     """A list of token ids (whether they are in the vocabulary is the engine's question)."""
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
-        raise ValueError(f"{what} must be a list of token ids, got {type(value).__name__}")
+        raise OpError(f"{what} must be a list of token ids, got {type(value).__name__}")
     for t in value:
         if isinstance(t, bool) or not isinstance(t, int):
-            raise ValueError(f"{what}: a token id must be an int, got {t!r}")
+            raise OpError(f"{what}: a token id must be an int, got {t!r}")
     return tuple(value)
 
 
@@ -43,18 +47,18 @@ def prompt(value: object) -> str | tuple[int, ...]:
     """A prompt: non-blank text, or a non-empty list of token ids."""
     if isinstance(value, str):
         if not value.strip():
-            raise ValueError("the prompt is empty: type some text to start a sequence")
+            raise OpError("the prompt is empty: type some text to start a sequence")
         return value
     tokens = token_ids(value, "prompt")
     if not tokens:
-        raise ValueError("the prompt is empty: give at least one token")
+        raise OpError("the prompt is empty: give at least one token")
     return tokens
 
 
 def append_count(n: object) -> int:
     """How many model-chosen tokens one append adds."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPEND_PER_CALL:
-        raise ValueError(f"n must be a whole number from 1 to {MAX_APPEND_PER_CALL}, got {n!r}")
+        raise OpError(f"n must be a whole number from 1 to {MAX_APPEND_PER_CALL}, got {n!r}")
     return n
 
 
@@ -101,10 +105,10 @@ class Append:
         seq_id(self.seq)
         if self.token_ids is not None:
             if self.n is not None:
-                raise ValueError("give either n or token_ids to append, not both")
+                raise OpError("give either n or token_ids to append, not both")
             tokens = token_ids(self.token_ids, "token_ids")
             if not tokens:
-                raise ValueError("token_ids is empty: give at least one token to append")
+                raise OpError("token_ids is empty: give at least one token to append")
             object.__setattr__(self, "token_ids", tokens)
         else:
             object.__setattr__(self, "n", append_count(1 if self.n is None else self.n))
@@ -170,7 +174,7 @@ class AddRequest:
         if self.params is None:
             object.__setattr__(self, "params", SamplingParams())
         if not isinstance(self.params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(self.params).__name__}")
+            raise OpError(f"params must be a SamplingParams, got {type(self.params).__name__}")
         object.__setattr__(self, "prompt", prompt(self.prompt))
 
     @property
@@ -185,11 +189,11 @@ class AddRequest:
     def from_record(cls, rec: dict[str, Any]) -> AddRequest:
         params = rec.get("params") or {}
         if not isinstance(params, dict):
-            raise ValueError("params must be an object of sampling parameters")
+            raise OpError("params must be an object of sampling parameters")
         try:  # a JSON trace holds `stop` as a list
             params = SamplingParams(**{k: tuple(v) if k == "stop" else v for k, v in params.items()})
         except TypeError as err:  # an unknown field: the trace's problem, said as such
-            raise ValueError(f"params: {err}") from None
+            raise OpError(f"params: {err}") from None
         return cls(rec.get("prompt"), params)
 
 
@@ -216,7 +220,7 @@ class SetPrefixCaching:
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
-            raise ValueError(f"enabled must be True or False, got {self.enabled!r}")
+            raise OpError(f"enabled must be True or False, got {self.enabled!r}")
 
     def to_record(self) -> dict[str, Any]:
         return {"op": self.name, "enabled": self.enabled}
@@ -238,7 +242,7 @@ def parse(record: object) -> Op:
     kind = record.get("op") if isinstance(record, dict) else None
     cls = BY_NAME.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown operation {record!r:.80}; expected one of {sorted(BY_NAME)}")
+        raise OpError(f"unknown operation {record!r:.80}; expected one of {sorted(BY_NAME)}")
     return cls.from_record(record)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import gradio as gr
 import pytest
 
-from engine import EngineConfig
+from engine import EngineConfig, ops
 from engine.core.kv_cache_manager import KVCacheManager
 from tests.helpers import fingerprint
 from ui.app_process import free_port, launch, stop
@@ -62,9 +62,9 @@ def test_a_model_that_fails_to_load_gives_a_page_that_says_why(broken_model_app:
 
 def _session() -> Session:
     s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=16))
-    a = s.run("add_sequence", "abcdef")
-    s.run("fork", a)
-    s.run("append", a, n=3)
+    a = s.run(ops.AddSequence("abcdef"))
+    s.run(ops.Fork(a))
+    s.run(ops.Append(a, n=3))
     return s
 
 
@@ -94,7 +94,7 @@ def test_an_exception_inside_an_operation_leaves_the_previous_state(monkeypatch,
     assert fingerprint(s.engine) == before  # rebuilt from the log: the state before the click
     s.engine.check_invariants()
     s.undo()  # undo-safe: undo, then the same operation works
-    s.run("append", 1, n=1)
+    s.run(ops.Append(1, n=1))
     s.engine.check_invariants()
 
 

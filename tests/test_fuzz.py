@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams, ops
 from tests.helpers import fingerprint
 from ui.session import Session, UserError
 
@@ -35,19 +35,19 @@ def click(s: Session, kind: str, a: int, b: int) -> None:
     live = list(s.engine.seqs)
     seq = live[a % len(live)] if live and a < 8 else a  # mostly live ids, sometimes a stale one
     if kind == "new":
-        s.run("add_sequence", PROMPTS[a % len(PROMPTS)])
+        s.run(ops.AddSequence(PROMPTS[a % len(PROMPTS)]))
     elif kind == "append":
-        s.run("append", seq, n=b)
+        s.run(ops.Append(seq, n=b))
     elif kind == "fork":
-        s.run("fork", seq)
+        s.run(ops.Fork(seq))
     elif kind == "free":
-        s.run("free", seq)
+        s.run(ops.Free(seq))
     elif kind == "add_request":
         beam = 2 if a % 3 == 0 else 1
-        s.run("add_request", PROMPTS[a % len(PROMPTS)],
-              SamplingParams(max_tokens=b, n=1 if beam > 1 else 1 + a % 2, beam_width=beam))
+        s.run(ops.AddRequest(PROMPTS[a % len(PROMPTS)],
+              SamplingParams(max_tokens=b, n=1 if beam > 1 else 1 + a % 2, beam_width=beam)))
     elif kind == "step":
-        s.run("step")
+        s.run(ops.Step())
     elif kind == "back":
         s.goto(s.pos - 1)
     elif kind == "next":
@@ -83,15 +83,15 @@ def test_random_clicks_keep_the_session_consistent_and_usable(config: EngineConf
         s.goto(len(s.ops))
         for sid, seq in list(s.engine.seqs.items()):
             if seq.request_id is None:
-                s.run("free", sid)
+                s.run(ops.Free(sid))
         for _ in range(500):
-            if not s.engine.core.scheduler.has_work():
+            if not s.engine.has_pending_work():
                 break
-            s.run("step")
+            s.run(ops.Step())
         assert not s.engine.seqs
         s.engine.check_invariants()
-        assert s.engine.core.snapshot().metrics.used_blocks == 0
-        s.run("add_sequence", "ok")
+        assert s.engine.snapshot().metrics.used_blocks == 0
+        s.run(ops.AddSequence("ok"))
         s.engine.check_invariants()
     finally:
         s.close()

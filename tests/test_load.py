@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from bench.load import SessionRun, drive, isolation
+from engine import ops
 from tests.test_ui import served_app  # noqa: F401  (the fixture: app.py on a free port)
 
 
@@ -39,11 +40,11 @@ def test_closing_a_session_frees_its_engine_at_once() -> None:
     from ui.session import Session, live_sessions
 
     s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=16))
-    s.run("add_sequence", "abc")
+    s.run(ops.AddSequence("abc"))
     engine = weakref.ref(s.engine)
     held = live_sessions()
     s.close()
     assert engine() is None and live_sessions() == held - 1
-    s.run("append", 0, n=1)  # a closed session that comes back replays its log
+    s.run(ops.Append(0, n=1))  # a closed session that comes back replays its log
     assert len(s.ops) == 2
     s.close()

@@ -18,7 +18,7 @@ from viz import kv_figure
 
 
 def block_summary(session: Session, b: int) -> str:
-    blk = session.engine.core.snapshot().blocks[b]
+    blk = session.engine.snapshot().blocks[b]
     owners = ", ".join(f"seq {o}" for o in blk.owners) or "no sequence"
     text = session.engine.decode(list(blk.token_ids)) if blk.token_ids else ""
     shown = text.replace("`", "'").replace("\n", " ")[:120]
@@ -44,7 +44,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     @guard
     def on_inspect(b, lyr, session: Session, r=None):
         eng = session.engine
-        b = limits.whole(0 if b is None else b, "block id", 0, eng.kv.pool.num_blocks - 1)
+        b = limits.whole(0 if b is None else b, "block id", 0, eng.pool_size() - 1)
         lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
         try:
             k, v = eng.inspect_block(b, lyr, tp_panel.rank_of(r, session))
@@ -62,7 +62,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())
-        if what == "seq" and target.isdigit() and int(target) in session.engine.core.snapshot().sequences:
+        if what == "seq" and target.isdigit() and int(target) in session.engine.snapshot().sequences:
             session.selected_seq = int(target)
             return (*show(session), *keep)
         if what != "block" or not target.isdigit() or int(target) >= session.config.num_gpu_blocks:
@@ -70,7 +70,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         b = int(target)
         session.selected_block = b
         summary = block_summary(session, b)
-        if session.engine.runtime.runtime is None:  # dry mode: bookkeeping only, no tensors to show
+        if session.engine.config.dry:  # dry mode: bookkeeping only, no tensors to show
             figure = None
             summary += "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
         else:
