@@ -125,7 +125,7 @@ def test_safe_evaluator_computes() -> None:
 
 
 def _state(run: LessonRun) -> tuple:
-    snap = run.engine.core.snapshot()
+    snap = run.engine.snapshot()
     return snap.blocks, dict(snap.sequences), snap.metrics, run.engine.trace
 
 
@@ -145,7 +145,7 @@ def test_back_and_restart_equal_replay(name: str, default_model) -> None:
     view = run.goto(1)
     assert view.narration_markdown == views[1].narration_markdown
     run.restart()
-    assert run.index == 0 and run.engine.core.snapshot().metrics.used_blocks == 0
+    assert run.index == 0 and run.engine.snapshot().metrics.used_blocks == 0
     assert run.next().narration_markdown == views[0].narration_markdown
 
 
