@@ -76,21 +76,21 @@ def _explode_after(method):
     return broken
 
 
-@pytest.mark.parametrize(("op", "args", "kwargs", "patched"), [
-    ("append", (1,), {"n": 2}, "append"),
-    ("fork", (0,), {}, "fork"),
-    ("free", (0,), {}, "free"),
-    ("add_sequence", ("abcdefgh",), {}, "allocate"),
-])
-def test_an_exception_inside_an_operation_leaves_the_previous_state(monkeypatch, op, args, kwargs, patched):
+@pytest.mark.parametrize(("op", "patched"), [
+    (ops.Append(1, n=2), "append"),
+    (ops.Fork(0), "fork"),
+    (ops.Free(0), "free"),
+    (ops.AddSequence("abcdefgh"), "allocate"),
+], ids=["append", "fork", "free", "add_sequence"])
+def test_an_exception_inside_an_operation_leaves_the_previous_state(monkeypatch, op, patched):
     s = _session()
-    before, ops = fingerprint(s.engine), list(s.ops)
+    before, log = fingerprint(s.engine), list(s.ops)
     monkeypatch.setattr(KVCacheManager, patched, _explode_after(getattr(KVCacheManager, patched)))
-    with pytest.raises(UserError, match=rf"the {op} operation failed inside the engine \(RuntimeError: "
+    with pytest.raises(UserError, match=rf"the {op.name} operation failed inside the engine \(RuntimeError: "
                                          r"injected fault\); the session is as it was"):
-        s.run(op, *args, **kwargs)
+        s.run(op)
     monkeypatch.undo()
-    assert s.ops == ops and s.pos == len(ops)
+    assert s.ops == log and s.pos == len(log)
     assert fingerprint(s.engine) == before  # rebuilt from the log: the state before the click
     s.engine.check_invariants()
     s.undo()  # undo-safe: undo, then the same operation works
