@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from copy_bandwidth import copy_bandwidth  # noqa: E402 (bench/, beside this file)
 
-from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from engine import EngineConfig, LLMEngine, SamplingParams, step_run  # noqa: E402
 from engine.runtime.models import load_model  # noqa: E402
 
 TEXT = ("PagedAttention stores the KV cache in fixed-size blocks that need not be contiguous, "
@@ -125,8 +125,8 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool,
     timers = {name: HostTimer(obj, attr) for name, obj, attr in [
         ("schedule", eng.scheduler, "schedule"),
         ("model: inputs + launch", eng.runtime, "execute"),
-        ("sample (waits for the GPU)", eng, "_pick"),
-        ("postprocess", eng, "_land"),
+        ("sample (waits for the GPU)", step_run, "pick"),
+        ("postprocess", eng._post, "land"),
     ]}
     steps = []
     ids = [eng.add_request(p, params) for p in batch]

@@ -34,7 +34,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # serving on a GPU: schedule and launch step t + 1 before reading step t's tokens back, so
     # the host's bookkeeping runs while the GPU computes (vLLM v1's async scheduling; see
-    # serving.py). The same outputs; a step's finished requests are reported one step later.
+    # engine/core/in_flight.py). The same outputs; a step's finished requests are reported one step later.
     async_scheduling: bool = False
     tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp/runtime.py)
 

@@ -1,4 +1,11 @@
-"""LLMEngine: the public facade. The paper's primitives, introspection, the op log and replay.
+"""LLMEngine: the public facade. The paper's primitives, serving, introspection, the op log and
+replay.
+
+A serving step reads as nano-vllm's: **schedule** (engine/core/scheduler.py decides decodes,
+prefills and preemptions, and moves the blocks), **run** (engine/step_run.py: copies, one forward
+pass, the step's picks), **postprocess** (engine/core/postprocess.py: tokens into sequences, beams'
+fork / free, finished requests). Under async scheduling the picks may land one step later:
+engine/core/in_flight.py owns the step in flight.
 
 Every public operation is recorded in the op log (`trace`) once it has succeeded, so
 `LLMEngine.replay(config, trace)` rebuilds the same state. Operations are all-or-nothing: a bad
@@ -14,22 +21,28 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine import ops
+from engine import ops, step_run
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
+from engine.core.in_flight import InFlight, Launched
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
-from engine.core.request_state import RequestState
-from engine.core.sequence import Sequence, SequenceGroup, SequenceStatus
+from engine.core.narration import TokenNames
+from engine.core.outputs import RequestOutput, StepResult
+from engine.core.postprocess import Postprocessor
+from engine.core.registry import Registry
+from engine.core.request_state import RequestState, request_state
+from engine.core.scheduler import ScheduledStep, Scheduler
+from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
-from engine.serving import ServingMixin
+from engine.requests import check_request_fits, prompt_tokens, token_list
 
 TRACE_VERSION = 1
 
 
-class LLMEngine(ServingMixin):
+class LLMEngine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -54,20 +67,25 @@ class LLMEngine(ServingMixin):
             self.max_model_len = self.runtime.max_model_len
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
         self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
-        # a function of the tokenizer, not a bound method of this engine: the cache manager must
-        # not point back at the engine, or a dropped engine (and its KV pool) waits for the GC
-        token_repr = self.tokenizer.token_repr if config.dry else _decoded_repr(self.tokenizer)
+        # how events show a token, when their narration is read: a function of the tokenizer, not
+        # of this engine (events outlive steps; pointing back would keep the KV pool alive)
+        token_repr = TokenNames(self.tokenizer.decode)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks)
-        self.seqs: dict[int, Sequence] = {}
-        self.freed: dict[int, int] = {}  # seq id -> step it was freed at, for clear errors
+        self.registry = Registry()  # live sequences and requests, shared with the postprocess
+        self.seqs: dict[int, Sequence] = self.registry.seqs
+        self.groups: dict[int, SequenceGroup] = self.registry.groups
+        self.freed: dict[int, int] = self.registry.freed  # seq id -> step it was freed at
         self.step_count = 0
         self.last_events: list[Event] = []
-        self._next_seq_id = 0
+        self.last_step: StepResult | None = None
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
         self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool)
-        self._init_serving()
+        self.scheduler = Scheduler(config, self.kv)
+        self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
+                                   self.tokenizer.decode)
+        self._flight = InFlight(self._post, self.scheduler, self.kv)
 
     # ---- the paper's primitives ---------------------------------------------------------------
 
@@ -87,6 +105,33 @@ class LLMEngine(ServingMixin):
     def free(self, seq: int) -> list[Event]:
         """Drop a sequence: every block's ref count - 1; blocks reaching 0 are cached or free."""
         return self._apply(ops.Free(seq))
+
+    # ---- serving ------------------------------------------------------------------------------
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; it joins the next step. Returns the request id."""
+        return self._apply(ops.AddRequest(prompt, params))
+
+    def step(self) -> StepResult:
+        """One scheduler iteration: schedule, run, postprocess."""
+        return self._apply(ops.Step())
+
+    def generate(self, prompts: str | list[str] | list[list[int]],
+                 params: SamplingParams | None = None) -> list[RequestOutput]:
+        """Add the prompts as requests and step until all of them finish."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        ids = [self.add_request(p, params) for p in prompts]
+        done: dict[int, RequestOutput] = {}
+        while any(i not in done for i in ids):
+            result = self.step()
+            for out in result.finished:
+                done[out.request_id] = out
+            if result.num_batched_tokens == 0 and not result.finished and not result.events:
+                raise RuntimeError(
+                    "no request can run: the pool is held by sequences outside the scheduler; "
+                    "free some of them")
+        return [done[i] for i in ids]
 
     # ---- introspection --------------------------------------------------------------------------
 
@@ -200,7 +245,7 @@ class LLMEngine(ServingMixin):
         """Every unfinished request, in queue order: waiting, running, swapped."""
         sched = self.scheduler
         queues = (("waiting", sched.waiting), ("running", sched.running), ("swapped", sched.swapped))
-        return [self._request_state(g, status) for status, queue in queues for g in queue]
+        return [request_state(g, status) for status, queue in queues for g in queue]
 
     def request(self, request_id: int) -> RequestState | None:
         """One unfinished request by id; None once it finished (or if it never was)."""
@@ -211,8 +256,7 @@ class LLMEngine(ServingMixin):
         return list(self.tokenizer.encode(text))
 
     def loaded_model(self) -> Any:
-        """The loaded model (engine.runtime.models.LoadedModel: the HF module, its heads and
-        sizes); None in the dry mode."""
+        """The loaded model (runtime.models.LoadedModel: HF module, heads, sizes); None if dry."""
         return None if self.runtime is None else self.runtime.loaded
 
     def module_path(self) -> Any:
@@ -222,13 +266,6 @@ class LLMEngine(ServingMixin):
         if runner is None:
             raise ValueError("the attention probe needs a real model in one process")
         return runner.module_path()
-
-    def _request_state(self, group: SequenceGroup, status: str) -> RequestState:
-        live = group.live()
-        blocks = [b for s in live for b in s.block_table]
-        return RequestState(group.request_id, status, len(group.prompt_ids), group.num_preemptions,
-                            tuple(s.seq_id for s in group.seqs), tuple(s.seq_id for s in live),
-                            tuple(dict.fromkeys(blocks)))
 
     def close(self) -> None:
         """Let go of the engine's resources now: under tensor parallelism, end its worker
@@ -265,10 +302,8 @@ class LLMEngine(ServingMixin):
     def _apply(self, op: ops.Op | dict[str, Any]) -> Any:
         op = ops.as_op(op)  # a record is parsed (and its arguments checked) by engine/ops.py
         self.kv.step = self.step_count + 1
-        if self._inflight is not None and not isinstance(op, ops.Step | ops.AddRequest):
-            # async scheduling: a primitive works on settled sequences; the step on its way
-            # lands first (its finished requests are reported by the next step)
-            self._stashed_finished += self._land_in_flight(self._stashed_events)
+        if not isinstance(op, ops.Step | ops.AddRequest):
+            self._flight.settle()  # async scheduling: a primitive works on settled sequences
         result, events = self._OPS[op.name](self, op)
         self.step_count += 1
         self.last_events = events
@@ -277,18 +312,14 @@ class LLMEngine(ServingMixin):
 
     def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
         tokens = self._prompt_tokens(op.prompt)
-        seq = Sequence(self._next_seq_id)
-        events = self.kv.allocate(seq, tokens)
+        seq = Sequence(self.registry.next_seq_id)
+        events = self.kv.allocate(seq, tokens)  # may raise: the sequence is registered after
         seq.prompt_len = len(tokens)
-        self._next_seq_id += 1
-        self.seqs[seq.seq_id] = seq
+        self.registry.add(seq)
         computed = len(tokens) - seq.num_cached_tokens
-        events.append(Event(
-            "prefill", self.kv.step, seq.seq_id,
-            f"seq {seq.seq_id}: prefill of {len(tokens)} prompt tokens, {computed} computed"
-            + (f", {seq.num_cached_tokens} from the prefix cache" if seq.num_cached_tokens else ""),
-            tuple(seq.block_table),
-        ))
+        events.append(Event("prefill", self.kv.step, seq.seq_id, tuple(seq.block_table),
+                            facts=(len(tokens), computed, seq.num_cached_tokens),
+                            form="prefill_primitive"))
         if self.runtime is not None:
             self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
@@ -296,7 +327,7 @@ class LLMEngine(ServingMixin):
     def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
         seq = self._live(op.seq)
         if op.token_ids is not None:
-            tokens = self._in_vocabulary(op.token_ids, "token_ids")
+            tokens = self._token_list(op.token_ids, "token_ids")  # in this model's vocabulary
             events = self.kv.append(seq, tokens)
             if self.runtime is not None:  # the pending token is dropped; a new one follows these
                 self._compute(seq, seq.num_tokens - len(tokens), events)
@@ -319,24 +350,56 @@ class LLMEngine(ServingMixin):
 
     def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
         parent = self._live(op.seq)
-        child = Sequence(self._next_seq_id)
+        child = self.registry.new_seq()
         events = self.kv.fork(parent, child)
-        self._next_seq_id += 1
-        self.seqs[child.seq_id] = child
         return child.seq_id, events
 
     def _op_free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
         seq = self._live(op.seq)
         events = self.kv.free(seq)
-        seq.status = SequenceStatus.FINISHED
-        del self.seqs[seq.seq_id]
-        self.freed[seq.seq_id] = self.kv.step
+        self.registry.end(seq, self.kv.step)
         return events, events
 
     def _op_set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
         # read at every allocation and block seal; blocks cached so far keep their hash
         self.kv.enable_prefix_caching = op.enabled
         return None, []
+
+    def _op_add_request(self, op: ops.AddRequest) -> tuple[int, list[Event]]:
+        params = op.params
+        tokens = self._prompt_tokens(op.prompt)
+        check_request_fits(tokens, params, self.max_model_len, self.config.block_size,
+                           self.kv.pool.num_blocks)
+        rid = self.registry.next_request_id
+        self.registry.next_request_id += 1
+        seq = self.registry.new_seq(status=SequenceStatus.WAITING, request_id=rid)
+        group = SequenceGroup(rid, op.prompt_value, tokens, params, [seq], arrival=rid)
+        self.groups[rid] = group
+        self.scheduler.add(group)
+        return rid, []  # nothing happens to blocks until a step schedules it
+
+    def _op_step(self, op: ops.Step) -> tuple[StepResult, list[Event]]:
+        """schedule -> run -> postprocess. Under async scheduling the postprocess of this step
+        may wait for the next one (`InFlight`); what landed in between is reported here."""
+        events, finished = self._flight.before_step()
+        sched = self.scheduler.schedule()                        # schedule
+        events += sched.events
+        launched = self._run(sched, events)                      # run
+        finished += self._flight.after_launch(launched, events)  # postprocess
+        for group in sched.aborted:
+            finished.append(self._post.finish_group(group, events, aborted=True))
+        result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
+                            sched.num_tokens, len(sched.prefills), len(sched.decodes))
+        self.last_step = result
+        return result, events
+
+    def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:
+        """One forward pass over every scheduled token, then the step's picks launched."""
+        step = self.kv.step
+        scores = step_run.execute(sched, events, step, self.runtime, self._rng,
+                                  self._flight.last_picks)
+        return step_run.pick(sched, scores, step, self.registry, self.config.seed,
+                             self.runtime is not None, self.config.async_scheduling)
 
     def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
         """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
@@ -347,9 +410,8 @@ class LLMEngine(ServingMixin):
         seq.pending_token = token
         seq.cumulative_logprob += logprob
         n = seq.num_tokens - num_computed
-        events.append(Event("decode", self.kv.step, seq.seq_id,
-                            f"seq {seq.seq_id}: the model computed {n} token(s); next token "
-                            f"{self.kv.token_repr(token)} waits as pending", (), (token,)))
+        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=(n,),
+                            form="decode_primitive", names=self.kv.token_repr))
 
     # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {
@@ -357,65 +419,28 @@ class LLMEngine(ServingMixin):
         ops.Append.name: _op_append,
         ops.Fork.name: _op_fork,
         ops.Free.name: _op_free,
-        ops.AddRequest.name: ServingMixin._op_add_request,
-        ops.Step.name: ServingMixin._op_step,
+        ops.AddRequest.name: _op_add_request,
+        ops.Step.name: _op_step,
         ops.SetPrefixCaching.name: _op_set_prefix_caching,
     }
 
     # ---- validation ------------------------------------------------------------------------------
 
-    def _live(self, seq_id: int) -> Sequence:
-        """The running sequence `seq_id` (a whole number: engine/ops.py checked it)."""
-        seq = self.seqs.get(seq_id)
-        if seq is not None and seq.status == SequenceStatus.RUNNING:
-            return seq
-        if seq is not None:  # a request's sequence the scheduler holds outside the pool
-            where = {SequenceStatus.WAITING: "waiting for its first step (it has no blocks yet)",
-                     SequenceStatus.SWAPPED: "swapped out to the CPU (its blocks are not in the pool)"}
-            raise ValueError(f"seq {seq_id} of request {seq.request_id} is "
-                             f"{where.get(seq.status, seq.status.value)}; step the engine until it "
-                             f"runs, then use it")
-        if seq_id in self.freed:
-            raise ValueError(f"seq {seq_id} was freed at step {self.freed[seq_id]}; "
-                             f"it has no blocks any more")
-        live = ", ".join(map(str, self.seqs)) or "none"
-        raise ValueError(f"unknown sequence id {seq_id} (live sequences: {live})")
+    @property
+    def _next_seq_id(self) -> int:  # for tests' fingerprints of the whole state
+        return self.registry.next_seq_id
 
-    def _in_vocabulary(self, token_ids: tuple[int, ...], what: str) -> list[int]:
-        """Token ids (whole numbers: engine/ops.py checked them) that this model knows."""
-        for t in token_ids:
-            if not 0 <= t < self.vocab_size:
-                raise ValueError(f"{what}: token id {t} is outside the vocabulary "
-                                 f"(0..{self.vocab_size - 1})")
-        return list(token_ids)
+    @property
+    def _inflight(self) -> Launched | None:
+        """Async scheduling: the step whose tokens are still on the device (None: all landed)."""
+        return self._flight.launched
 
-    def _prompt_tokens(self, prompt: str | tuple[int, ...]) -> list[int]:
-        """A checked prompt (engine/ops.py) as this engine's tokens, within its length."""
-        if isinstance(prompt, str):
-            tokens = self.tokenizer.encode(prompt)
-        else:
-            tokens = self._in_vocabulary(prompt, "prompt")
-        if not tokens:
-            raise ValueError("the prompt is empty: give at least one token")
-        limit = self.max_model_len
-        if len(tokens) > limit:
-            raise ValueError(f"the prompt has {len(tokens)} tokens, more than the {limit} "
-                             f"this engine can hold; shorten it")
-        return tokens
+    def _live(self, seq_id: object) -> Sequence:
+        return self.registry.live(seq_id)
 
+    def _token_list(self, token_ids: object, what: str) -> list[int]:
+        return token_list(token_ids, what, self.vocab_size)
 
-
-def _decoded_repr(tokenizer: Any) -> Any:
-    """How the narration shows one token: its decoded text, memoised (a serving step narrates
-    every sequence's new token, and a tokenizer call per token costs more than the rest of the
-    bookkeeping). At most one entry per vocabulary id, per engine."""
-    shown: dict[int, str] = {}
-
-    def token_repr(token_id: int) -> str:
-        text = shown.get(token_id)
-        if text is None:
-            text = shown[token_id] = repr(tokenizer.decode([token_id]))
-        return text
-
-    return token_repr
+    def _prompt_tokens(self, prompt: object) -> list[int]:
+        return prompt_tokens(prompt, self.tokenizer, self.vocab_size, self.max_model_len)
 

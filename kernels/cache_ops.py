@@ -5,7 +5,7 @@ moves blocks between the device pool and the pinned host pool with the same copy
 host memory is addressable from the GPU, so one launch moves scattered blocks across PCIe.
 
 Layout: `kv_cache[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`, slot
-s = block * block_size + offset (see DESIGN.md "Kernels").
+s = block * block_size + offset (see ARCHITECTURE.md "Kernels").
 """
 
 from __future__ import annotations

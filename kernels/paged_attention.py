@@ -3,7 +3,7 @@
 Owns `paged_attention` (same signature as `kernels.reference.paged_attention`), its two Triton
 kernels (`_paged_attn_kernel`, `_merge_splits_kernel`) and the launch heuristics.
 
-How the unified kernel works (read with DESIGN.md "Kernels"):
+How the unified kernel works (read with ARCHITECTURE.md "Kernels"):
 
 * One program = one (sequence, KV head, tile of query tokens[, split of the context]).
 * Grouped-query attention: the `group = num_q_heads // num_kv_heads` query heads that share a KV

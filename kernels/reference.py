@@ -5,7 +5,7 @@ Each function has exactly the signature of its Triton twin in `paged_attention.p
 `paged_attention` here is a plain loop over the sequences, kept simple on purpose as the oracle;
 the CPU backend attends with its vectorised twin in `torch_attention.py`.
 
-KV cache layout (fixed, see DESIGN.md "Kernels"): one tensor
+KV cache layout (fixed, see ARCHITECTURE.md "Kernels"): one tensor
 `kv_cache[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]`; per layer
 `k_cache = kv_cache[layer, 0]`, `v_cache = kv_cache[layer, 1]`, each
 `[num_blocks, block_size, num_kv_heads, head_dim]`. Token slot s lives in block

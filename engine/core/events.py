@@ -1,12 +1,19 @@
-"""Typed engine events: what one operation did to the blocks, each with a one-line narration.
+"""Typed engine events: what one operation did to the blocks, with a one-line narration.
 
 Events are the engine's only report of what happened. The UI draws them (new block, copy-on-write
 arrow, prefix hit, eviction) and prints their narration; lessons template numbers from them.
+An event keeps ids and numbers only; its narration (`event.text`) is written on first read by
+`engine.core.narration`, so a serving step decodes no token text that nobody reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
+
+from engine.core.narration import blocks_str, narrate
+
+__all__ = ["EVENT_KINDS", "Event", "blocks_str"]
 
 #: Every kind of event the engine emits, in the paper's words.
 EVENT_KINDS = (
@@ -33,16 +40,17 @@ class Event(NamedTuple):
     kind: str
     step: int
     seq_id: int | None
-    text: str  # the one-line narration shown to the learner
     block_ids: tuple[int, ...] = ()  # for "cow": (source, copy); for "swap_*": the pairs flattened
     token_ids: tuple[int, ...] = ()
     slot: int | None = None  # for "append": the slot inside the block
+    facts: tuple = ()  # the numbers its sentence needs besides the ids (narration.py says which)
+    form: str = ""  # which sentence of its kind narrates it ("": the kind's own)
+    names: Callable[[int], str] | None = None  # how its sentence shows a token, if it names one
+
+    @property
+    def text(self) -> str:
+        """The one-line narration shown to the learner, written now (not when it happened)."""
+        return narrate(self)
 
     def __str__(self) -> str:
         return f"[step {self.step}] {self.text}"
-
-
-def blocks_str(block_ids: list[int] | tuple[int, ...]) -> str:
-    """'block 3' or 'blocks 3, 4, 7' for narration."""
-    ids = ", ".join(str(b) for b in block_ids)
-    return f"block {ids}" if len(block_ids) == 1 else f"blocks {ids}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.core.block_pool import BlockPool, OutOfBlocks
-from engine.core.events import Event, blocks_str
+from engine.core.events import Event
 from engine.core.hashing import HashFn, hash_block
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
 
@@ -35,7 +35,7 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.hash_fn = hash_fn
-        self.token_repr = token_repr  # narration only: how to show a token to a person
+        self.token_repr = token_repr  # narration only: how an event shows a token, when read
         self.step = 0  # stamped on every event; the engine advances it
         self.prefix_hit_blocks = 0
         self.cow_copies = 0
@@ -101,18 +101,10 @@ class KVCacheManager:
             seq.token_ids = prompt[:n_hit]
             seq.num_cached_tokens = n_hit
             self.prefix_hit_blocks += len(hits)
-            events.append(Event(
-                "prefix_hit", self.step, sid,
-                f"seq {sid}: prefix cache hit on {blocks_str(hit_ids)}: "
-                f"{n_hit} of {len(prompt)} prompt tokens need no compute",
-                tuple(hit_ids),
-            ))
+            events.append(Event("prefix_hit", self.step, sid, tuple(hit_ids),
+                                facts=(n_hit, len(prompt))))
             if live:
-                events.append(Event(
-                    "share", self.step, sid,
-                    f"seq {sid} shares {blocks_str(live)} with live sequences (ref count + 1)",
-                    tuple(live),
-                ))
+                events.append(Event("share", self.step, sid, tuple(live)))
         self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
         return events
@@ -181,12 +173,8 @@ class KVCacheManager:
         child.status = parent.status
         for b in child.block_table:
             self.pool.incref(b, child.seq_id)
-        return [Event(
-            "share", self.step, child.seq_id,
-            f"seq {parent.seq_id} forked into seq {child.seq_id}: "
-            f"{blocks_str(child.block_table)} now shared (ref count + 1), nothing copied",
-            tuple(child.block_table),
-        )]
+        return [Event("share", self.step, child.seq_id, tuple(child.block_table),
+                      facts=(parent.seq_id,), form="fork")]
 
     def free(self, seq: Sequence) -> list[Event]:
         """Let go of the whole block table. Blocks enter the LRU last block first, so the start
@@ -197,15 +185,9 @@ class KVCacheManager:
         released.reverse()
         kept.reverse()
         seq.block_table = []
-        text = f"seq {seq.seq_id} freed"
-        if released:
-            cached = [b for b in released if self.pool.blocks[b].block_hash is not None]
-            text += f": {blocks_str(released)} back in the pool"
-            if cached:
-                text += f" ({blocks_str(cached)} stay cached)"
-        if kept:
-            text += f"; {blocks_str(kept)} still used by others (ref count - 1)"
-        return [Event("free", self.step, seq.seq_id, text, tuple(released))]
+        # which released blocks stay cached is a fact of now: the narration is written later
+        cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
+        return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)))]
 
     # ---- swapping (preemption by swap, §4.5) -------------------------------------------------
 
@@ -222,10 +204,9 @@ class KVCacheManager:
         pairs, events = self._move(seqs, gpu_blocks, self.pool, self.cpu_pool)
         for seq in seqs:
             seq.status = SequenceStatus.SWAPPED
-        ids = ", ".join(f"{g}→cpu {c}" for g, c in pairs)
         events.append(Event("swap_out", self.step, seqs[0].seq_id,
-                            f"swapped out seq {', '.join(str(s.seq_id) for s in seqs)}: {ids}",
-                            tuple(x for p in pairs for x in p)))
+                            tuple(x for p in pairs for x in p),
+                            facts=tuple(s.seq_id for s in seqs)))
         return events, pairs
 
     def swap_in(self, seqs: list[Sequence]) -> tuple[list[Event], list[tuple[int, int]]]:
@@ -238,10 +219,9 @@ class KVCacheManager:
             if self.enable_prefix_caching:  # full blocks become findable again
                 for i, h in enumerate(seq.block_hashes):
                     self.pool.register_hash(seq.block_table[i], h)
-        ids = ", ".join(f"cpu {c}→{g}" for c, g in pairs)
         events.append(Event("swap_in", self.step, seqs[0].seq_id,
-                            f"swapped in seq {', '.join(str(s.seq_id) for s in seqs)}: {ids}",
-                            tuple(x for p in pairs for x in p)))
+                            tuple(x for p in pairs for x in p),
+                            facts=tuple(s.seq_id for s in seqs)))
         return events, pairs
 
     def _move(self, seqs: list[Sequence], src_blocks: list[int], src: BlockPool, dst: BlockPool
@@ -310,33 +290,20 @@ class KVCacheManager:
             if offset == bs - 1 and self.enable_prefix_caching and tok != IN_FLIGHT:
                 self._seal(seq, block_id, events)  # an in-flight token's block: when it lands
         if new_blocks and not narrate_each:
-            events.append(Event(
-                "allocate", self.step, sid,
-                f"seq {sid} got {blocks_str(new_blocks)} for {len(token_ids)} token(s)",
-                tuple(new_blocks),
-            ))
+            events.append(Event("allocate", self.step, sid, tuple(new_blocks),
+                                facts=(len(token_ids),), form="allocate_many"))
 
     def _append_event(self, sid: int, tok: int, block_id: int, offset: int) -> Event:
-        what = "the token it sampled last step (still on the GPU)" if tok == IN_FLIGHT \
-            else self.token_repr(tok)
-        return Event("append", self.step, sid,
-                     f"seq {sid} wrote {what} into slot {offset} of block {block_id}",
-                     (block_id,), (tok,), offset)
+        # the hot path of a serving step: positional, and no text (the token is named when read)
+        return Event("append", self.step, sid, (block_id,), (tok,), offset, (), "", self.token_repr)
 
     def _allocate(self, sid: int, events: list[Event], narrate: bool) -> int:
         block_id, evicted_hash = self.pool.allocate(sid)
         if evicted_hash is not None:
             self.evictions += 1
-            events.append(Event(
-                "evict", self.step, sid,
-                f"block {block_id} evicted from the prefix cache (least recently used) "
-                f"and reused by seq {sid}",
-                (block_id,),
-            ))
+            events.append(Event("evict", self.step, sid, (block_id,)))
         if narrate:
-            events.append(Event(
-                "allocate", self.step, sid, f"seq {sid} got a new block {block_id}", (block_id,)
-            ))
+            events.append(Event("allocate", self.step, sid, (block_id,)))
         return block_id
 
     def _copy_on_write(self, seq: Sequence, events: list[Event]) -> int:
@@ -348,12 +315,7 @@ class KVCacheManager:
         self.pool.decref(src, sid)
         seq.block_table[-1] = dst
         self.cow_copies += 1
-        events.append(Event(
-            "cow", self.step, sid,
-            f"seq {sid} writes into block {src}, shared by {blocks[src].ref_count + 1} "
-            f"sequences → copy-on-write: block {src} copied to block {dst}",
-            (src, dst),
-        ))
+        events.append(Event("cow", self.step, sid, (src, dst), facts=(blocks[src].ref_count + 1,)))
         return dst
 
     def _seal(self, seq: Sequence, block_id: int, events: list[Event]) -> None:
@@ -362,11 +324,7 @@ class KVCacheManager:
         h = self.hash_fn(parent, self.pool.blocks[block_id].token_ids)
         seq.block_hashes.append(h)
         if self.pool.register_hash(block_id, h):
-            events.append(Event(
-                "cache", self.step, seq.seq_id,
-                f"block {block_id} is full: hashed ({h & 0xFFFF:04x}…) into the prefix cache",
-                (block_id,),
-            ))
+            events.append(Event("cache", self.step, seq.seq_id, (block_id,), facts=(h & 0xFFFF,)))
 
     # ---- checks -------------------------------------------------------------------------------
 

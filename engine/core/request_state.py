@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.sequence import SequenceGroup
+
 
 @dataclass(frozen=True)
 class RequestState:
@@ -18,3 +20,12 @@ class RequestState:
     seq_ids: tuple[int, ...]  # every sequence the request made, finished ones included
     live_seq_ids: tuple[int, ...]  # those still going
     block_ids: tuple[int, ...]  # blocks its live sequences hold, each once, in table order
+
+
+def request_state(group: SequenceGroup, status: str) -> RequestState:
+    """What a caller may know of `group`, which sits in the scheduler queue `status`."""
+    live = group.live()
+    blocks = [b for s in live for b in s.block_table]
+    return RequestState(group.request_id, status, len(group.prompt_ids), group.num_preemptions,
+                        tuple(s.seq_id for s in group.seqs), tuple(s.seq_id for s in live),
+                        tuple(dict.fromkeys(blocks)))

@@ -220,7 +220,7 @@ class Scheduler:
             events, pairs = self.kv.swap_out(seqs)
             out.swap_out += pairs
             self.swapped.append(group)
-            how = f"swap ({len(pairs)} block(s) to CPU)"
+            swapped: int | None = len(pairs)
         else:
             events = []
             for seq in seqs:
@@ -230,13 +230,10 @@ class Scheduler:
                 seq.num_cached_tokens = 0
                 seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(group)
-            fallback = " (CPU swap space full)" if self.config.preemption_mode == "swap" else ""
-            how = f"recompute{fallback}"
-        out.events.append(Event(
-            "preempt", self.kv.step, seqs[0].seq_id,
-            f"out of blocks: request {group.request_id} (seq {', '.join(str(s.seq_id) for s in seqs)}) "
-            f"preempted by {how}",
-        ))
+            swapped = None  # recomputed; a fallback where swap was asked for and CPU space is full
+        fallback = swapped is None and self.config.preemption_mode == "swap"
+        out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=(
+            group.request_id, tuple(s.seq_id for s in seqs), swapped, fallback)))
         out.events += events
 
     def _abort(self, group: SequenceGroup, out: ScheduledStep) -> None:
@@ -246,11 +243,8 @@ class Scheduler:
             seq.finish_reason = "abort"
             seq.status = SequenceStatus.FINISHED
         out.aborted.append(group)
-        out.events.append(Event(
-            "finish", self.kv.step, group.seqs[0].seq_id,
-            f"request {group.request_id} aborted: it needs more blocks than the pool has "
-            f"({self.kv.pool.num_blocks}); use a larger pool or fewer tokens",
-        ))
+        out.events.append(Event("finish", self.kv.step, group.seqs[0].seq_id,
+                                facts=(group.request_id, self.kv.pool.num_blocks), form="abort"))
 
     def _insert_running(self, group: SequenceGroup) -> None:
         i = len(self.running)

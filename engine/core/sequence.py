@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 #: async scheduling: the token a sequence sampled in the step still on the GPU, written into its
-#: slot (and block) before the host knows it; serving.py puts the real id in when the step lands
+#: slot (and block) before the host knows it; the postprocess puts the real id in when the step lands
 IN_FLIGHT = -1
 
 

@@ -12,22 +12,17 @@ import random
 
 from engine.core.sampler_keys import SampleRequest
 from engine.dry.byte_tokenizer import DRY_ALPHABET
+from engine.runtime.protocols import HostPicks
 
-
-class DryPicks:
-    """The dry mode's picks: drawn now (no device), read when the step lands."""
-
-    tokens = None
-
-    def __init__(self, picks: list[tuple[int, float]]) -> None:
-        self._picks = picks
-
-    def result(self) -> list[tuple[int, float]]:
-        return self._picks
+DryPicks = HostPicks  # the dry mode's picks: drawn now (no device), read when the step lands
 
 
 class DryScores:
-    """Next-token scores for a batch of rows, drawn from a seeded RNG."""
+    """Next-token scores for a batch of rows, drawn from a seeded RNG (the `Scores` contract of
+    engine/runtime/protocols.py). Async scheduling overlaps dry steps too: the picks are drawn
+    at once and read when the step lands, as a device's would be."""
+
+    can_overlap = True
 
     def __init__(self, num_rows: int, rng: random.Random) -> None:
         self.num_rows = num_rows
@@ -42,6 +37,11 @@ class DryScores:
     def pick_rows(self, requests: list[SampleRequest]) -> DryPicks:
         """`sample_many` for async scheduling: read when the step lands."""
         return DryPicks(self.sample_many(requests))
+
+    def greedy(self, row: int) -> tuple[int, float]:
+        """The dry mode has no most likely token: the middle of the alphabet (no RNG drawn)."""
+        n = len(DRY_ALPHABET)
+        return DRY_ALPHABET[n // 2], -math.log(n)
 
     def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
         return [self.top(row, k) for row, k in zip(rows, ks, strict=True)]

@@ -99,6 +99,15 @@ class CacheEngine:
         self.cpu_cache = torch.zeros(self._pool_shape(num_cpu_blocks), dtype=dtype,
                                      pin_memory=pin)
 
+    def close(self) -> None:
+        """Free the pool and the swap space now (idempotent): the tensors go as soon as nothing
+        else holds them, with no garbage collection needed. The sizes stay readable."""
+        self.kv_cache = self.cpu_cache = None
+
+    @property
+    def closed(self) -> bool:
+        return self.kv_cache is None
+
     # ---- sizes ---------------------------------------------------------------------------------
 
     @property

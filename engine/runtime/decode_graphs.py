@@ -24,12 +24,14 @@ a greedy row (a sampled step has no use for it).
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from engine.runtime.sampler import greedy_pair
+from engine.runtime.row_reductions import greedy_pair
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 
@@ -57,13 +59,17 @@ class DecodeGraphs:
     """Static-buffer decode for one ModelRunner; CUDA graphs when the device is a GPU.
 
     `forward(ids, positions, slots, seq_lens, tables, max_seq_len)` is the runner's
-    decoder + LM head on tensors of B rows, returning [B, vocab] logits.
+    decoder + LM head on tensors of B rows, returning [B, vocab] logits. A bound method is held
+    weakly: the runner owns these graphs, and a reference back to it would make a cycle that
+    keeps the runner, and the KV pool it reads, alive until a garbage collection.
+    `close()` drops the graphs, their memory pool and the buffers at once.
     """
 
     def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device,
                  max_batch: int, max_blocks_per_seq: int, max_seq_len: int,
                  use_graphs: bool | None = None, pad: bool | None = None) -> None:
-        self.forward = forward
+        self._forward: Callable[[], Callable[..., torch.Tensor] | None] = (
+            weakref.WeakMethod(forward) if inspect.ismethod(forward) else lambda: forward)
         self.device = device
         self.use_graphs = device.type == "cuda" if use_graphs is None else use_graphs
         self.pad = self.use_graphs if pad is None else pad  # round batches up to the buckets
@@ -86,6 +92,18 @@ class DecodeGraphs:
         self.outputs: dict[int, DecodeOutputs] = {}
         self._pool: Any = None
         self.num_replays = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """Let go of every graph, its outputs and memory pool, and the buffers (idempotent).
+        Graphs first: a captured graph keeps its pool's memory until it is destroyed."""
+        self.graphs.clear()
+        self.outputs.clear()
+        self._pool = None
+        self._copied = [None, None]
+        self._hosts, self.host, self._host_np = [], None, None
+        self.buffer = None
+        self.closed = True
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -182,7 +200,10 @@ class DecodeGraphs:
 
     def _compute(self, size: int) -> DecodeOutputs:
         ids, pos, slots, lens, tables = self._views(size)
-        logits = self.forward(ids.long(), pos.long(), slots.long(), lens, tables,
+        forward = self._forward()
+        if forward is None:
+            raise RuntimeError("the model runner these decode graphs belong to is gone")
+        logits = forward(ids.long(), pos.long(), slots.long(), lens, tables,
                               self.max_seq_len).float()
         if not self.use_graphs:  # eager: a sampled step has no use for the greedy choice
             return DecodeOutputs(logits)

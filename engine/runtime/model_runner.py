@@ -38,7 +38,9 @@ import torch
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs
 from engine.runtime.lean_decoder import lean_forward
-from engine.runtime.sampler import SamplerWorkspace, TorchScores, fused_sampling_available, to_device
+from engine.runtime.sampler import TorchScores, fused_sampling_available
+from engine.runtime.sampler_workspace import SamplerWorkspace
+from engine.runtime.transfer import to_device
 
 ATTENTION_NAME = "pagedlab"
 METADATA_KWARG = "pagedlab_metadata"
@@ -166,6 +168,14 @@ class ModelRunner:
         self.sampler_workspace = SamplerWorkspace()
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs)
+
+    def close(self) -> None:
+        """Let go of this runner's own tensors now: decode graphs, static buffers, the sampler's
+        workspace (idempotent). The KV pool is the cache engine's (`CacheEngine.close`); the
+        model's weights are shared and stay."""
+        self.graphs.close()
+        self.sampler_workspace.release()
+        self._no_mask = self._query_starts = None
 
     @torch.inference_mode()
     def execute(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> torch.Tensor:

@@ -22,18 +22,17 @@ import importlib.metadata
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from engine.runtime.hub import hub_reachable
 from engine.runtime.lean_decoder import fuse_projections
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -413,7 +412,7 @@ def _from_hub(model_id: str) -> tuple[Any, Any]:
 
     Without the quick reachability check, an offline machine spends ~30 s in retries per name.
     """
-    reachable, why = _hub_reachable()
+    reachable, why = hub_reachable()
     kwargs: dict[str, Any] = {} if reachable else {"local_files_only": True}
     try:
         config = _read_config(model_id, **kwargs)
@@ -423,20 +422,6 @@ def _from_hub(model_id: str) -> tuple[Any, Any]:
         raise OSError(f"{why}, and it is not in the local Hugging Face cache") from err
     check_architecture(config, model_id)
     return _from_pretrained(model_id, **kwargs)
-
-
-def _hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
-        return False, "HF_HUB_OFFLINE is set"
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True, "behind a proxy: let huggingface_hub try"
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = urllib.parse.urlparse(endpoint).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True, f"{host} reachable"
-    except OSError as err:
-        return False, f"{host} is not reachable ({err})"
 
 
 def _tried(what: str, failures: list[str]) -> str:

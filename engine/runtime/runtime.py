@@ -2,25 +2,34 @@
 
 LLMEngine's bookkeeping decides which slots every token goes to; this wires that to tensors:
 load the shared model (models.py), allocate the paged pool (cache_engine.py), run a batch
-(model_runner.py), and wrap the logits for sampling (sampler.py).
+(model_runner.py), and wrap the logits for sampling (sampler.py). It implements the
+`ModelRuntime` contract of protocols.py, as `tp.runtime.TPRuntime` does with worker processes.
+
+`close()` frees the KV pool, the decode graphs and the sampler's workspace at once. Nothing in
+here points back at its owner (the decode graphs hold the runner weakly), so a dropped engine
+frees them too without waiting for a garbage collection.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from engine.config import EngineConfig
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.model_runner import Feed, ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner, ScheduledSeq
 from engine.runtime.models import load_model
+from engine.runtime.protocols import Feed, StepItem
 from engine.runtime.sampler import TorchScores
 
 
 class Runtime:
+    """The model, its KV pool and one forward pass a call, in this process."""
+
     def __init__(self, config: EngineConfig) -> None:
         self.loaded = load_model(config.model, config.device, config.dtype)
         self.cache = CacheEngine(
@@ -38,22 +47,42 @@ class Runtime:
         if self.warm_up_seconds:
             self.loaded.warmed_up = True
 
-    def execute(self, items: list[tuple[list[int], int, list[int]]], feed: Feed | None = None
-                ) -> TorchScores:
+    def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
         """items: (tokens to compute, tokens already in the cache, block table) per sequence.
         feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
         device, at tokens[row] (the last step's picks)."""
+        self._check_open()
         batch = [ScheduledSeq(toks, n, table) for toks, n, table in items]
         return self.runner.execute_scores(batch, feed)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        self._check_open()
         self.cache.copy_blocks(list(pairs))
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        self._check_open()
         self.cache.swap_out(pairs)
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        self._check_open()
         self.cache.swap_in(pairs)
+
+    def close(self) -> None:
+        """Free the KV pool, swap space, decode graphs and sampler workspace now (idempotent).
+        The model's weights are shared by every engine in the process and stay loaded."""
+        self.runner.close()
+        self.cache.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.cache.closed
+
+    def _check_open(self) -> None:
+        if self.cache.closed:
+            raise RuntimeError("this engine was closed: its KV pool is freed; build a new engine")
+
+    def kv_bytes_per_rank(self) -> list[int]:
+        return [self.cache.bytes_per_block * self.num_gpu_blocks]
 
     def info(self) -> dict[str, Any]:
         lm = self.loaded
@@ -78,7 +107,12 @@ class Runtime:
             "start-up warm-up (s)": round(self.warm_up_seconds, 2),
         }
 
-    def read_block(self, block_id: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read_block(self, block_id: int, layer: int, rank: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, V) of one block in one layer (float32 on the CPU); one process is rank 0."""
+        if rank not in (None, 0) or isinstance(rank, bool):
+            raise ValueError(f"rank must be 0 without tensor parallelism, got {rank!r}")
+        self._check_open()
         return self.cache.read_block(layer, block_id)
 
 

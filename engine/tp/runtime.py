@@ -3,7 +3,8 @@
 `TPRuntime` stands in for `runtime.Runtime` when `EngineConfig.tensor_parallel_size > 1`. The
 engine process keeps everything that decides: the scheduler, the block tables, prefix caching,
 copy-on-write, preemption, sampling and the op log. It holds no weights and no KV tensors. The
-N workers (engine/tp_worker.py) each hold a shard of the heads and their slice of every block.
+N workers (engine/tp/worker.py, each its own `python -m`, started by engine/tp/launch.py) hold
+a shard of the heads each and their slice of every block.
 
 Why the engine is not itself rank 0 (as vLLM's driver worker is): the app runs one engine per
 browser session inside one process, and a process can join only one default process group;
@@ -19,12 +20,11 @@ token and log probability; the full logits follow only when a request samples or
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import shutil
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -35,18 +35,15 @@ import torch
 import torch.distributed as dist
 
 from engine.config import EngineConfig
-from engine.runtime.sampler import TorchScores
+from engine.runtime.protocols import Feed, StepItem
 from engine.tp.comm import PollingWaiter, broadcast_object, gloo_group
+from engine.tp.launch import Workers, start_workers, stop_workers
+from engine.tp.remote_scores import RemoteScores
 from engine.tp.shard import check_tp_size
-from engine.tp.worker import worker_main
 
 START_TIMEOUT_S = 600.0  # loading and sharding a model in every worker
 STEP_TIMEOUT_S = 120.0  # the longest a step may take before the engine calls a worker stuck
-STOP_TIMEOUT_S = 5.0  # how long close() lets workers exit on their own before killing them
-
-
-_START_HINT = (" (workers start by importing the main module: a script that builds an engine "
-               "must do so under `if __name__ == \"__main__\":`, as multiprocessing requires)")
+_START_HINT = " (its output, if it left any, is on stderr above)"
 
 
 class TensorParallelError(RuntimeError):
@@ -66,47 +63,9 @@ class WireStats:
                                                             "logits_bytes": 0})
 
 
-@dataclass
-class _Workers:
-    """The processes and groups; what the finalizer needs to stop them (it must not hold the
-    runtime, or a dropped engine would never be collected)."""
-
-    procs: list[Any]
-    store: Any
-    folder: str
-    ctl: Any = None
-    replies: list[Any] = field(default_factory=list)
-    stopped: bool = False
-
-
-def _stop(w: _Workers, polite: bool) -> None:
-    """End every worker: ask them to stop (when they are healthy), then kill what is left."""
-    if w.stopped:
-        return
-    w.stopped = True
-    if polite and w.ctl is not None:
-        try:
-            waiter = PollingWaiter(lambda: None, STOP_TIMEOUT_S)  # nobody to name: just stop
-            broadcast_object(w.ctl, {"cmd": "stop"}, 0, 0, waiter)
-        except Exception:  # noqa: BLE001 - a worker already gone: kill below
-            pass
-    procs = [p for p in w.procs if p.pid is not None]  # started ones
-    deadline = time.monotonic() + (STOP_TIMEOUT_S if polite else 0)
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()  # SIGKILL also ends a stopped (SIGSTOP) or hung process
-    for p in procs:
-        p.join(STOP_TIMEOUT_S)
-    # Only now drop the groups: their pending transfers fail fast once the peers are gone.
-    w.ctl, w.replies = None, []
-    shutil.rmtree(w.folder, ignore_errors=True)
-
-
 class TPRuntime:
-    """Runtime's interface (execute, copy_blocks, swap_out, swap_in, info, read_block), served
-    by `config.tensor_parallel_size` worker processes."""
+    """The `ModelRuntime` contract (engine/runtime/protocols.py), served by
+    `config.tensor_parallel_size` worker processes."""
 
     def __init__(self, config: EngineConfig, start_timeout_s: float = START_TIMEOUT_S) -> None:
         from engine.runtime.models import resolve_device
@@ -125,19 +84,15 @@ class TPRuntime:
         store = dist.FileStore(os.path.join(folder, "store"), n + 1)
         store.set_timeout(timedelta(seconds=start_timeout_s))
         threads = max(1, (os.cpu_count() or 1) // n)
-        ctx = _worker_context()
-        args = (n, os.path.join(folder, "store"), config.to_dict(), threads)
-        procs = [ctx.Process(target=worker_main, args=(r, *args), name=f"pagedlab-tp-rank{r}",
-                             daemon=True) for r in range(n)]
-        self._w = _Workers(procs, store, folder)
-        self._finalizer = weakref.finalize(self, _stop, self._w, True)
+        self._w = Workers([], store, folder)
+        self._finalizer = weakref.finalize(self, stop_workers, self._w, True)
         self._error: str | None = None
         self.wire = WireStats()
         self.num_tokens_computed = 0
         self._steps = 0  # forward passes run: which step's logits worker 0 holds
         try:
-            for p in procs:
-                p.start()
+            self._w.procs, self._w.lifeline = start_workers(
+                n, folder, os.path.join(folder, "store"), config.to_dict(), threads)
             self._await_ready(start_timeout_s)
             self._w.ctl = gloo_group(store, "ctl", 0, n + 1, start_timeout_s)
             self._w.replies = [gloo_group(store, f"reply{r}", 0, 2, start_timeout_s)
@@ -145,7 +100,7 @@ class TPRuntime:
             hello, _ = broadcast_object(self._w.replies[0], None, 1, 0,
                                         PollingWaiter(self._check_alive, start_timeout_s))
         except BaseException as err:
-            _stop(self._w, polite=False)
+            stop_workers(self._w, polite=False)
             if isinstance(err, ValueError) or not isinstance(err, Exception):
                 raise  # a bad setting (the user's fix), or Ctrl-C
             hint = _START_HINT if "no error report" in str(err) else ""
@@ -237,7 +192,7 @@ class TPRuntime:
                     break  # a stuck worker is alive: nothing to wait for
                 time.sleep(0.02)
             self._error = msg
-            _stop(self._w, polite=False)
+            stop_workers(self._w, polite=False)
             raise TensorParallelError(f"{msg}; the engine stopped all {self.size} workers") from err
 
     def _send(self, msg: dict[str, Any]) -> int:
@@ -252,8 +207,13 @@ class TPRuntime:
 
     # ---- Runtime's interface --------------------------------------------------------------------
 
-    def execute(self, items: list[tuple[list[int], int, list[int]]]) -> RemoteScores:
-        """items: (tokens to compute, tokens already in the cache, block table) per sequence."""
+    def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> RemoteScores:
+        """items: (tokens to compute, tokens already in the cache, block table) per sequence.
+        No `feed`: the picks of these scores come back over the wire (`can_overlap` is False),
+        so no step starts before the host has its tokens."""
+        if feed:
+            raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
+                             "scores never overlap (RemoteScores.can_overlap is False)")
         items = [(list(map(int, t)), int(n), list(map(int, b))) for t, n, b in items]
 
         def run() -> torch.Tensor:
@@ -358,64 +318,16 @@ class TPRuntime:
         }
 
     def close(self) -> None:
-        """Stop the workers (idempotent)."""
+        """Stop the workers (idempotent): their KV pools and graphs go with their processes."""
         self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._w.stopped
 
     @property
     def alive(self) -> bool:
         return not self._w.stopped
-
-
-class RemoteScores:
-    """A step's scores when worker 0 holds the logits: the greedy pick of every row came with
-    the step; the full logits cross the wire only for a row that samples or searches beams
-    (then once for the whole step). The interface of sampler.TorchScores."""
-
-    def __init__(self, greedy: list[tuple[int, float]], fetch: Any, step: int) -> None:
-        self._greedy = greedy
-        self.num_rows = len(greedy)
-        self._fetch, self._step = fetch, step
-        self._full: TorchScores | None = None
-
-    def full(self) -> TorchScores:
-        if self._full is None:
-            self._full = TorchScores(self._fetch(self._step, self.num_rows))
-        return self._full
-
-    @property
-    def logits(self) -> torch.Tensor:
-        return self.full().logits
-
-    def logprobs(self) -> torch.Tensor:
-        return self.full().logprobs()
-
-    def greedy(self, row: int) -> tuple[int, float]:
-        return self._greedy[row]
-
-    def sample_many(self, requests: list[Any]) -> list[tuple[int, float]]:
-        if all(r.params.temperature == 0 for r in requests):
-            return [self._greedy[r.row] for r in requests]  # no logits need to cross the wire
-        return self.full().sample_many(requests)
-
-    def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
-        return self.full().top_many(rows, ks)
-
-    def top(self, row: int, k: int) -> list[tuple[int, float]]:
-        return self.full().top(row, k)
-
-
-def _worker_context() -> Any:
-    """How workers start. Not "fork": this process runs threads (torch's pools, the app's
-    server) that a forked child would inherit half-locked. "forkserver" forks each worker from a
-    clean helper process that imported torch and transformers once, so only the first engine pays
-    for those imports (~10 s on two cores); later workers start in about the time a model loads.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["engine.tp.worker", "engine.runtime.models", "engine.runtime.model_runner",
-                                "engine.runtime.cache_engine", "transformers.models.llama.modeling_llama"])
-    return ctx
 
 
 def _peek_heads(model: str | None) -> tuple[int, int] | None:

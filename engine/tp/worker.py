@@ -1,23 +1,26 @@
 """One tensor-parallel worker process: a shard of the model, its slice of the KV pool, a loop.
 
-Started by engine/tp_runtime.py (multiprocessing "spawn"). Rank r loads the model, keeps its
-Megatron shard (engine/tp_shard.py), allocates a KV pool `[layers, 2, blocks, block_size,
+Started by engine/tp/launch.py as `python -m engine.tp.worker --rank r ...` (its own module: the
+user's main module is never imported here). Rank r loads the model, keeps its Megatron shard
+(engine/tp/shard.py), allocates a KV pool `[layers, 2, blocks, block_size,
 kv_heads / N, head_dim]` with the same block count as every other rank, and then serves the
 engine's messages until told to stop: apply the step's copy and swap lists to its pool, run the
 step's tokens through the same ModelRunner a single-process engine uses (the all-reduces happen
 inside), and, on rank 0, send the logits back. The worker keeps no bookkeeping: block ids come
 from the engine, which owns the one block table.
 
-A worker exits when the engine process dies (a watchdog thread watches it), and reports any
-error it hits under `error/{rank}` in the shared store before exiting, so the engine can name it.
+A worker exits when the engine process dies (a watchdog thread reads the lifeline pipe whose
+write end only the engine holds: end-of-file means it is gone), and reports any error it hits
+under `error/{rank}` in the shared store before exiting, so the engine can name it.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.connection
+import argparse
+import json
 import os
 import shutil
+import signal
 import threading
 import traceback
 from datetime import timedelta
@@ -32,10 +35,29 @@ WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as 
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
 
 
+def main(argv: list[str] | None = None) -> None:
+    """`python -m engine.tp.worker`: the command line engine/tp/launch.py writes."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--size", type=int, required=True)
+    ap.add_argument("--store", required=True, help="the engine's FileStore")
+    ap.add_argument("--config", required=True, help="the EngineConfig as a JSON file")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lifeline", type=int, default=None, help="read end of the engine's pipe")
+    args = ap.parse_args(argv)
+    # Ctrl-C in a terminal reaches every process of the group: the engine stops its workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with open(args.config) as f:
+        config = json.load(f)
+    worker_main(args.rank, args.size, args.store, config, args.threads, args.lifeline)
+
+
 def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
-                threads: int) -> None:
-    """Entry point of worker `rank` of `size`; `store_path` is the engine's FileStore."""
-    _exit_with_parent(os.path.dirname(store_path))
+                threads: int, lifeline: int | None = None) -> None:
+    """Worker `rank` of `size`; `store_path` is the engine's FileStore, `lifeline` the read end
+    of a pipe that closes when the engine's process ends."""
+    if lifeline is not None:
+        _exit_with_engine(lifeline, os.path.dirname(store_path))
     store = dist.FileStore(store_path, size + 1)
     store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
     try:
@@ -60,15 +82,20 @@ def _report(store: Any, rank: int, err: BaseException) -> None:
         pass
 
 
-def _exit_with_parent(folder: str) -> None:
+def _exit_with_engine(lifeline: int, folder: str) -> None:
     """End this process as soon as the engine's process ends, however it ends (and remove the
-    store's folder, which a killed engine could not)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
+    store's folder, which a killed engine could not): the engine never writes to the pipe, so
+    a read returns only at end-of-file, when its write end is closed."""
 
     def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
+        while True:
+            try:
+                if not os.read(lifeline, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
         shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
 
@@ -204,3 +231,7 @@ def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dic
         "device_bytes_allocated": (torch.cuda.memory_allocated(loaded.device)
                                    if loaded.device.type == "cuda" else None),
     }
+
+
+if __name__ == "__main__":
+    main()

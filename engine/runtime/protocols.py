@@ -1,0 +1,161 @@
+"""The written contracts between the engine and what runs its model: the runtime, the scores a
+forward pass returns, and the picks a step leaves on the device.
+
+LLMEngine drives one of three runtimes and never asks which: `runtime.Runtime` (one process,
+real tensors), `tp.runtime.TPRuntime` (N worker processes, tensor parallelism) and, in the dry
+mode, no runtime at all, with `dry.dry_model.DryScores` standing in for the scores. Each forward
+pass comes back as scores: `sampler.TorchScores`, `tp.runtime.RemoteScores` or `DryScores`.
+Every one of them implements the whole contract below; what one cannot do is said by a
+property (`can_overlap`), not by a missing method.
+
+This module imports no torch (and nothing else of the engine), so the torch-free engine can
+name these types. Tensors appear as `Any`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+#: One sequence's part of a forward pass: (the tokens to compute, how many of its tokens are
+#: already in the cache (the position of the first new one), its block table).
+StepItem = tuple[Sequence[int], int, Sequence[int]]
+
+#: Async scheduling: ([(index in the batch, row)], tokens). The item's one new token is not on
+#: the host yet: it is tokens[row], a device tensor the last step's picks left (`Picks.tokens`).
+Feed = tuple[list[tuple[int, int]], Any]
+
+#: (token id, its log probability under the model)
+TokenLogprob = tuple[int, float]
+
+
+class SampleRequestLike(Protocol):
+    """What a draw needs of a request (engine.core.sampler_keys.SampleRequest)."""
+
+    row: int
+    params: Any  # SamplingParams: temperature, top_p, top_k
+    u: float  # the request's uniform number for this draw
+
+
+@runtime_checkable
+class Picks(Protocol):
+    """A step's picks: `result()` gives (token, log prob) for each request `pick_rows` got, in
+    order; `tokens` is the device tensor [rows] the next step's inputs read the picks from
+    (None where the picks never were on a device)."""
+
+    tokens: Any
+
+    def result(self) -> list[TokenLogprob]: ...
+
+
+class HostPicks:
+    """Picks that are on the host already (drawn now, read when the step lands): what scores
+    hand back from `pick_rows` when their picks never were on a device (the dry mode, and
+    tensor parallelism, whose picks come back over the wire)."""
+
+    tokens = None
+
+    def __init__(self, picks: list[TokenLogprob]) -> None:
+        self._picks = picks
+
+    def result(self) -> list[TokenLogprob]:
+        return self._picks
+
+
+@runtime_checkable
+class Scores(Protocol):
+    """The next-token scores of one forward pass, one row per sequence that ran."""
+
+    num_rows: int
+
+    @property
+    def can_overlap(self) -> bool:
+        """Whether `pick_rows` leaves the picks where the next step can read them before the
+        host does (async scheduling overlaps steps only then)."""
+        ...
+
+    def greedy(self, row: int) -> TokenLogprob:
+        """The most likely next token of `row` and its log probability."""
+        ...
+
+    def sample_many(self, requests: list[Any]) -> list[TokenLogprob]:
+        """One token per request (greedy or drawn at its uniform), in order."""
+        ...
+
+    def pick_rows(self, requests: list[Any]) -> Picks:
+        """`sample_many`, with the reading deferred to `Picks.result()`."""
+        ...
+
+    def top_many(self, rows: list[int], ks: list[int]) -> list[list[TokenLogprob]]:
+        """The ks[i] most likely next tokens of rows[i], best first (beam candidates)."""
+        ...
+
+    def top(self, row: int, k: int) -> list[TokenLogprob]:
+        """`top_many` of one row."""
+        ...
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """The tokenizer calls the engine makes."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+@runtime_checkable
+class ModelRuntime(Protocol):
+    """What LLMEngine drives in real mode: the model, the KV pool, one forward pass a call.
+
+    Block ids are the engine's: the runtime keeps no bookkeeping, it moves bytes where it is
+    told. `close()` lets go of the KV tensors, graphs, workspaces and worker processes at once
+    (idempotent); a closed runtime refuses further work with a clear error."""
+
+    tokenizer: Tokenizer
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    num_gpu_blocks: int
+    max_model_len: int
+    loaded: Any  # the model's facts: name, num_layers, num_q_heads, num_kv_heads, head_dim, ...
+
+    def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> Scores:
+        """One forward pass over `items` (their new tokens' K/V written into their slots):
+        the scores of each item's last new token, in order. `feed` only where the last step's
+        scores could overlap (`Scores.can_overlap`)."""
+        ...
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy-on-write: block src -> dst for every (src, dst), every layer."""
+        ...
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """Device block -> CPU block for every (gpu id, cpu id)."""
+        ...
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """CPU block -> device block for every (cpu id, gpu id)."""
+        ...
+
+    def read_block(self, block_id: int, layer: int, rank: int | None = None
+                   ) -> tuple[Any, Any]:
+        """(K, V) of one block in one layer as CPU float32 tensors [block_size, kv_heads,
+        head_dim]; `rank`: one tensor-parallel rank's slice (0 or None without parallelism)."""
+        ...
+
+    def kv_bytes_per_rank(self) -> list[int]:
+        """The KV pool's bytes on each rank (one entry without tensor parallelism)."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """What this runtime is, in words and numbers (the UI's Engine tab)."""
+        ...
+
+    def close(self) -> None:
+        """Free the KV tensors, graphs, workspaces and workers now; idempotent."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` ran (or the workers were stopped)."""
+        ...

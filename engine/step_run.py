@@ -1,0 +1,140 @@
+"""The run of a serving step: the scheduled step's copies and one forward pass, then its picks.
+
+The middle part of a step (schedule -> run -> postprocess). `execute` narrates the step's
+prefills and decodes, has the runtime copy swapped and copy-on-write blocks and compute every
+scheduled token (the dry mode draws from its RNG instead); `pick` launches every token of the
+step in one batched draw and every beam's candidates in one top-k, so the device is read once
+for each, not once per sequence. The tokens land in engine/core/postprocess.py.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from engine.core.events import Event
+from engine.core.in_flight import Launched
+from engine.core.registry import Registry
+from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
+from engine.core.scheduler import PrefillItem, ScheduledStep
+from engine.core.sequence import SamplingParams, Sequence, SequenceGroup
+from engine.dry.dry_model import DryScores
+
+Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
+
+
+def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
+            rng: random.Random, last_picks: Any) -> Any:
+    """Run the scheduled step; returns its scores (None when it computes nothing). Under async
+    scheduling `last_picks` holds the tokens of the step before, still on the device."""
+    items = [(p.seq, p.start) for p in sched.prefills]
+    items += [(s, s.num_tokens - 1) for s in sched.decodes]
+    cow = [e.block_ids for e in events if e.kind == "cow"]
+    for p in sched.prefills:
+        events.append(_prefill_event(p, step))
+    if sched.decodes:
+        events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
+    if runtime is None:
+        return DryScores(len(items), rng) if items else None
+    runtime.swap_out(sched.swap_out)
+    runtime.swap_in(sched.swap_in)
+    runtime.copy_blocks(cow)
+    if not items:
+        return None
+    batch = [(s.token_ids[n:], n, s.block_table) for s, n in items]
+    # async scheduling: a token still on the GPU is read there, from the last step's picks
+    feed = [(i, s.inflight_row) for i, (s, _) in enumerate(items) if s.inflight_step >= 0] \
+        if last_picks is not None else None
+    if feed:
+        return runtime.execute(batch, feed=(feed, last_picks.tokens))
+    return runtime.execute(batch)
+
+
+def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed: int,
+         greedy_free: bool, async_scheduling: bool) -> Launched | None:
+    """Launch the step's picks. Under async scheduling a step whose picks decide nothing but
+    tokens leaves them on the device (read when it lands). `greedy_free`: a greedy row draws
+    no uniform (a real model picks its argmax; the dry mode draws all the same)."""
+    if scores is None:
+        return None
+    rows: dict[int, list[tuple[Sequence, int]]] = {}
+    fresh: set[int] = set()
+    row = 0
+    for p in sched.prefills:
+        if p.final and not p.resumed:  # an earlier chunk's logits are not sampled
+            rows.setdefault(p.group.request_id, []).append((p.seq, row))
+            fresh.add(p.group.request_id)
+        row += 1
+    for seq in sched.decodes:
+        rows.setdefault(seq.request_id, []).append((seq, row))
+        row += 1
+    groups = registry.groups
+    pending: list[Draw] = []
+    counts: list[tuple[int, int]] = []  # (draws, top-k rows) per request, in rows' order
+    beam_rows: list[int] = []
+    beam_ks: list[int] = []
+    structural = False  # do the picks fork or free sequences?
+    for rid, seq_rows in rows.items():
+        group = groups[rid]
+        if group.params.beam_width > 1:
+            beam_rows += [r for _, r in seq_rows]
+            beam_ks += [2 * group.params.beam_width] * len(seq_rows)
+            counts.append((0, len(seq_rows)))
+            structural = True
+        else:
+            mine = _draws(group, seq_rows, rid in fresh, seed, greedy_free)
+            pending += mine
+            counts.append((len(mine), 0))
+            structural |= rid in fresh and group.params.n > 1
+    counters = [c for _, _, c in pending if c is not None]
+    us = iter(sample_uniforms(counters).tolist() if counters else ())
+    draws = [SampleRequest(r, p, 0.0 if c is None else next(us)) for r, p, c in pending]
+    launched = Launched(step, rows, fresh, counts)
+    launched.overlap = (async_scheduling and not structural
+                        and all(d.params.top_p >= 1.0 for d in draws)
+                        and scores.can_overlap)
+    if launched.overlap:
+        launched.picks = scores.pick_rows(draws)
+        for seq_rows in rows.values():
+            for seq, r in seq_rows:
+                seq.inflight_step, seq.inflight_row = launched.step, r
+    else:
+        launched.tokens = scores.sample_many(draws) if draws else []
+        launched.tops = scores.top_many(beam_rows, beam_ks) if beam_rows else []
+    return launched
+
+
+def _draws(group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool, seed: int,
+           greedy_free: bool) -> list[Draw]:
+    """What each sequence of a sampling group draws from this step: its row, its params,
+    and the counter its uniform number is hashed from, (seed, its index in the group, its
+    output position), or None for a greedy row (`pick` hashes the step's counters at once)."""
+    params = group.params
+    if params.temperature == 0 and greedy_free:  # greedy: no uniform to draw
+        rows = [r for _, r in seq_rows] * (params.n if fresh else 1)  # n copies: forked after
+        return [(r, params, None) for r in rows]
+    if group.seed is None:
+        given = params.seed
+        if given is None:  # reproducible on replay all the same
+            given = random.Random(seed * 1_000_003 + group.request_id).getrandbits(62)
+        group.seed = request_key(given)
+    key = group.seed
+    if fresh and params.n > 1:  # the n samples of the prefill's row, forked after the draw
+        row = seq_rows[0][1]
+        return [(row, params, (key, i, 0)) for i in range(params.n)]
+    # the output position: under async scheduling a token may still be on its way
+    if params.n == 1:
+        return [(r, params, (key, 0, len(s.output_ids) + (s.inflight_step >= 0)))
+                for s, r in seq_rows]
+    index = {s.seq_id: i for i, s in enumerate(group.seqs)}
+    return [(r, params, (key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0)))
+            for s, r in seq_rows]
+
+
+def _prefill_event(p: PrefillItem, step: int) -> Event:
+    """One prefill (whole, or a chunk of a chunked prompt) and the numbers its sentence needs."""
+    seq = p.seq
+    whole = p.final and p.start == seq.num_cached_tokens
+    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=(
+        p.resumed, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
+        seq.num_cached_tokens, len(seq.prefill_rest)))

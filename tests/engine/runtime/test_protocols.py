@@ -1,0 +1,61 @@
+"""The written contracts (engine/runtime/protocols.py): every scores class implements the whole
+`Scores` protocol, pick_rows included; both runtimes implement `ModelRuntime` with one execute
+signature; the contracts import no torch, so the torch-free engine can name them."""
+
+from __future__ import annotations
+
+import inspect
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from engine.core.sampler_keys import SampleRequest
+from engine.core.sequence import SamplingParams
+from engine.dry.dry_model import DryScores
+from engine.runtime.protocols import HostPicks, ModelRuntime, Picks, Scores
+from engine.runtime.runtime import Runtime
+from engine.runtime.sampler import TorchScores
+from engine.tp.remote_scores import RemoteScores
+from engine.tp.runtime import TPRuntime
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _scores() -> list[object]:
+    logits = torch.randn(3, 50)
+    greedy = [(int(t), 0.0) for t in logits.argmax(-1).tolist()]
+    return [TorchScores(logits), DryScores(3, random.Random(0)),
+            RemoteScores(greedy, lambda step, rows: logits, 1)]
+
+
+def test_every_scores_class_implements_the_whole_protocol():
+    reqs = [SampleRequest(r, SamplingParams(), 0.5) for r in range(3)]
+    for scores in _scores():
+        assert isinstance(scores, Scores), type(scores).__name__
+        picks = scores.pick_rows(reqs)
+        assert isinstance(picks, Picks)
+        assert picks.result() == scores.sample_many(reqs)
+        assert isinstance(scores.can_overlap, bool)
+        assert len(scores.top_many([0, 2], [2, 3])[1]) == 3
+    assert [type(s).can_overlap for s in _scores()] == [True, True, False]
+    assert isinstance(HostPicks([(1, 0.0)]), Picks)
+
+
+def test_both_runtimes_share_one_contract_and_one_execute_signature():
+    members = [n for n in dir(ModelRuntime) if not n.startswith("_")]
+    for cls in (Runtime, TPRuntime):
+        for name in ("execute", "copy_blocks", "swap_out", "swap_in", "read_block",
+                     "kv_bytes_per_rank", "info", "close", "closed"):
+            assert name in members and hasattr(cls, name), (cls.__name__, name)
+    params = [list(inspect.signature(cls.execute).parameters) for cls in (Runtime, TPRuntime)]
+    assert params[0] == params[1] == ["self", "items", "feed"]
+
+
+def test_the_contracts_import_no_torch():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None\n"
+            "import engine.runtime.protocols, engine.dry.dry_model\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
