@@ -28,10 +28,10 @@ def main() -> int:
     mode, note = "dry (bookkeeping only, no model)", ""
     if not args.dry:
         try:
-            from engine.runtime.models import load_model
+            from engine.runtime import models  # the process-wide model cache, warmed once
 
             print("[pagedlab] loading the default model (SmolLM2-135M-Instruct)...", flush=True)
-            load_model("default", args.device, "auto")
+            models.load_model("default", args.device, "auto")
             mode = "SmolLM2-135M (real model)"
         except Exception as err:  # the page says why instead of a traceback
             note = (f"\n> **The default model could not be loaded**, so this session starts in dry "

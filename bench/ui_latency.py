@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import EngineConfig  # noqa: E402
+from engine import EngineConfig, ops  # noqa: E402
 from ui.render import render  # noqa: E402
 from ui.session import Session  # noqa: E402
 
@@ -49,9 +49,9 @@ class Clock:
         self.cpu.append(time.process_time() - self._c)
 
 
-def click(clock: Clock, session: Session, name: str, *args, **kw) -> None:
+def click(clock: Clock, session: Session, op: ops.Op) -> None:
     with clock:
-        session.run(name, *args, **kw)
+        session.run(op)
         redraw(session)
 
 
@@ -65,7 +65,7 @@ def fill(session: Session, leave_free: int) -> list[int]:
     """Distinct prompts (no prefix hits) until about `leave_free` blocks are left."""
     seqs, i = [], 0
     while session.engine.snapshot().num_free_blocks > leave_free:
-        seqs.append(session.run("add_sequence", f"{i:06d}" + "x" * (16 * 3 - 6)))
+        seqs.append(session.run(ops.AddSequence(f"{i:06d}" + "x" * (16 * 3 - 6))))
         i += 1
     return seqs
 
@@ -75,26 +75,26 @@ def dry_clicks(num_blocks: int, n: int = 40) -> tuple[Clock, Clock]:
     s = Session(EngineConfig(model=None, block_size=16, num_gpu_blocks=num_blocks,
                              num_cpu_blocks=num_blocks))
     seqs = fill(s, num_blocks // 4)
-    ops, picks = Clock(), Clock()
+    clicks, picks = Clock(), Clock()
     for i in range(n):
         seq = seqs[i % len(seqs)]
-        click(ops, s, "append", seq, n=4)
+        click(clicks, s, ops.Append(seq, n=4))
         if i % 10 == 9:
-            click(ops, s, "free", s.run("fork", seq))
+            click(clicks, s, ops.Free(s.run(ops.Fork(seq))))
         with picks:  # a click on a block in the picture: select it and redraw
             s.selected_block = i % num_blocks
             redraw(s)
-    return ops, picks
+    return clicks, picks
 
 
 def real_clicks(n: int = 20) -> tuple[Clock, Clock]:
     """(append clicks, their redraw alone): the model's decode step is in the first only."""
     s = Session(EngineConfig(model="default", block_size=16, num_gpu_blocks=64, num_cpu_blocks=64))
-    seq = s.run("add_sequence", "The history of paged memory begins with")
-    s.run("fork", seq)
+    seq = s.run(ops.AddSequence("The history of paged memory begins with"))
+    s.run(ops.Fork(seq))
     clock, draw = Clock(), Clock()
     for _ in range(n):
-        click(clock, s, "append", seq, n=1)
+        click(clock, s, ops.Append(seq, n=1))
         with draw:
             redraw(s)
     return clock, draw

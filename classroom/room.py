@@ -20,12 +20,15 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from classroom.records import RoomRequest, RoomView
 from classroom.settings import RoomError, RoomSettings, check_text
-from engine import LLMEngine, SamplingParams
+from engine import LLMEngine, SamplingParams, ops
 
+#: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
+#: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing
 ACTIONS = ("pause", "resume", "step", "clear", "shrink", "restore", "prefix_on", "prefix_off", "close")
 RESERVED = "reserved by the teacher"
 
@@ -94,8 +97,8 @@ class Room:
                 raise RoomError(f"your prompt and its answer need {need} blocks, but the pool has "
                                 f"{self._usable_blocks()} for the class now; shorten the prompt")
             try:
-                rid = self.engine.add_request(ids, SamplingParams(max_tokens=self.settings.max_tokens,
-                                                                  temperature=0.0))
+                rid = self.engine.apply(ops.AddRequest(ids, SamplingParams(
+                max_tokens=self.settings.max_tokens, temperature=0.0)))
             except ValueError as err:
                 raise RoomError(str(err)) from err
             if label is None:
@@ -103,7 +106,7 @@ class Room:
                 self._students[student_key] = label
             self._sent[student_key] = sent + 1
             room_id = self._id_base + rid
-            n_tokens = len(self.engine.groups[rid].prompt_ids)
+            n_tokens = self.engine.request(rid).num_prompt_tokens
             self.requests[room_id] = RoomRequest(room_id, label, prompt, n_tokens, time.monotonic())
             self._touch()
             self._publish()
@@ -151,11 +154,18 @@ class Room:
             if self.closed:
                 raise RoomError(f"room {self.code} is closed")
             try:
-                return getattr(self, f"_do_{action}")(value)
+                return self._actions()[action](value)
             finally:  # a refused action may have paused the room: the view must say so
                 self._touch()
                 self._publish()
                 self._wake.notify()
+
+    def _actions(self) -> dict[str, Callable[[Any], str]]:
+        """Each action (but close, which takes the lock itself) and what does it."""
+        return {"pause": self._do_pause, "resume": self._do_resume, "step": self._do_step,
+                "clear": self._do_clear, "shrink": self._do_shrink, "restore": self._do_restore,
+                "prefix_on": lambda _: self._set_prefix(True),
+                "prefix_off": lambda _: self._set_prefix(False)}
 
     def _do_pause(self, _: Any) -> str:
         self.paused = True
@@ -167,15 +177,16 @@ class Room:
 
     def _do_step(self, _: Any) -> str:
         self.paused = True
-        if not self.engine.scheduler.has_work():
+        if not self.engine.has_pending_work():
             raise RoomError("nothing to step: no request is waiting, running or preempted")
         self._step()
-        return f"paused after step {self.engine.kv.step}"
+        return f"paused after step {self.engine.current_step()}"
 
     def _do_clear(self, _: Any) -> str:
         self._cleared_below = self._id_base = self._id_base + len(self.requests)
-        self.engine = LLMEngine(self._config)  # the old one (and its KV pool) goes with it
-        self.engine.kv.enable_prefix_caching = self.prefix_caching
+        # the old engine (and its KV pool) goes with it; the new one starts as the teacher left
+        # prefix caching
+        self.engine = LLMEngine(replace(self._config, enable_prefix_caching=self.prefix_caching))
         self.requests.clear()
         self._students.clear()
         self._sent.clear()
@@ -186,7 +197,7 @@ class Room:
     def _do_shrink(self, value: Any) -> str:
         """Leave `value` blocks of the pool to the class; the rest the room holds itself."""
         least = self._least_usable()
-        total = self.engine.kv.pool.num_blocks
+        total = self.engine.pool_size()
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= total:
@@ -202,19 +213,12 @@ class Room:
     def _do_restore(self, _: Any) -> str:
         self._reserve_target = 0
         self._release_reserve()
-        return f"the class has the whole pool again ({self.engine.kv.pool.num_blocks} blocks)"
-
-    def _do_prefix_on(self, _: Any) -> str:
-        return self._set_prefix(True)
-
-    def _do_prefix_off(self, _: Any) -> str:
-        return self._set_prefix(False)
+        return f"the class has the whole pool again ({self.engine.pool_size()} blocks)"
 
     def _set_prefix(self, on: bool) -> str:
-        # The engine reads this flag at every allocation and block seal; a room keeps no op log
-        # to replay, so switching it between steps is safe (blocks cached so far keep their hash).
+        # an operation like any other (in the op log): blocks cached so far keep their hash
+        self.engine.apply(ops.SetPrefixCaching(on))
         self.prefix_caching = on
-        self.engine.kv.enable_prefix_caching = on
         return f"prefix caching {'on' if on else 'off'} for new requests"
 
     def close(self) -> None:
@@ -228,7 +232,7 @@ class Room:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self.closed and (self.paused or not self.engine.scheduler.has_work()):
+                while not self.closed and (self.paused or not self.engine.has_pending_work()):
                     if time.monotonic() - self._last_activity > self.idle_seconds:
                         self.closed = True
                         self.error = f"closed after {self.idle_seconds:.0f} s without activity"
@@ -246,7 +250,7 @@ class Room:
 
     def _step(self) -> None:
         try:
-            result = self.engine.step()
+            result = self.engine.apply(ops.Step())
         except Exception as err:  # a bug: the room pauses and says so instead of dying silently
             traceback.print_exc(file=sys.stderr)
             self.paused = True
@@ -281,26 +285,26 @@ class Room:
         return max([2, *live])
 
     def _usable_blocks(self) -> int:
-        return self.engine.kv.pool.num_blocks - self._reserve_target
+        return self.engine.pool_size() - self._reserve_target
 
     def _reserved_blocks(self) -> int:
-        return sum(len(self.engine.seqs[s].block_table) for s in self._reserve_seqs)
+        return sum(len(self.engine.block_table(s)) for s in self._reserve_seqs)
 
     def _top_up_reserve(self) -> None:
         """Take free blocks until the reserve holds its target: one sequence of filler tokens
         per take, each starting with its own token so no two share a prefix-cache block."""
         eng, bs = self.engine, self.settings.block_size
-        want = min(self._reserve_target - self._reserved_blocks(), eng.kv.pool.num_allocatable,
+        want = min(self._reserve_target - self._reserved_blocks(), eng.num_allocatable_blocks(),
                    eng.max_model_len // bs)
         if want <= 0:
             return
         self._reserve_count += 1
         first = (7919 * self._reserve_count) % eng.vocab_size
-        self._reserve_seqs.append(eng.add_sequence([first] + [first] * (want * bs - 1)))
+        self._reserve_seqs.append(eng.apply(ops.AddSequence([first] + [first] * (want * bs - 1))))
 
     def _release_reserve(self) -> None:
         for seq in self._reserve_seqs:
-            self.engine.free(seq)
+            self.engine.apply(ops.Free(seq))
         self._reserve_seqs = []
 
     # ---- what others read ----------------------------------------------------------------------
@@ -311,36 +315,31 @@ class Room:
     def _publish(self) -> None:
         """Refresh the requests' places and publish a new RoomView (under the lock)."""
         eng = self.engine
-        sched = eng.scheduler
-        where = {g.request_id: "waiting" for g in sched.waiting}
-        where.update({g.request_id: "running" for g in sched.running})
-        where.update({g.request_id: "swapped" for g in sched.swapped})
         labels: dict[int, str] = {s: RESERVED for s in self._reserve_seqs}
         queues: dict[str, list[int]] = {"waiting": [], "running": [], "preempted": []}
-        for rid, place in where.items():  # queue order: first come, first served
-            rec = self.requests.get(self._id_base + rid)
+        for req in eng.requests():  # queue order: first come, first served
+            rec = self.requests.get(self._id_base + req.request_id)
             if rec is None:
                 continue
-            group = eng.groups[rid]
+            place = req.status
             rec.swapped = place == "swapped"
             rec.status = "preempted" if place == "swapped" or (
-                place == "waiting" and group.num_preemptions) else place
+                place == "waiting" and req.num_preemptions) else place
             queues[rec.status].append(rec.request_id)
-            blocks = [] if place != "running" else [b for s in group.live() for b in s.block_table]
-            rec.blocks = tuple(dict.fromkeys(blocks))
-            for s in group.live():
-                labels[s.seq_id] = f"{rec.student} · #{rec.request_id}"
+            rec.blocks = req.block_ids if place == "running" else ()
+            for s in req.live_seq_ids:
+                labels[s] = f"{rec.student} · #{rec.request_id}"
         snap = eng.snapshot()
         m = snap.metrics
         state = {
             "code": self.code, "model": self.settings.model, "paused": self.paused,
-            "closed": self.closed, "error": self.error, "step": eng.kv.step,
+            "closed": self.closed, "error": self.error, "step": eng.current_step(),
             "requests": [r.public() for r in self.requests.values()],
             "queues": queues, "students": len(self._students),
             "num_blocks": snap.num_blocks, "usable_blocks": self._usable_blocks(),
             "reserved_blocks": self._reserved_blocks(), "used_blocks": m.used_blocks,
             "cached_blocks": m.cached_blocks, "free_blocks": m.free_blocks,
-            "prefix_hit_blocks": m.prefix_hit_blocks, "preemptions": sched.num_preemptions,
+            "prefix_hit_blocks": m.prefix_hit_blocks, "preemptions": m.extra["preemptions"],
             "cow_copies": m.cow_copies, "evictions": m.evictions, "prefix_caching": self.prefix_caching,
             "system_prompt": self.settings.system_prompt, "settings": self.settings.to_dict(),
         }

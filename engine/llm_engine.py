@@ -19,10 +19,9 @@ every token's K/V into the paged pool (see `engine.runtime.runtime`).
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
 from typing import Any
 
-from engine import step_run
+from engine import ops, step_run
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
@@ -32,14 +31,15 @@ from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
 from engine.core.registry import Registry
+from engine.core.request_state import RequestState, request_state
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
-from engine.requests import check_request_fits, prompt_tokens, request_params, token_list
+from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
+from engine.requests import check_request_fits, prompt_tokens, token_list
 
 TRACE_VERSION = 1
-MAX_APPEND_PER_CALL = 100_000
 
 
 class LLMEngine:
@@ -91,42 +91,30 @@ class LLMEngine:
 
     def add_sequence(self, prompt: str | list[int]) -> int:
         """Allocate and prefill a prompt (prefix cache consulted). Returns the new seq id."""
-        return self._apply({"op": "add_sequence", "prompt": _copy_prompt(prompt)})
+        return self._apply(ops.AddSequence(prompt))
 
     def append(self, seq: int, n: int | None = None, token_ids: list[int] | None = None
                ) -> list[Event]:
         """Append n model-chosen tokens (the pending one first), or exactly `token_ids`."""
-        op: dict[str, Any] = {"op": "append", "seq": seq}
-        if token_ids is not None:
-            if n is not None:
-                raise ValueError("give either n or token_ids to append, not both")
-            op["token_ids"] = list(token_ids) if isinstance(token_ids, list | tuple) else token_ids
-        else:
-            op["n"] = 1 if n is None else n
-        return self._apply(op)
+        return self._apply(ops.Append(seq, n, token_ids))
 
     def fork(self, seq: int) -> int:
         """A child sharing every block of the parent (ref counts + 1). Returns the child's id."""
-        return self._apply({"op": "fork", "seq": seq})
+        return self._apply(ops.Fork(seq))
 
     def free(self, seq: int) -> list[Event]:
         """Drop a sequence: every block's ref count - 1; blocks reaching 0 are cached or free."""
-        return self._apply({"op": "free", "seq": seq})
+        return self._apply(ops.Free(seq))
 
     # ---- serving ------------------------------------------------------------------------------
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None) -> int:
         """Queue a request; it joins the next step. Returns the request id."""
-        params = params if params is not None else SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        op = {"op": "add_request", "prompt": list(prompt) if isinstance(prompt, list | tuple) else prompt,
-              "params": asdict(params)}
-        return self._apply(op)
+        return self._apply(ops.AddRequest(prompt, params))
 
     def step(self) -> StepResult:
         """One scheduler iteration: schedule, run, postprocess."""
-        return self._apply({"op": "step"})
+        return self._apply(ops.Step())
 
     def generate(self, prompts: str | list[str] | list[list[int]],
                  params: SamplingParams | None = None) -> list[RequestOutput]:
@@ -228,6 +216,57 @@ class LLMEngine:
                                          [self.runtime.cache.bytes_per_block * self.kv.pool.num_blocks])
         return info
 
+    # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
+
+    def has_pending_work(self) -> bool:
+        """Whether a request is waiting, running or swapped out (a step would do something)."""
+        return self.scheduler.has_work()
+
+    def current_step(self) -> int:
+        """The number of the last operation (every event of it carries this step)."""
+        return self.kv.step
+
+    def pool_size(self) -> int:
+        """Physical blocks in the GPU pool."""
+        return self.kv.pool.num_blocks
+
+    def num_allocatable_blocks(self) -> int:
+        """Blocks an allocation may take now: free ones plus cached ones it may evict."""
+        return self.kv.pool.num_allocatable
+
+    def block_table(self, seq_id: int) -> tuple[int, ...]:
+        """The block table of a sequence the engine holds (empty while it waits)."""
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            raise ValueError(f"unknown sequence id {seq_id!r}")
+        return tuple(seq.block_table)
+
+    def requests(self) -> list[RequestState]:
+        """Every unfinished request, in queue order: waiting, running, swapped."""
+        sched = self.scheduler
+        queues = (("waiting", sched.waiting), ("running", sched.running), ("swapped", sched.swapped))
+        return [request_state(g, status) for status, queue in queues for g in queue]
+
+    def request(self, request_id: int) -> RequestState | None:
+        """One unfinished request by id; None once it finished (or if it never was)."""
+        return next((r for r in self.requests() if r.request_id == request_id), None)
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of `text` in this engine's tokenizer."""
+        return list(self.tokenizer.encode(text))
+
+    def loaded_model(self) -> Any:
+        """The loaded model (runtime.models.LoadedModel: HF module, heads, sizes); None if dry."""
+        return None if self.runtime is None else self.runtime.loaded
+
+    def module_path(self) -> Any:
+        """A context in which forward passes run through the HF modules, so hooks on them fire
+        (the lessons' attention probe). Real mode only."""
+        runner = getattr(self.runtime, "runner", None)
+        if runner is None:
+            raise ValueError("the attention probe needs a real model in one process")
+        return runner.module_path()
+
     def close(self) -> None:
         """Let go of the engine's resources now: under tensor parallelism, end its worker
         processes (idempotent; a dropped engine does the same when it is collected)."""
@@ -256,20 +295,23 @@ class LLMEngine:
 
     # ---- dispatch --------------------------------------------------------------------------------
 
-    def _apply(self, op: dict[str, Any]) -> Any:
-        if not isinstance(op, dict) or op.get("op") not in self._OPS:
-            raise ValueError(f"unknown operation {op!r:.80}; expected one of {sorted(self._OPS)}")
+    def apply(self, op: ops.Op | dict[str, Any]) -> Any:
+        """Run one operation (engine.ops) or op-log record; returns what its primitive returns."""
+        return self._apply(op)
+
+    def _apply(self, op: ops.Op | dict[str, Any]) -> Any:
+        op = ops.as_op(op)  # a record is parsed (and its arguments checked) by engine/ops.py
         self.kv.step = self.step_count + 1
-        if op["op"] not in ("step", "add_request"):
+        if not isinstance(op, ops.Step | ops.AddRequest):
             self._flight.settle()  # async scheduling: a primitive works on settled sequences
-        result, events = self._OPS[op["op"]](self, op)
+        result, events = self._OPS[op.name](self, op)
         self.step_count += 1
         self.last_events = events
-        self._trace.append(op)
+        self._trace.append(op.to_record())
         return result
 
-    def _op_add_sequence(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        tokens = self._prompt_tokens(op.get("prompt"))
+    def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
+        tokens = self._prompt_tokens(op.prompt)
         seq = Sequence(self.registry.next_seq_id)
         events = self.kv.allocate(seq, tokens)  # may raise: the sequence is registered after
         seq.prompt_len = len(tokens)
@@ -282,19 +324,15 @@ class LLMEngine:
             self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
 
-    def _op_append(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.get("seq"))
-        if "token_ids" in op:
-            tokens = self._token_list(op["token_ids"], "token_ids")
-            if not tokens:
-                raise ValueError("token_ids is empty: give at least one token to append")
+    def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.seq)
+        if op.token_ids is not None:
+            tokens = self._token_list(op.token_ids, "token_ids")  # in this model's vocabulary
             events = self.kv.append(seq, tokens)
             if self.runtime is not None:  # the pending token is dropped; a new one follows these
                 self._compute(seq, seq.num_tokens - len(tokens), events)
             return events, events
-        n = op.get("n")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPEND_PER_CALL:
-            raise ValueError(f"n must be a whole number from 1 to {MAX_APPEND_PER_CALL}, got {n!r}")
+        n = op.n
         if self.runtime is None:
             # Check the whole append fits before drawing, so a refused append leaves the RNG as
             # it was and a replay draws the same tokens.
@@ -310,32 +348,37 @@ class LLMEngine:
                 events += step_events
         return events, events
 
-    def _op_fork(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        parent = self._live(op.get("seq"))
+    def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
+        parent = self._live(op.seq)
         child = self.registry.new_seq()
         events = self.kv.fork(parent, child)
         return child.seq_id, events
 
-    def _op_free(self, op: dict[str, Any]) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.get("seq"))
+    def _op_free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
+        seq = self._live(op.seq)
         events = self.kv.free(seq)
         self.registry.end(seq, self.kv.step)
         return events, events
 
-    def _op_add_request(self, op: dict[str, Any]) -> tuple[int, list[Event]]:
-        params = request_params(op.get("params"))
-        tokens = self._prompt_tokens(op.get("prompt"))
+    def _op_set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
+        # read at every allocation and block seal; blocks cached so far keep their hash
+        self.kv.enable_prefix_caching = op.enabled
+        return None, []
+
+    def _op_add_request(self, op: ops.AddRequest) -> tuple[int, list[Event]]:
+        params = op.params
+        tokens = self._prompt_tokens(op.prompt)
         check_request_fits(tokens, params, self.max_model_len, self.config.block_size,
                            self.kv.pool.num_blocks)
         rid = self.registry.next_request_id
         self.registry.next_request_id += 1
         seq = self.registry.new_seq(status=SequenceStatus.WAITING, request_id=rid)
-        group = SequenceGroup(rid, op.get("prompt"), tokens, params, [seq], arrival=rid)
+        group = SequenceGroup(rid, op.prompt_value, tokens, params, [seq], arrival=rid)
         self.groups[rid] = group
         self.scheduler.add(group)
         return rid, []  # nothing happens to blocks until a step schedules it
 
-    def _op_step(self, op: dict[str, Any]) -> tuple[StepResult, list[Event]]:
+    def _op_step(self, op: ops.Step) -> tuple[StepResult, list[Event]]:
         """schedule -> run -> postprocess. Under async scheduling the postprocess of this step
         may wait for the next one (`InFlight`); what landed in between is reported here."""
         events, finished = self._flight.before_step()
@@ -370,13 +413,15 @@ class LLMEngine:
         events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=(n,),
                             form="decode_primitive", names=self.kv.token_repr))
 
+    # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {
-        "add_sequence": _op_add_sequence,
-        "append": _op_append,
-        "fork": _op_fork,
-        "free": _op_free,
-        "add_request": _op_add_request,
-        "step": _op_step,
+        ops.AddSequence.name: _op_add_sequence,
+        ops.Append.name: _op_append,
+        ops.Fork.name: _op_fork,
+        ops.Free.name: _op_free,
+        ops.AddRequest.name: _op_add_request,
+        ops.Step.name: _op_step,
+        ops.SetPrefixCaching.name: _op_set_prefix_caching,
     }
 
     # ---- validation ------------------------------------------------------------------------------
@@ -399,6 +444,3 @@ class LLMEngine:
     def _prompt_tokens(self, prompt: object) -> list[int]:
         return prompt_tokens(prompt, self.tokenizer, self.vocab_size, self.max_model_len)
 
-
-def _copy_prompt(prompt: object) -> object:
-    return list(prompt) if isinstance(prompt, list | tuple) else prompt

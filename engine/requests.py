@@ -38,14 +38,6 @@ def prompt_tokens(prompt: object, tokenizer: Any, vocab_size: int, max_model_len
     return tokens
 
 
-def request_params(params: object) -> SamplingParams:
-    """An add_request op's params (a dict, as the op log holds them) as SamplingParams."""
-    params = params or {}
-    if not isinstance(params, dict):
-        raise ValueError("params must be an object of sampling parameters")
-    return SamplingParams(**{k: tuple(v) if k == "stop" else v for k, v in params.items()})
-
-
 def check_request_fits(tokens: list[int], params: SamplingParams, max_model_len: int,
                        block_size: int, num_blocks: int) -> None:
     """A request whose prompt and outputs could never fit is refused when it is added."""

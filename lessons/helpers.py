@@ -170,10 +170,11 @@ class AttentionProbe:
     lesson checks `max_error`. (Hooks are global to the shared model: use it in one session.)"""
 
     def __init__(self, engine: LLMEngine, layer: int) -> None:
-        if engine.runtime is None:
+        if engine.config.dry:
             raise ValueError("probe needs a real model (the dry mode has no attention)")
         self.engine = engine
-        self.model = engine.runtime.loaded.model
+        self.loaded = engine.loaded_model()
+        self.model = self.loaded.model
         self.layer = layer
         self.captured: dict[str, Any] = {}
 
@@ -192,7 +193,7 @@ class AttentionProbe:
         handles = [attn.register_forward_pre_hook(on_attention, with_kwargs=True),
                    attn.o_proj.register_forward_pre_hook(on_output)]
         try:
-            with self.engine.runtime.runner.module_path():  # hooks fire only in the modules
+            with self.engine.module_path():  # hooks fire only in the modules
                 yield
         finally:
             for h in handles:
@@ -204,7 +205,7 @@ class AttentionProbe:
 
         attn = self.model.model.layers[self.layer].self_attn
         hidden, (cos, sin), out = self.captured["hidden"], self.captured["rope"], self.captured["out"]
-        loaded = self.engine.runtime.loaded
+        loaded = self.loaded
         qh, kvh, d = loaded.num_q_heads, loaded.num_kv_heads, loaded.head_dim
         with torch.no_grad():
             q = attn.q_proj(hidden).view(*hidden.shape[:-1], qh, d).transpose(1, 2)  # [1, qh, T, d]

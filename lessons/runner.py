@@ -17,19 +17,22 @@ UI contract::
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from engine import EngineConfig, Event, LLMEngine, OutOfBlocks, SamplingParams
+from engine import EngineConfig, Event, LLMEngine, OutOfBlocks
 from engine.core.snapshot import Snapshot
-from lessons import helpers
-from lessons.loader import Lesson, LessonError, Op, Text, lesson_files
+from lessons import context
+from lessons.context import KNOWN_NAMES, show
+from lessons.lesson import Lesson, LessonError, Op, Text
+from lessons.loader import PLACEHOLDER, lesson_files
 from lessons.loader import load as _load
 from lessons.safe_eval import Evaluator, UnsafeExpression
+from lessons.verbs import MAX_RUN_STEPS, VERBS, PlayState
 
-MAX_RUN_STEPS = 500
+__all__ = ["KNOWN_NAMES", "MAX_RUN_STEPS", "LessonCheckFailed", "LessonRun", "QuestionView",
+           "StepView", "load", "load_all"]
 
 
 class LessonCheckFailed(LessonError):
@@ -73,14 +76,6 @@ class _Mark:
     outputs: dict[int, Any]
 
 
-@dataclass
-class _State:
-    names: dict[str, Any] = field(default_factory=dict)  # bound by ops: seq ids, request ids, values
-    outputs: dict[int, Any] = field(default_factory=dict)  # request id -> its latest RequestOutput
-    events: list[Event] = field(default_factory=list)  # of the current step
-    last_result: Any = None
-
-
 def load(path: str | Any) -> Lesson:
     """Load and check one lesson (names are checked against what the runner provides)."""
     return _load(path, known_names=KNOWN_NAMES)
@@ -107,7 +102,7 @@ class LessonRun:
         self.check_invariants = check_invariants
         self._engine: LLMEngine | None = None
         self._config = self.base_config
-        self._state = _State()
+        self.state = PlayState()
         self._marks: list[_Mark] = []
         self.views: list[StepView] = []
 
@@ -150,8 +145,8 @@ class LessonRun:
         if self.done:
             raise IndexError(f"lesson {self.lesson.name} has only {self.total} steps")
         eng = self.engine
-        self._marks.append(_Mark(self._config, eng.trace, dict(self._state.names),
-                                 dict(self._state.outputs)))
+        self._marks.append(_Mark(self._config, eng.trace, dict(self.state.names),
+                                 dict(self.state.outputs)))
         try:
             view = self._run_step(self.index - 1)
         except BaseException:
@@ -170,7 +165,7 @@ class LessonRun:
     def restart(self) -> None:
         self._config = self.base_config
         self._engine = LLMEngine(self._config) if self._engine is not None else None
-        self._state = _State()
+        self.state = PlayState()
         self._marks.clear()
         self.views.clear()
 
@@ -185,7 +180,7 @@ class LessonRun:
         mark = self._marks[index]
         self._config = mark.config
         self._engine = LLMEngine.replay(mark.config, mark.trace)
-        self._state = _State(dict(mark.names), dict(mark.outputs))
+        self.state = PlayState(dict(mark.names), dict(mark.outputs))
         del self._marks[index:]
         del self.views[index:]
         return self.next()
@@ -200,7 +195,7 @@ class LessonRun:
     def _run_step(self, i: int) -> StepView:
         step = self.lesson.steps[i]
         asked = None if step.question is None else self._render(step.question.text)
-        st = self._state
+        st = self.state
         st.events = []
         for op in step.ops:
             self._run_op(op)
@@ -224,7 +219,7 @@ class LessonRun:
         answer = answer_text = explanation = None
         if step.question is not None:
             answer = self._eval(step.question.answer, step.question.answer_line, evaluator)
-            answer_text = _show(answer)
+            answer_text = show(answer)
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
@@ -241,101 +236,30 @@ class LessonRun:
                 raise
             if op.expect_error:
                 if op.target:
-                    self._state.names[op.target] = str(e)
+                    self.state.names[op.target] = str(e)
                 return
             raise LessonError(self.lesson.path, op.line, f"'{op.source}' failed: {e}") from None
         if op.expect_error:
             raise LessonCheckFailed(self.lesson.path, op.line, f"'{op.source}' was expected to fail "
                                                                f"but succeeded")
         if op.target:
-            self._state.names[op.target] = result
+            self.state.names[op.target] = result
 
     def _do(self, op: Op, args: list[Any], kw: dict[str, Any]) -> Any:
-        eng, st = self.engine, self._state
-        name = op.name
-        if name == "let":
-            return args[0]
-        if name == "add_sequence":
-            result = eng.add_sequence(_prompt(args[0]))
-        elif name == "append":
-            seq = _seq_id(args[0])
-            if "tokens" in kw:
-                result = eng.append(seq, token_ids=list(kw["tokens"]))
-            elif "text" in kw:
-                result = eng.append(seq, token_ids=eng.tokenizer.encode(kw["text"]))
-            else:
-                result = eng.append(seq, n=kw.get("n", 1))
-            result = None
-        elif name == "fork":
-            result = eng.fork(_seq_id(args[0]))
-        elif name == "free":
-            events: list[Event] = []
-            for a in args:
-                eng.free(_seq_id(a))
-                events += eng.last_events
-            st.events += events
-            return None
-        elif name == "request":
-            if "stop" in kw:
-                kw["stop"] = tuple([kw["stop"]] if isinstance(kw["stop"], str) else kw["stop"])
-            result = eng.add_request(_prompt(args[0]), SamplingParams(**kw))
-        elif name in ("step", "run"):
-            return self._steps(name, kw)
-        elif name == "probe":
-            seq = _seq_id(args[0])
-            probe = helpers.AttentionProbe(eng, _int(kw.get("layer", 0), "layer"))
-            with probe.hooks():
-                eng.append(seq, n=1)
-            st.events += eng.last_events
-            return probe.result(seq)
-        elif name == "admit":
-            # Hundreds of ops: their events are not shown one by one; the snapshot tells the story.
-            return helpers.admit(eng, args[0])
-        elif name == "engine":
-            self._config = replace(self._config, **kw)
-            self._engine = LLMEngine(self._config)
-            st.outputs.clear()
-            return None
-        else:  # the loader refuses unknown ops; this is a guard for new ones
-            raise LessonError(self.lesson.path, op.line, f"operation {name!r} is not implemented")
-        st.events += eng.last_events
-        return result
+        verb = VERBS.get(op.name)
+        if verb is None:  # the loader refuses unknown verbs; this is a guard for new ones
+            raise LessonError(self.lesson.path, op.line, f"operation {op.name!r} is not implemented")
+        return verb.do(self, args, kw)
 
-    def _steps(self, name: str, kw: dict[str, Any]) -> Any:
-        eng, st = self.engine, self._state
-        limit = _int(kw.get("times", 1) if name == "step" else kw.get("max_steps", MAX_RUN_STEPS), "steps")
-        finished = []
-        for _ in range(limit):
-            if name == "run" and not eng.groups:
-                break
-            res = eng.step()
-            st.last_result = res
-            st.events += res.events
-            for out in list(res.outputs) + list(res.finished):
-                st.outputs[out.request_id] = out
-            finished += res.finished
-            if name == "run" and kw.get("until") in {e.kind for e in res.events}:
-                break  # `run until="preempt"`: stop right after the step where it happened
-        return finished
+    def reconfigure(self, settings: dict[str, Any]) -> None:
+        """The `engine` verb: a fresh engine with these settings changed (the op log restarts)."""
+        self._config = replace(self._config, **settings)
+        self._engine = LLMEngine(self._config)
 
     # ---- expressions -----------------------------------------------------------------------------
 
     def _evaluator(self) -> Evaluator:
-        eng, st = self.engine, self._state
-        snap = eng.snapshot()
-        names: dict[str, Any] = {
-            "snap": snap, "metrics": snap.metrics, "blocks": snap.blocks, "seqs": snap.sequences,
-            "events": tuple(st.events), "block_size": snap.block_size, "num_blocks": snap.num_blocks,
-            "info": MappingProxyType(eng.engine_info()), "dry": eng.config.dry,
-            "config": MappingProxyType(eng.config.to_dict()), "model": _model_info(eng),
-            "step_number": len(self._marks), "total_steps": self.total, "result": st.last_result,
-            "outputs": MappingProxyType(dict(st.outputs)), "ARCHITECTURES": helpers.ARCHITECTURES,
-            "params": MappingProxyType(dict(self.params)), "trace_len": len(eng.trace),
-            "None": None, "True": True, "False": False,
-        }
-        names.update(self.params)
-        names.update(st.names)
-        return Evaluator(names, _helpers(eng, snap, st))
+        return context.evaluator(self.engine, self.state, self.params, len(self._marks), self.total)
 
     def _eval(self, tree: ast.Expression, line: int, evaluator: Evaluator | None = None) -> Any:
         try:
@@ -345,8 +269,7 @@ class LessonRun:
 
     def _render(self, text: Text, evaluator: Evaluator | None = None) -> str:
         evaluator = evaluator or self._evaluator()
-        values = iter([_show(self._eval(tree, line, evaluator)) for _, line, tree in text.exprs])
-        from lessons.loader import PLACEHOLDER
+        values = iter([show(self._eval(tree, line, evaluator)) for _, line, tree in text.exprs])
         return PLACEHOLDER.sub(lambda m: next(values), text.source)
 
     def _explain(self, tree: ast.Expression, evaluator: Evaluator) -> str:
@@ -355,138 +278,8 @@ class LessonRun:
         if isinstance(node, ast.Compare):
             parts = [node.left, *node.comparators]
             try:
-                shown = [f"{ast.unparse(p)} = {_show(evaluator.eval(ast.Expression(p)))}" for p in parts]
+                shown = [f"{ast.unparse(p)} = {show(evaluator.eval(ast.Expression(p)))}" for p in parts]
             except UnsafeExpression:
                 return ""
             return " (" + "; ".join(shown) + ")"
         return ""
-
-
-# ---- the context's helper functions ------------------------------------------------------------------
-
-
-def _helpers(eng: LLMEngine, snap: Snapshot, st: _State) -> dict[str, Callable[..., Any]]:
-    def seq(s: int) -> Any:
-        sid = _seq_id(s)
-        if sid not in snap.sequences:
-            raise ValueError(f"seq {sid} is not live (freed or finished)")
-        return snap.sequences[sid]
-
-    def count(kind: str) -> int:
-        return sum(1 for e in st.events if e.kind == kind)
-
-    def events_of(kind: str) -> list[Event]:
-        return [e for e in st.events if e.kind == kind]
-
-    def block(b: int) -> Any:
-        return snap.blocks[b]
-
-    def output(rid: int) -> Any:
-        if rid not in st.outputs:
-            raise ValueError(f"request {rid} has no output yet (step it first)")
-        return st.outputs[rid]
-
-    def same_kv(src: int, dst: int, layer: int = 0, slots: int | None = None) -> bool:
-        """Whether two physical blocks hold the same K and V bytes in their first `slots` slots."""
-        (k1, v1), (k2, v2) = eng.inspect_block(src, layer), eng.inspect_block(dst, layer)
-        n = snap.block_size if slots is None else slots
-        return bool((k1[:n] == k2[:n]).all() and (v1[:n] == v2[:n]).all())
-
-    def request_seqs(rid: int) -> list[Any]:
-        group = eng.groups.get(rid)
-        live = [] if group is None else group.seqs
-        return [snap.sequences[s.seq_id] for s in live if s.seq_id in snap.sequences]
-
-    def decode(token_ids: Any) -> str:
-        return eng.decode(list(token_ids))
-
-    def shared_blocks() -> list[int]:
-        return [b.block_id for b in snap.blocks if b.ref_count > 1]
-
-    def waste(s: int) -> int:
-        v = seq(s)
-        return len(v.block_table) * snap.block_size - v.num_tokens
-
-    def encode(text: str) -> list[int]:
-        return list(eng.tokenizer.encode(text))
-
-    h: dict[str, Callable[..., Any]] = {
-        "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "round": round, "sorted": sorted,
-        "range": _range, "list": list, "str": str, "int": int, "float": float, "any": any, "all": all,
-        "set": lambda x: sorted(set(x)), "join": _join, "show": _show,
-        "seq": seq, "table": lambda s: list(seq(s).block_table), "tokens": lambda s: list(seq(s).token_ids),
-        "text": lambda s: seq(s).text, "block": block, "ref": lambda b: block(b).ref_count,
-        "count": count, "events_of": events_of, "output": output, "same_kv": same_kv,
-        "request_seqs": request_seqs, "decode": decode, "shared_blocks": shared_blocks, "waste": waste,
-        "encode": encode, "live": lambda s: _seq_id(s) in snap.sequences,
-        "reservation_fit": helpers.reservation_fit,
-    }
-    h.update(helpers.PURE_HELPERS)
-    return h
-
-
-def _model_info(eng: LLMEngine) -> Any:
-    if eng.runtime is None:
-        return None
-    lm = eng.runtime.loaded
-    element = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(lm.dtype).replace("torch.", ""), 0)
-    return MappingProxyType({
-        "name": lm.name, "layers": lm.num_layers, "q_heads": lm.num_q_heads, "kv_heads": lm.num_kv_heads,
-        "head_dim": lm.head_dim, "dtype": str(lm.dtype).replace("torch.", ""), "dtype_bytes": element,
-        "max_len": lm.max_position_embeddings, "hidden": int(lm.config.hidden_size),
-    })
-
-
-def _range(*args: int) -> range:
-    r = range(*args)
-    if len(r) > 1_000_000:
-        raise ValueError("range too long")
-    return r
-
-
-def _join(items: Any, sep: str = ", ") -> str:
-    return sep.join(_show(x) for x in items)
-
-
-def _show(value: Any) -> str:
-    """How a value appears in narration: ints plainly, floats briefly, lists in brackets."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    return str(value)
-
-
-def _seq_id(s: Any) -> int:
-    if isinstance(s, bool) or not isinstance(s, int):
-        raise ValueError(f"a sequence is named by its id (a bound name like a), got {s!r}")
-    return s
-
-
-def _int(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{what} must be a whole number, got {v!r}")
-    return v
-
-
-def _prompt(p: Any) -> str | list[int]:
-    if isinstance(p, str):
-        return p
-    if isinstance(p, list | tuple):
-        return list(p)
-    raise ValueError(f"a prompt is text or a list of token ids, got {type(p).__name__}")
-
-
-#: every name an expression may read: the context's names and the helpers (for load-time checks)
-KNOWN_NAMES: set[str] = {
-    "snap", "metrics", "blocks", "seqs", "events", "block_size", "num_blocks", "info", "dry", "config",
-    "model", "step_number", "total_steps", "result", "outputs", "ARCHITECTURES", "params", "trace_len",
-    "None", "True", "False",
-} | {
-    "len", "sum", "min", "max", "abs", "round", "sorted", "range", "list", "str", "int", "float", "any",
-    "all",
-    "set", "join", "show", "seq", "table", "tokens", "text", "block", "ref", "count", "events_of", "output",
-    "same_kv", "request_seqs", "decode", "shared_blocks", "waste", "encode", "live", "reservation_fit",
-} | set(helpers.PURE_HELPERS)

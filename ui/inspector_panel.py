@@ -44,7 +44,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     @guard
     def on_inspect(b, lyr, session: Session, r=None):
         eng = session.engine
-        b = limits.whole(0 if b is None else b, "block id", 0, eng.kv.pool.num_blocks - 1)
+        b = limits.whole(0 if b is None else b, "block id", 0, eng.pool_size() - 1)
         lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
         try:
             k, v = eng.inspect_block(b, lyr, tp_panel.rank_of(r, session))
@@ -70,7 +70,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         b = int(target)
         session.selected_block = b
         summary = block_summary(session, b)
-        if session.engine.runtime is None:  # dry mode: bookkeeping only, no tensors to show
+        if session.engine.config.dry:  # dry mode: bookkeeping only, no tensors to show
             figure = None
             summary += "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
         else:

@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from engine.ops import OpError
 from ui.gpu import gpu_task
 from ui.render import render
 from ui.session import Session, UserError
@@ -56,7 +57,7 @@ def guard(fn):
     def wrapped(*args: Any) -> Any:
         try:
             return fn(*args)
-        except UserError as err:
+        except (UserError, OpError) as err:  # OpError: an operation's argument (engine/ops.py)
             raise gr.Error(str(err)) from err
         except gr.Error:
             raise

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
+from engine import ops
 from ui import limits
 from ui.page import Page, guard, show
 from ui.session import Session, UserError
@@ -39,28 +40,28 @@ def playground_panel(page: Page) -> Callable[[], None]:
         if not isinstance(text, str):
             raise UserError("the prompt must be text")
         limits.check_prompt(text)
-        if chat and session.engine.runtime is not None:
+        if chat and not session.engine.config.dry:
             ids = session.engine.tokenizer.apply_chat_template(text)
-            session.selected_seq = session.run("add_sequence", ids)
+            session.selected_seq = session.run(ops.AddSequence(ids))
         else:
-            session.selected_seq = session.run("add_sequence", text)
+            session.selected_seq = session.run(ops.AddSequence(text))
         return show(session)
 
     @guard
     def on_append(s, count, session: Session):
         count = limits.whole(count, "tokens", 1, limits.MAX_APPEND)
         session.selected_seq = seq_id(s)
-        session.run("append", session.selected_seq, n=count)
+        session.run(ops.Append(session.selected_seq, n=count))
         return show(session)
 
     @guard
     def on_fork(s, session: Session):
-        session.selected_seq = session.run("fork", seq_id(s))
+        session.selected_seq = session.run(ops.Fork(seq_id(s)))
         return show(session)
 
     @guard
     def on_free(s, session: Session):
-        session.run("free", seq_id(s))
+        session.run(ops.Free(seq_id(s)))
         session.selected_seq = None
         return show(session)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from engine import SamplingParams
+from engine import SamplingParams, ops
 from ui import limits
 from ui.page import Page, guard, show
 from ui.session import Session, UserError
@@ -45,22 +45,22 @@ def serving_panel(page: Page) -> Callable[[], None]:
                 ignore_eos=False)
         except ValueError as err:
             raise UserError(str(err)) from err
-        session.run("add_request", text, params)
+        session.run(ops.AddRequest(text, params))
         return show(session)
 
     @guard
     def on_step(session: Session):
-        if not session.engine.scheduler.has_work():
+        if not session.engine.has_pending_work():
             raise UserError("no request is waiting or running: add a request first")
-        session.run("step")
+        session.run(ops.Step())
         return show(session)
 
     @guard
     def on_run_all(session: Session):
         for _ in range(limits.MAX_RUN_STEPS):
-            if not session.engine.scheduler.has_work():
+            if not session.engine.has_pending_work():
                 break
-            session.run("step")
+            session.run(ops.Step())
         return show(session)
 
     def wire() -> None:

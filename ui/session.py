@@ -15,10 +15,9 @@ import threading
 import traceback
 import weakref
 import zlib
-from dataclasses import asdict
 from typing import Any
 
-from engine import EngineConfig, LLMEngine, OutOfBlocks
+from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from ui import limits
 from ui.limits import UserError
 
@@ -87,25 +86,26 @@ class Session:
             _live.discard(self)
 
 
-    def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Run one engine operation at the cursor. A refused operation changes nothing; so does
-        one that fails unexpectedly: the engine is rebuilt from the log, which holds only
-        operations that succeeded, and the user gets a message instead of a traceback."""
+    def run(self, op: ops.Op) -> Any:
+        """Run one engine operation (engine/ops.py) at the cursor; returns its result. A refused
+        operation changes nothing; so does one that fails unexpectedly: the engine is rebuilt
+        from the log, which holds only operations that succeeded, and the user gets a message
+        instead of a traceback."""
         with self.lock:
             if self.pos >= MAX_OPS:
                 raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
                                 "press Reset or export the trace and start again")
             eng = self.engine
-            self._check_op(_as_op(name, args, kwargs), eng, self.ops[: self.pos])
+            self._check_op(op, eng, self.ops[: self.pos])
             try:
-                result = getattr(eng, name)(*args, **kwargs)
+                result = eng.apply(op)
             except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
                 raise UserError(str(err)) from err
             except Exception as err:
                 # Not all-or-nothing any more: drop the engine; the next access replays the log.
                 self._engine = None
                 traceback.print_exc(file=sys.stderr)
-                raise UserError(f"the {name} operation failed inside the engine "
+                raise UserError(f"the {op.name} operation failed inside the engine "
                                 f"({type(err).__name__}: {err}); the session is as it was "
                                 "before it") from err
             self.ops = eng.trace
@@ -113,32 +113,29 @@ class Session:
             return result
 
     @staticmethod
-    def _check_op(op: dict[str, Any], eng: LLMEngine | None, before: list[dict[str, Any]]) -> None:
-        """The per-session limits of ui/limits.py, for a click and for every op of a trace."""
-        kind = op.get("op") if isinstance(op, dict) else None
-        if kind in ("add_sequence", "add_request"):
-            prompt = op.get("prompt")
-            limits.check_prompt(prompt)
-            if isinstance(prompt, str) and eng is not None:
-                limits.check_prompt_tokens(len(eng.tokenizer.encode(prompt)))
-            elif isinstance(prompt, list):
-                limits.check_prompt_tokens(len(prompt))
-        if kind == "append":
-            n = op.get("n")
-            count = len(op["token_ids"]) if isinstance(op.get("token_ids"), list) else n
-            if isinstance(count, int) and not isinstance(count, bool) and count > limits.MAX_APPEND:
+    def _check_op(op: ops.Op, eng: LLMEngine | None, before: list[dict[str, Any]]) -> None:
+        """The per-session limits of ui/limits.py (a deployment's policy, on top of what the
+        operation itself checks), for a click and for every op of a trace."""
+        if isinstance(op, ops.AddSequence | ops.AddRequest):
+            limits.check_prompt(op.prompt)
+            if isinstance(op.prompt, str) and eng is not None:
+                limits.check_prompt_tokens(len(eng.encode(op.prompt)))
+            elif not isinstance(op.prompt, str):
+                limits.check_prompt_tokens(len(op.prompt))
+        if isinstance(op, ops.Append):
+            count = op.n if op.token_ids is None else len(op.token_ids)
+            if count > limits.MAX_APPEND:
                 raise UserError(f"append adds at most {limits.MAX_APPEND} tokens at a time, "
                                 f"got {count}")
-        if kind == "add_request":
+        if isinstance(op, ops.AddRequest):
             done = sum(1 for o in before if isinstance(o, dict) and o.get("op") == "add_request")
             if done >= limits.MAX_REQUESTS:
                 raise UserError(f"this session has added {done} requests, the most it may; "
                                 "press Reset to start again")
-            params = op.get("params") if isinstance(op.get("params"), dict) else {}
             for key, most in (("max_tokens", limits.MAX_REQUEST_TOKENS), ("n", limits.MAX_SAMPLES),
                               ("beam_width", limits.MAX_BEAM_WIDTH)):
-                value = params.get(key)
-                if isinstance(value, int) and value > most:
+                value = getattr(op.params, key)
+                if value > most:
                     raise UserError(f"{key} is at most {most} here, got {value}")
 
     def goto(self, pos: int) -> None:
@@ -147,7 +144,7 @@ class Session:
             eng = self._engine
             if eng is not None and len(eng.trace) <= pos and eng.trace == self.ops[: len(eng.trace)]:
                 for op in self.ops[len(eng.trace): pos]:  # forward: apply, no replay
-                    eng._apply(dict(op))
+                    eng.apply(op)
             self.pos = pos
 
     def undo(self) -> None:
@@ -174,8 +171,8 @@ class Session:
         if config.model not in ALLOWED_MODELS:
             raise UserError(f"this trace uses model {config.model!r}; PagedLab here runs only "
                             f"'default', 'tiny-random' or dry traces")
-        ops = data.get("ops")
-        if not isinstance(ops, list) or len(ops) > MAX_OPS:
+        records = data.get("ops")
+        if not isinstance(records, list) or len(records) > MAX_OPS:
             raise UserError(f"the trace's ops must be a list of at most {MAX_OPS} operations")
         try:
             limits.check_config(config)
@@ -186,12 +183,16 @@ class Session:
             # the limits a click would meet, checked before anything runs (a trace could
             # otherwise ask for more than any session may do)
             probe = LLMEngine(config) if config.dry else None
-            for i, op in enumerate(ops):
+            for i, record in enumerate(records):
                 try:
-                    cls._check_op(op, probe, ops[:i])
+                    op = ops.parse(record)
+                except ValueError:
+                    continue  # a malformed record: the replay below says what is wrong with it
+                try:
+                    cls._check_op(op, probe, records[:i])
                 except UserError as err:
                     raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
-            session._engine = LLMEngine.replay(config, ops)
+            session._engine = LLMEngine.replay(config, records)
         except (ValueError, OutOfBlocks) as err:
             if isinstance(err, UserError):
                 raise
@@ -220,23 +221,6 @@ class Session:
         except (ValueError, zlib.error) as err:
             raise UserError(f"the link's trace is damaged: {err}") from err
         return cls.from_bytes(raw)
-
-
-def _as_op(name: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The op-log record a `Session.run` call would make, for the limit checks."""
-    op: dict[str, Any] = {"op": name}
-    if name in ("add_sequence", "add_request") and args:
-        op["prompt"] = list(args[0]) if isinstance(args[0], tuple) else args[0]
-    if name == "add_request" and len(args) > 1:
-        try:
-            op["params"] = asdict(args[1])
-        except TypeError:
-            pass  # not a SamplingParams: the engine names the problem
-    if name == "append":
-        op.update({k: v for k, v in kwargs.items() if k in ("n", "token_ids")})
-        if len(args) > 1:
-            op["n"] = args[1]
-    return op
 
 
 def live_sessions() -> int:

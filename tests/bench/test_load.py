@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from bench.load import SessionRun, drive, isolation
+from engine import ops
 
 
 @pytest.mark.slow
@@ -41,11 +42,11 @@ def test_closing_a_session_frees_its_engine_at_once() -> None:
     from ui.session import Session, live_sessions
 
     s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=16))
-    s.run("add_sequence", "abc")
+    s.run(ops.AddSequence("abc"))
     engine = weakref.ref(s.engine)
     held = live_sessions()
     s.close()
     assert engine() is None and live_sessions() == held - 1
-    s.run("append", 0, n=1)  # a closed session that comes back replays its log
+    s.run(ops.Append(0, n=1))  # a closed session that comes back replays its log
     assert len(s.ops) == 2
     s.close()

@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 import pytest
 
-from engine import EngineConfig
+from engine import EngineConfig, ops
 from tests.helpers import fingerprint
 from ui import limits
 from ui.session import MAX_OPS, MAX_TRACE_BYTES, Session, UserError
@@ -36,9 +36,9 @@ def handlers() -> dict[str, Callable[..., Any]]:
 def setup_session() -> Session:
     """seq 0 live ("abcdef"), seq 1 forked then freed; a 32-block pool of 4-token blocks."""
     s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=32))
-    s.run("add_sequence", "abcdef")
-    s.run("fork", 0)
-    s.run("free", 1)
+    s.run(ops.AddSequence("abcdef"))
+    s.run(ops.Fork(0))
+    s.run(ops.Free(1))
     return s
 
 
@@ -163,8 +163,11 @@ ROWS = [
     Row("trace-op-not-object", "on_import", (trace(ops=["free"]),), "unknown operation"),
     Row("trace-bad-id", "on_import", (trace(ops=[{"op": "free", "seq": 4}]),), "does not replay"),
     Row("trace-huge-append", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "ab"},
-                                                      {"op": "append", "seq": 0, "n": 10**6}]),),
+                                                      {"op": "append", "seq": 0, "n": 10**4}]),),
         "exceeds a limit: append adds at most"),
+    Row("trace-append-past-op-limit", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "ab"},
+                                                               {"op": "append", "seq": 0, "n": 10**6}]),),
+        "n must be a whole number from 1 to 100000"),
     Row("trace-huge-prompt", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "x" * 10**5}]),),
         "exceeds a limit: the prompt has 100000 characters"),
     Row("trace-surrogate-prompt", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "\ud800"}]),),
@@ -236,7 +239,7 @@ def test_limits_come_from_the_environment(monkeypatch) -> None:
     assert limits._env_int("PAGEDLAB_MAX_PROMPT_CHARS", 4000) == 12
     monkeypatch.setattr(limits, "MAX_PROMPT_CHARS", 12)
     with pytest.raises(UserError, match="the most accepted is 12"):
-        setup_session().run("add_sequence", "x" * 13)
+        setup_session().run(ops.AddSequence("x" * 13))
 
 
 def test_ops_and_request_limits(monkeypatch) -> None:
@@ -245,14 +248,14 @@ def test_ops_and_request_limits(monkeypatch) -> None:
 
     s = setup_session()
     monkeypatch.setattr(session_module, "MAX_OPS", 4)
-    s.run("append", 0, n=1)
+    s.run(ops.Append(0, n=1))
     with pytest.raises(UserError, match="this session has 4 operations"):
-        s.run("append", 0, n=1)
+        s.run(ops.Append(0, n=1))
     monkeypatch.setattr(session_module, "MAX_OPS", 2000)
     monkeypatch.setattr(limits, "MAX_REQUESTS", 1)
-    s.run("add_request", "ab", SamplingParams(max_tokens=2))
+    s.run(ops.AddRequest("ab", SamplingParams(max_tokens=2)))
     with pytest.raises(UserError, match="added 1 requests, the most it may"):
-        s.run("add_request", "ab", SamplingParams(max_tokens=2))
+        s.run(ops.AddRequest("ab", SamplingParams(max_tokens=2)))
     s.engine.check_invariants()
 
 

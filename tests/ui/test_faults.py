@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import gradio as gr
 import pytest
 
-from engine import EngineConfig
+from engine import EngineConfig, ops
 from engine.core.kv_cache_manager import KVCacheManager
 from tests.helpers import fingerprint
 from ui.app_process import free_port, launch, stop
@@ -63,9 +63,9 @@ def test_a_model_that_fails_to_load_gives_a_page_that_says_why(broken_model_app:
 
 def _session() -> Session:
     s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=16))
-    a = s.run("add_sequence", "abcdef")
-    s.run("fork", a)
-    s.run("append", a, n=3)
+    a = s.run(ops.AddSequence("abcdef"))
+    s.run(ops.Fork(a))
+    s.run(ops.Append(a, n=3))
     return s
 
 
@@ -77,25 +77,25 @@ def _explode_after(method):
     return broken
 
 
-@pytest.mark.parametrize(("op", "args", "kwargs", "patched"), [
-    ("append", (1,), {"n": 2}, "append"),
-    ("fork", (0,), {}, "fork"),
-    ("free", (0,), {}, "free"),
-    ("add_sequence", ("abcdefgh",), {}, "allocate"),
-])
-def test_an_exception_inside_an_operation_leaves_the_previous_state(monkeypatch, op, args, kwargs, patched):
+@pytest.mark.parametrize(("op", "patched"), [
+    (ops.Append(1, n=2), "append"),
+    (ops.Fork(0), "fork"),
+    (ops.Free(0), "free"),
+    (ops.AddSequence("abcdefgh"), "allocate"),
+], ids=["append", "fork", "free", "add_sequence"])
+def test_an_exception_inside_an_operation_leaves_the_previous_state(monkeypatch, op, patched):
     s = _session()
-    before, ops = fingerprint(s.engine), list(s.ops)
+    before, log = fingerprint(s.engine), list(s.ops)
     monkeypatch.setattr(KVCacheManager, patched, _explode_after(getattr(KVCacheManager, patched)))
-    with pytest.raises(UserError, match=rf"the {op} operation failed inside the engine \(RuntimeError: "
+    with pytest.raises(UserError, match=rf"the {op.name} operation failed inside the engine \(RuntimeError: "
                                          r"injected fault\); the session is as it was"):
-        s.run(op, *args, **kwargs)
+        s.run(op)
     monkeypatch.undo()
-    assert s.ops == ops and s.pos == len(ops)
+    assert s.ops == log and s.pos == len(log)
     assert fingerprint(s.engine) == before  # rebuilt from the log: the state before the click
     s.engine.check_invariants()
     s.undo()  # undo-safe: undo, then the same operation works
-    s.run("append", 1, n=1)
+    s.run(ops.Append(1, n=1))
     s.engine.check_invariants()
 
 

@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import EngineConfig, LLMEngine, SamplingParams, ops
+from engine.ops import OpError
 from tests.helpers import fingerprint
 from ui.session import Session, UserError
 
@@ -35,19 +36,19 @@ def click(s: Session, kind: str, a: int, b: int) -> None:
     live = list(s.engine.seqs)
     seq = live[a % len(live)] if live and a < 8 else a  # mostly live ids, sometimes a stale one
     if kind == "new":
-        s.run("add_sequence", PROMPTS[a % len(PROMPTS)])
+        s.run(ops.AddSequence(PROMPTS[a % len(PROMPTS)]))
     elif kind == "append":
-        s.run("append", seq, n=b)
+        s.run(ops.Append(seq, n=b))
     elif kind == "fork":
-        s.run("fork", seq)
+        s.run(ops.Fork(seq))
     elif kind == "free":
-        s.run("free", seq)
+        s.run(ops.Free(seq))
     elif kind == "add_request":
         beam = 2 if a % 3 == 0 else 1
-        s.run("add_request", PROMPTS[a % len(PROMPTS)],
-              SamplingParams(max_tokens=b, n=1 if beam > 1 else 1 + a % 2, beam_width=beam))
+        s.run(ops.AddRequest(PROMPTS[a % len(PROMPTS)],
+              SamplingParams(max_tokens=b, n=1 if beam > 1 else 1 + a % 2, beam_width=beam)))
     elif kind == "step":
-        s.run("step")
+        s.run(ops.Step())
     elif kind == "back":
         s.goto(s.pos - 1)
     elif kind == "next":
@@ -71,11 +72,11 @@ def test_random_clicks_keep_the_session_consistent_and_usable(config: EngineConf
     s = Session(config)
     try:
         for kind, a, b in script:
-            before, ops, pos = fingerprint(s.engine), list(s.ops), s.pos
+            before, log, pos = fingerprint(s.engine), list(s.ops), s.pos
             try:
                 click(s, kind, a, b)
-            except UserError:
-                assert (s.ops, s.pos) == (ops, pos) and fingerprint(s.engine) == before
+            except (UserError, OpError):  # OpError: an argument the operation itself refuses
+                assert (s.ops, s.pos) == (log, pos) and fingerprint(s.engine) == before
             s.engine.check_invariants()
             assert fingerprint(s.engine) == replayed(s)  # the log is the truth
         # still usable: free the playground's sequences, finish the requests (which may have
@@ -83,15 +84,15 @@ def test_random_clicks_keep_the_session_consistent_and_usable(config: EngineConf
         s.goto(len(s.ops))
         for sid, seq in list(s.engine.seqs.items()):
             if seq.request_id is None:
-                s.run("free", sid)
+                s.run(ops.Free(sid))
         for _ in range(500):
-            if not s.engine.scheduler.has_work():
+            if not s.engine.has_pending_work():
                 break
-            s.run("step")
+            s.run(ops.Step())
         assert not s.engine.seqs
         s.engine.check_invariants()
         assert s.engine.snapshot().metrics.used_blocks == 0
-        s.run("add_sequence", "ok")
+        s.run(ops.AddSequence("ok"))
         s.engine.check_invariants()
     finally:
         s.close()

@@ -1,0 +1,165 @@
+"""The verbs of a lesson's ```ops blocks, defined once: each verb's arguments (the loader checks
+them when the lesson loads) and what it does (the runner calls it).
+
+The verbs that are engine operations (add_sequence, append, fork, free, request, step) build the
+operation of engine/ops.py and run it with `LLMEngine.apply`, so a lesson's op log is the same
+vocabulary as the playground's. let, run, probe, admit and engine are lesson verbs: a value, steps
+until the requests finish, the attention probe, the lesson-7 admission count, a fresh engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine import Event, LLMEngine, SamplingParams, ops
+from lessons import helpers
+from lessons.lesson import ENGINE_KEYS
+
+#: steps one `run` takes at most (a lesson that never finishes fails instead of hanging)
+MAX_RUN_STEPS = 500
+
+
+@dataclass
+class PlayState:
+    """What a lesson's ops have produced so far (a LessonRun's state between steps)."""
+
+    names: dict[str, Any] = field(default_factory=dict)  # bound by ops: seq ids, request ids, values
+    outputs: dict[int, Any] = field(default_factory=dict)  # request id -> its latest RequestOutput
+    events: list[Event] = field(default_factory=list)  # of the current step
+    last_result: Any = None
+
+
+class Player(Protocol):
+    """What a verb needs of the runner that plays it."""
+
+    @property
+    def engine(self) -> LLMEngine: ...
+
+    state: PlayState
+
+    def reconfigure(self, settings: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Verb:
+    positional: tuple[str, ...]  # argument names; "*" at the end: any number more of the last
+    keywords: frozenset[str]  # allowed options (name=value)
+    binds: bool  # returns a value `x = verb ...` may bind
+    do: Callable[[Player, list[Any], dict[str, Any]], Any]
+
+
+# ---- engine operations -------------------------------------------------------------------------
+
+
+def _run(p: Player, op: ops.Op) -> Any:
+    """Run one engine operation; its events join the step's."""
+    result = p.engine.apply(op)
+    p.state.events += p.engine.last_events
+    return result
+
+
+def _append(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    seq = seq_id(args[0])
+    if "tokens" in kw:
+        op = ops.Append(seq, token_ids=list(kw["tokens"]))
+    elif "text" in kw:
+        op = ops.Append(seq, token_ids=p.engine.encode(kw["text"]))
+    else:
+        op = ops.Append(seq, n=kw.get("n", 1))
+    _run(p, op)
+
+
+def _free(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    events: list[Event] = []
+    for a in args:
+        p.engine.apply(ops.Free(seq_id(a)))
+        events += p.engine.last_events
+    p.state.events += events
+
+
+def _request(p: Player, args: list[Any], kw: dict[str, Any]) -> int:
+    if "stop" in kw:
+        kw["stop"] = tuple([kw["stop"]] if isinstance(kw["stop"], str) else kw["stop"])
+    return _run(p, ops.AddRequest(prompt(args[0]), SamplingParams(**kw)))
+
+
+def _steps(p: Player, kw: dict[str, Any], run: bool) -> list[Any]:
+    """`step times=k`, or `run` until no request is left (or `until=` an event kind happened)."""
+    eng, st = p.engine, p.state
+    limit = as_int(kw.get("max_steps", MAX_RUN_STEPS) if run else kw.get("times", 1), "steps")
+    finished = []
+    for _ in range(limit):
+        if run and not eng.has_pending_work():
+            break
+        res = eng.apply(ops.Step())
+        st.last_result = res
+        st.events += res.events
+        for out in list(res.outputs) + list(res.finished):
+            st.outputs[out.request_id] = out
+        finished += res.finished
+        if run and kw.get("until") in {e.kind for e in res.events}:
+            break  # `run until="preempt"`: stop right after the step where it happened
+    return finished
+
+
+# ---- lesson verbs ------------------------------------------------------------------------------
+
+
+def _probe(p: Player, args: list[Any], kw: dict[str, Any]) -> helpers.ProbeResult:
+    seq = seq_id(args[0])
+    probe = helpers.AttentionProbe(p.engine, as_int(kw.get("layer", 0), "layer"))
+    with probe.hooks():
+        _run(p, ops.Append(seq, n=1))
+    return probe.result(seq)
+
+
+def _engine(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    p.reconfigure(kw)
+    p.state.outputs.clear()
+
+
+_SAMPLING = frozenset({"max_tokens", "temperature", "top_p", "top_k", "n", "beam_width",
+                       "length_penalty", "seed", "stop", "ignore_eos"})
+
+#: verb -> its arguments and what it does
+VERBS: dict[str, Verb] = {
+    "add_sequence": Verb(("prompt",), frozenset(), True,
+                         lambda p, a, kw: _run(p, ops.AddSequence(prompt(a[0])))),
+    "append": Verb(("seq",), frozenset({"n", "tokens", "text"}), False, _append),
+    "fork": Verb(("seq",), frozenset(), True, lambda p, a, kw: _run(p, ops.Fork(seq_id(a[0])))),
+    "free": Verb(("seq", "*"), frozenset(), False, _free),
+    "request": Verb(("prompt",), _SAMPLING, True, _request),
+    "step": Verb((), frozenset({"times"}), True, lambda p, a, kw: _steps(p, kw, run=False)),
+    "run": Verb((), frozenset({"max_steps", "until"}), True, lambda p, a, kw: _steps(p, kw, run=True)),
+    "let": Verb(("value",), frozenset(), True, lambda p, a, kw: a[0]),
+    "probe": Verb(("seq",), frozenset({"layer"}), True, _probe),
+    # hundreds of ops: their events are not shown one by one; the snapshot tells the story
+    "admit": Verb(("workload",), frozenset(), True, lambda p, a, kw: helpers.admit(p.engine, a[0])),
+    "engine": Verb((), ENGINE_KEYS - {"model"}, False, _engine),
+}
+
+
+# ---- values a lesson hands to the engine -------------------------------------------------------
+
+
+def seq_id(s: Any) -> int:
+    """A lesson names a sequence by the id an op bound (the lesson author's message)."""
+    if isinstance(s, bool) or not isinstance(s, int):
+        raise ValueError(f"a sequence is named by its id (a bound name like a), got {s!r}")
+    return s
+
+
+def as_int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{what} must be a whole number, got {v!r}")
+    return v
+
+
+def prompt(p: Any) -> str | list[int]:
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list | tuple):
+        return list(p)
+    raise ValueError(f"a prompt is text or a list of token ids, got {type(p).__name__}")
