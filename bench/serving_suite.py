@@ -101,7 +101,7 @@ class Bench:
         done: dict[int, object] = {}
         sync()
         t0 = time.perf_counter()
-        while eng.scheduler.has_work() or eng._inflight is not None:
+        while eng.has_pending_work():
             ts = time.perf_counter()
             r = eng.step()
             steps.append((time.perf_counter() - ts, r.num_prefills, r.num_decodes,

@@ -219,8 +219,9 @@ class LLMEngine:
     # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
 
     def has_pending_work(self) -> bool:
-        """Whether a request is waiting, running or swapped out (a step would do something)."""
-        return self.scheduler.has_work()
+        """Whether a request is waiting, running or swapped out, or a step's tokens are still on
+        their way (async scheduling): whether a step would do something."""
+        return self.scheduler.has_work() or self._flight.launched is not None
 
     def current_step(self) -> int:
         """The number of the last operation (every event of it carries this step)."""
@@ -311,7 +312,7 @@ class LLMEngine:
         return result
 
     def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
-        tokens = self._prompt_tokens(op.prompt)
+        tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
         seq = Sequence(self.registry.next_seq_id)
         events = self.kv.allocate(seq, tokens)  # may raise: the sequence is registered after
         seq.prompt_len = len(tokens)
@@ -325,9 +326,9 @@ class LLMEngine:
         return seq.seq_id, events
 
     def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.seq)
+        seq = self.registry.live(op.seq)
         if op.token_ids is not None:
-            tokens = self._token_list(op.token_ids, "token_ids")  # in this model's vocabulary
+            tokens = token_list(op.token_ids, "token_ids", self.vocab_size)  # in this model's vocabulary
             events = self.kv.append(seq, tokens)
             if self.runtime is not None:  # the pending token is dropped; a new one follows these
                 self._compute(seq, seq.num_tokens - len(tokens), events)
@@ -349,15 +350,18 @@ class LLMEngine:
         return events, events
 
     def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
-        parent = self._live(op.seq)
+        parent = self.registry.live(op.seq)
         child = self.registry.new_seq()
         events = self.kv.fork(parent, child)
         return child.seq_id, events
 
     def _op_free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
-        seq = self._live(op.seq)
+        seq = self.registry.live(op.seq)
         events = self.kv.free(seq)
         self.registry.end(seq, self.kv.step)
+        group = self.groups.get(seq.request_id) if seq.request_id is not None else None
+        if group is not None and not group.live():  # its request has nothing left to run
+            self._flight.report_later(self._post.finish_group(group, events, aborted=True))
         return events, events
 
     def _op_set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
@@ -367,7 +371,7 @@ class LLMEngine:
 
     def _op_add_request(self, op: ops.AddRequest) -> tuple[int, list[Event]]:
         params = op.params
-        tokens = self._prompt_tokens(op.prompt)
+        tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
         check_request_fits(tokens, params, self.max_model_len, self.config.block_size,
                            self.kv.pool.num_blocks)
         rid = self.registry.next_request_id
@@ -423,24 +427,3 @@ class LLMEngine:
         ops.Step.name: _op_step,
         ops.SetPrefixCaching.name: _op_set_prefix_caching,
     }
-
-    # ---- validation ------------------------------------------------------------------------------
-
-    @property
-    def _next_seq_id(self) -> int:  # for tests' fingerprints of the whole state
-        return self.registry.next_seq_id
-
-    @property
-    def _inflight(self) -> Launched | None:
-        """Async scheduling: the step whose tokens are still on the device (None: all landed)."""
-        return self._flight.launched
-
-    def _live(self, seq_id: object) -> Sequence:
-        return self.registry.live(seq_id)
-
-    def _token_list(self, token_ids: object, what: str) -> list[int]:
-        return token_list(token_ids, what, self.vocab_size)
-
-    def _prompt_tokens(self, prompt: object) -> list[int]:
-        return prompt_tokens(prompt, self.tokenizer, self.vocab_size, self.max_model_len)
-

@@ -1,5 +1,8 @@
-"""What the engine accepts from a caller: prompts, token lists and requests, checked before any
-state changes (an operation is all-or-nothing, and a bad one must say what to fix)."""
+"""What needs the engine to check: token ids inside this model's vocabulary, prompts that fit its
+length, requests that fit its pool. Checked before any state changes (an operation is
+all-or-nothing, and a bad one must say what to fix). The shapes of the arguments (a list of
+whole numbers, a non-blank prompt) were checked once already, when the operation was made
+(engine/ops.py)."""
 
 from __future__ import annotations
 
@@ -8,29 +11,24 @@ from typing import Any
 from engine.core.sequence import SamplingParams
 
 
-def token_list(token_ids: object, what: str, vocab_size: int) -> list[int]:
-    """`token_ids` as a list of ids inside the vocabulary, or a ValueError naming `what`."""
-    if isinstance(token_ids, str | bytes) or not isinstance(token_ids, list | tuple):
-        raise ValueError(f"{what} must be a list of token ids, got {type(token_ids).__name__}")
+def token_list(token_ids: tuple[int, ...], what: str, vocab_size: int) -> list[int]:
+    """`token_ids` (whole numbers, see ops.token_ids) as a list inside the vocabulary, or a
+    ValueError naming `what`."""
     for t in token_ids:
-        if isinstance(t, bool) or not isinstance(t, int):
-            raise ValueError(f"{what}: a token id must be an int, got {t!r}")
         if not 0 <= t < vocab_size:
             raise ValueError(f"{what}: token id {t} is outside the vocabulary "
                              f"(0..{vocab_size - 1})")
     return list(token_ids)
 
 
-def prompt_tokens(prompt: object, tokenizer: Any, vocab_size: int, max_model_len: int
-                  ) -> list[int]:
-    """A prompt (text, or token ids) as token ids that fit the engine."""
+def prompt_tokens(prompt: str | tuple[int, ...], tokenizer: Any, vocab_size: int,
+                  max_model_len: int) -> list[int]:
+    """A prompt (non-blank text, or token ids: see ops.prompt) as token ids that fit the engine."""
     if isinstance(prompt, str):
-        if not prompt.strip():
-            raise ValueError("the prompt is empty: type some text to start a sequence")
         tokens = tokenizer.encode(prompt)
     else:
         tokens = token_list(prompt, "prompt", vocab_size)
-    if not tokens:
+    if not tokens:  # text a tokenizer turns into nothing
         raise ValueError("the prompt is empty: give at least one token")
     if len(tokens) > max_model_len:
         raise ValueError(f"the prompt has {len(tokens)} tokens, more than the {max_model_len} "

@@ -14,6 +14,6 @@ def fingerprint(eng: LLMEngine) -> tuple:
         tuple(sorted(pool.hash_to_block.items())),
         tuple((s.seq_id, tuple(s.block_hashes), s.pending_token) for s in eng.seqs.values()),
         eng._rng.getstate(),
-        eng._next_seq_id,
+        eng.registry.next_seq_id,
     )
 

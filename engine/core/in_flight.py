@@ -53,6 +53,11 @@ class InFlight:
             launched, self.launched = self.launched, None
             self._finished += self.post.land(launched, self._events)
 
+    def report_later(self, finished: RequestOutput) -> None:
+        """A request that ended outside a step (a primitive freed its last sequence): the next
+        step reports it among its finished requests."""
+        self._finished.append(finished)
+
     def before_step(self) -> tuple[list[Event], list[RequestOutput]]:
         """A step begins: what landed since the last one, plus the step in flight landed now
         unless the next step may be scheduled before its tokens are read."""

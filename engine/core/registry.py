@@ -37,10 +37,9 @@ class Registry:
         self.seqs.pop(seq.seq_id, None)
         self.freed[seq.seq_id] = step
 
-    def live(self, seq_id: object) -> Sequence:
-        """The running sequence with this id, or a ValueError that says why there is none."""
-        if isinstance(seq_id, bool) or not isinstance(seq_id, int):
-            raise ValueError(f"a sequence id is a whole number, got {seq_id!r}")
+    def live(self, seq_id: int) -> Sequence:
+        """The running sequence with this id (a whole number: engine/ops.py checked it), or a
+        ValueError that says why there is none."""
         seq = self.seqs.get(seq_id)
         if seq is not None and seq.status == SequenceStatus.RUNNING:
             return seq

@@ -17,7 +17,7 @@ def run(eng: LLMEngine, work: list[tuple[object, SamplingParams]], check: bool =
     ids = [eng.add_request(p, sp) for p, sp in work]
     done: dict[int, list] = {}
     for _ in range(2000):
-        if not eng.scheduler.has_work() and eng._inflight is None:
+        if not eng.scheduler.has_work() and eng._flight.launched is None:
             break
         result = eng.step()
         if check:
@@ -60,7 +60,7 @@ def test_dry_async_steps_overlap_and_stop_strings_land_a_step_late():
     overlapped = 0
     while eng.scheduler.has_work():
         eng.step()
-        overlapped += eng._inflight is not None
+        overlapped += eng._flight.launched is not None
         eng.check_invariants()
     assert overlapped >= 5
     sync = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=64))
@@ -100,16 +100,16 @@ def test_a_primitive_lands_the_step_in_flight_and_the_next_step_reports_it():
     rid = eng.add_request("abc", SamplingParams(max_tokens=3))
     eng.step()
     eng.step()
-    assert eng._inflight is not None
+    assert eng._flight.launched is not None
     # between calls every slot holds a real token (the step before landed inside the call);
     # the token of the step on its way is not an output yet
     assert all(t >= 0 for t in eng.snapshot().sequences[0].token_ids)
     assert len(eng.seqs[0].output_ids) == 1
     seq = eng.add_sequence("zz")  # lands the step first
-    assert eng._inflight is None and len(eng.seqs[0].output_ids) == 2
+    assert eng._flight.launched is None and len(eng.seqs[0].output_ids) == 2
     eng.check_invariants()
     finished = []
-    while eng.scheduler.has_work() or eng._inflight is not None:
+    while eng.scheduler.has_work() or eng._flight.launched is not None:
         finished += eng.step().finished
     assert [o.request_id for o in finished] == [rid] and len(finished[0].outputs[0].token_ids) == 3
     eng.free(seq)

@@ -194,3 +194,20 @@ def test_a_sequence_resumed_by_recompute_keeps_its_prompt_length():
         resumed |= any("recompute after preemption" in e.text for e in result.events)
         assert {s.prompt_len for s in eng.snapshot().sequences.values()} <= {6}
     assert resumed  # the case under test happened
+
+
+def test_freeing_every_sequence_of_a_running_request_ends_it_and_the_engine_goes_on():
+    """The Free primitive on a request's sequences (here both beams): once none is left, the
+    request ends as aborted, the next step reports it, and the engine keeps stepping."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=2, num_gpu_blocks=4,
+                                 enable_prefix_caching=False, max_num_batched_tokens=3))
+    rid = eng.add_request("ab", SamplingParams(max_tokens=2, beam_width=2))
+    eng.step()
+    for seq in list(eng.seqs):
+        eng.free(seq)
+        eng.check_invariants()
+    result = eng.step()
+    assert [(o.request_id, o.finished) for o in result.finished] == [(rid, True)]
+    assert not eng.has_pending_work() and eng.snapshot().metrics.used_blocks == 0
+    eng.check_invariants()
+    assert LLMEngine.replay(eng.config, eng.trace).snapshot() == eng.snapshot()
