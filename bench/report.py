@@ -167,6 +167,30 @@ def serving_rows(v3: dict, v2: dict, reps: dict, n8_sync: dict, host: dict
     return out
 
 
+def house_rows(v4: dict, close: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 20's GPU checks: the step before / after lazy narration, the same machine and call;
+    close() and a second engine of the same size."""
+    rounds = v4["summary"]
+    after = [r["after"]["n8_sampled_over_greedy_step"] for r in rounds]
+    before = [r["before"]["n8_sampled_over_greedy_step"] for r in rounds]
+    step = [(r["before"]["step_ms_256_sync"], r["after"]["step_ms_256_sync"]) for r in rounds]
+    first, second = close["first"], close["second"]
+    return [
+        ("sampled decode step / greedy step, n = 8, 256 sequences, both synchronous, lazy "
+         "narration (≤ 1.2)",
+         f"{', '.join(f'{a:.2f}' for a in after)} in {len(after)} rounds; eager narration "
+         f"(the code before) on the same machine: {', '.join(f'{b:.2f}' for b in before)}",
+         max(after) <= 1.2),
+        ("decode step, 256 sequences, synchronous: lazy / eager narration (no target)",
+         "; ".join(f"{a:.2f} vs {b:.2f} ms" for b, a in step), None),
+        ("close() with the GC off, then a second engine of the same size in the same process",
+         f"pool {first['pool_bytes'] / 1e9:.1f} GB; allocated after close "
+         f"{first['allocated_after_close'] / 1e9:.2f} GB (the weights); the second engine builds "
+         f"and serves the same tokens: {'yes' if second['same_tokens_as_first'] else 'no'}",
+         close["ok"] and not first["kv_pool_alive_after_close"]),
+    ]
+
+
 def table() -> str:
     k, e = load("kernels.json"), load("engine_throughput.json")
     lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
@@ -187,6 +211,14 @@ def table() -> str:
               "CPU rows from `engine_host.json` (this 2-core machine).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
     for name, value, met in serving_rows(v3, v2, reps, n8_sync, host):
+        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    v4 = load("serving_suite_v4_house.json")
+    lines += ["", "The engine's house (issue 20): one engine class, lazy event narration, close() "
+              "that lets go at once. From `bench/results/serving_suite_v4_house.json` (the code "
+              "before and after, alternating on one H100, three rounds; host: "
+              f"{v4['host_cpu']}) and `close_reuse.json`.",
+              "", "| target | measured | met |", "| --- | --- | --- |"]
+    for name, value, met in house_rows(v4, load("close_reuse.json")):
         lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
     return "\n".join(lines)
 
