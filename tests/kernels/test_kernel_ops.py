@@ -8,11 +8,6 @@ accuracy check.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -21,7 +16,14 @@ import torch
 # the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
 from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
 from kernels.testing import make_case, rel_error
-from tests.kernels.triton_mode import DEVICE, HAS_CUDA, TRITON_HERE, needs_cuda, needs_triton
+from tests.kernels.triton_mode import (
+    DEVICE,
+    HAS_CUDA,
+    fallback_only,
+    needs_cuda,
+    needs_triton,
+    rerun_triton_tests_in_a_fresh_process,
+)
 
 
 def _triton():
@@ -31,19 +33,11 @@ def _triton():
     return paged_attention, cache_ops
 
 
-@pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
-                    reason="the Triton tests run in this process")
+@fallback_only
 def test_triton_kernels_in_subprocess():
     """Fallback when triton was imported, uninterpreted, before this module: same tests, fresh
     interpreter-enabled process."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-         "-k", "triton and not subprocess"],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rerun_triton_tests_in_a_fresh_process(__file__)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,11 +9,7 @@ fresh subprocess instead (as in test_kernel_ops.py).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,22 +17,18 @@ import torch
 from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform
 from engine.core.sequence import SamplingParams
 from engine.runtime.sampler import TorchScores, draw, round_uniforms
-from kernels import triton_available
-from tests.kernels.triton_mode import DEVICE, HAS_CUDA, TRITON_HERE, needs_triton
+from tests.kernels.triton_mode import (
+    DEVICE,
+    fallback_only,
+    needs_triton,
+    rerun_triton_tests_in_a_fresh_process,
+)
 
 
-@pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
-                    reason="the Triton tests run in this process")
+@fallback_only
 def test_triton_sampling_in_subprocess():
     """Fallback when triton was imported, uninterpreted, before this module."""
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-         "-k", "triton and not subprocess"],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rerun_triton_tests_in_a_fresh_process(__file__)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ such a fallback test).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,3 +51,20 @@ needs_triton = pytest.mark.skipif(
     not TRITON_HERE, reason="needs triton, and CUDA or the interpreter enabled before import"
 )
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+#: the fallback test of a kernel test module runs only where triton came in uninterpreted first
+fallback_only = pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_CUDA,
+                                   reason="the Triton tests run in this process")
+
+
+def rerun_triton_tests_in_a_fresh_process(test_file: str) -> None:
+    """The module's Triton tests again, in a process that switches the interpreter on before
+    triton is first imported."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
+         "-k", "triton and not subprocess"],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
