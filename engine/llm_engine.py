@@ -25,8 +25,9 @@ from engine import ops, step_run
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
-from engine.core.in_flight import InFlight, Launched
+from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
+from engine.core.launched import Launched
 from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from engine.core.events import Event
-from engine.core.in_flight import Launched
+from engine.core.launched import Launched
 from engine.core.registry import Registry
 from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
 from engine.core.scheduler import PrefillItem, ScheduledStep

@@ -9,30 +9,14 @@ scheduling nothing stays in flight and every step lands at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.events import Event
 from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.launched import Launched
 from engine.core.outputs import RequestOutput
 from engine.core.postprocess import Postprocessor
 from engine.core.scheduler import Scheduler
-from engine.core.sequence import Sequence
-
-
-@dataclass
-class Launched:
-    """One step's picks on their way: which rows sample which sequences, and the tokens (read
-    now, or under async scheduling a handle read when the step lands)."""
-
-    step: int
-    rows: dict[int, list[tuple[Sequence, int]]]  # request id -> (sequence, row of the step)
-    fresh: set[int]  # requests whose prefill this step finished: their first token
-    counts: list[tuple[int, int]]  # (draws, top-k rows) per request, in rows' order
-    overlap: bool = False  # may land after the next step is launched
-    picks: Any = None  # a device handle (pick_rows) under overlap
-    tokens: list[tuple[int, float]] = field(default_factory=list)
-    tops: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 class InFlight:

@@ -10,18 +10,15 @@ is engine/core/beam_search.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from engine.core.beam_search import Hypothesis, choose, length_penalised, should_stop
 from engine.core.events import Event
 from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.launched import Launched
 from engine.core.outputs import CompletionOutput, LazyOutputs, RequestOutput
 from engine.core.registry import Registry
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
-
-if TYPE_CHECKING:
-    from engine.core.in_flight import Launched
 
 Decode = Callable[[list[int]], str]
 
