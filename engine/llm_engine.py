@@ -81,6 +81,7 @@ class LLMEngine:
         self.step_count = 0
         self.last_events: list[Event] = []
         self.last_step: StepResult | None = None
+        self._finished: list[RequestOutput] = []  # every finished request's output, in order
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
         self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool)
@@ -252,6 +253,11 @@ class LLMEngine:
         """One unfinished request by id; None once it finished (or if it never was)."""
         return next((r for r in self.requests() if r.request_id == request_id), None)
 
+    def finished_requests(self) -> list[RequestOutput]:
+        """The final outputs of every request finished so far, in the order steps reported them
+        (each step's `StepResult.finished`); a replay of the op log rebuilds the same list."""
+        return list(self._finished)
+
     def encode(self, text: str) -> list[int]:
         """The token ids of `text` in this engine's tokenizer."""
         return list(self.tokenizer.encode(text))
@@ -390,6 +396,7 @@ class LLMEngine:
         result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
                             sched.num_tokens, len(sched.prefills), len(sched.decodes))
         self.last_step = result
+        self._finished += finished
         return result, events
 
     def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:
