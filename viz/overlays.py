@@ -87,21 +87,21 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
     return out
 
 
-MAX_FREED_LABELS = 12  # beyond this, one label for all of them
 
 
 def _freed(freed: Sequence[int], gpu: PoolLayout) -> list:
-    """A dotted outline around each block the step freed, and the word "freed" over it."""
+    """A dotted outline around each block the step freed, and one label above the first (a
+    label per block would sit on the next row's tokens)."""
     ids = [b for b in dict.fromkeys(freed) if 0 <= b < gpu.num_blocks]
     marks = rects(gpu, ids, "freed", palette.FREED, 2)
     if not marks:
         return []
     marks[0].update(line={"dash": "dot"}, hoverinfo="name")
-    shown = ids if len(ids) <= MAX_FREED_LABELS else ids[:1]
-    words = ["freed"] * len(shown) if len(shown) == len(ids) else [f"{len(ids)} blocks freed"]
-    xy = [_centre(gpu, b) for b in shown]
+    words = [f"block {ids[0]} freed (dotted)" if len(ids) == 1 else f"{len(ids)} blocks freed (dotted)"]
+    boxes = [gpu.box(b) for b in range(gpu.num_blocks)]
+    xy = [(max(r for _, r, _ in boxes), max(y for _, _, y in boxes) + HALF_H)]  # the pool's top right
     marks.append(go.Scatter(**FAST, x=[x for x, _ in xy], y=[y for _, y in xy], mode="text",
-                            text=words, textposition="top center", name="freed label",
+                            text=words, textposition="top left", name="freed label",
                             textfont={"color": palette.FREED, "size": 11}, hoverinfo="skip",
                             showlegend=False))
     return marks
