@@ -35,8 +35,9 @@ def inspector_panel(page: Page) -> Callable[[], None]:
                       elem_id="inspector") as box:
         note = gr.Markdown(elem_id="inspector-note")
         with gr.Row():
-            block_id = gr.Number(value=0, precision=0, minimum=0, label="block id", min_width=70)
-            layer = gr.Number(value=0, precision=0, minimum=0, label="layer", min_width=70)
+            # no Gradio bounds or precision: on_inspect's check names the field
+            block_id = gr.Number(value=0, label="block id", min_width=70)
+            layer = gr.Number(value=0, label="layer", min_width=70)
             rank = tp_panel.rank_setting()
             inspect = gr.Button("Show K/V", min_width=80)
         kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")

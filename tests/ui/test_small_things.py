@@ -4,7 +4,11 @@ the inspector follows its block's state."""
 
 from __future__ import annotations
 
+import gradio as gr
+import pytest
+
 from engine import EngineConfig, ops
+from tests.helpers import fingerprint
 from ui.render import render
 from ui.session import Session
 
@@ -37,3 +41,76 @@ def test_status_line_names_any_other_model_as_given() -> None:
     assert model_status(cfg) == "model: HuggingFaceTB/SmolLM2-360M-Instruct"
 
 
+
+
+# ---- input as Gradio hands it over: each box's own preprocess, then the app's handler ----------
+
+DRY = "dry (bookkeeping only, no model)"
+
+
+@pytest.fixture(scope="module")
+def app_fns() -> dict:
+    """The app's click handlers by name with the components that feed them (a dry build)."""
+    from ui.app import build_app
+
+    demo = build_app(DRY)
+    return {f.name: f for f in demo.fns.values() if f.name.startswith("on_")}
+
+
+def _click(fn, values: tuple, session: Session):
+    """What a click does: every number and text box preprocesses its value (Gradio's rounding,
+    bounds and such run here; a dropdown's choices are the page's, set at run time, so its value
+    goes as it is), then the handler runs on the session."""
+    boxes = [c for c in fn.inputs if not isinstance(c, gr.State)]
+    assert len(boxes) == len(values), [type(c).__name__ for c in boxes]
+    args = [c.preprocess(v) if isinstance(c, (gr.Number, gr.Textbox)) else v
+            for c, v in zip(boxes, values, strict=True)]
+    return fn.fn(*args, session)
+
+
+def _dry_session() -> Session:
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=32))
+    s.run(ops.AddSequence("abcdef"))
+    return s
+
+
+def _refused(fn, values: tuple, message: str) -> None:
+    s = _dry_session()
+    before, log = fingerprint(s.engine), list(s.ops)
+    with pytest.raises(gr.Error) as err:
+        _click(fn, values, s)
+    assert message in str(err.value.message), err.value.message
+    assert s.ops == log and fingerprint(s.engine) == before  # nothing changed
+
+
+def test_an_over_long_prompt_is_refused_whole_not_cut(app_fns) -> None:
+    for name in ("on_new", "on_add_request"):
+        prompt = next(c for c in app_fns[name].inputs if isinstance(c, gr.Textbox))
+        assert prompt.max_length is None  # the browser would cut a paste without a word
+    _refused(app_fns["on_new"], ("x" * 5000, False),
+             "prompt is 5,000 characters; the most is 4,000")
+    _refused(app_fns["on_add_request"], ("x" * 5000, 1, 1, 16, 0.0),
+             "request prompt is 5,000 characters; the most is 4,000")
+
+
+@pytest.mark.parametrize(("name", "values", "message"), [
+    ("on_append", ("0", 2.5), "tokens must be a whole number"),
+    ("on_append", ("0", 0), "tokens must be a whole number from 1"),
+    ("on_append", ("0", 100000), "tokens must be a whole number from 1 to"),
+    ("on_add_request", ("hi", 2.5, 1, 16, 0.0), "n samples must be a whole number"),
+    ("on_add_request", ("hi", 0, 1, 16, 0.0), "n samples must be a whole number from 1"),
+    ("on_add_request", ("hi", 1, 2.5, 16, 0.0), "beam width must be a whole number"),
+    ("on_add_request", ("hi", 1, 1, 2.5, 0.0), "max tokens must be a whole number"),
+    ("on_add_request", ("hi", 1, 1, 0, 0.0), "max tokens must be a whole number from 1"),
+    ("on_add_request", ("hi", 1, 1, 16, -1), "temperature must be a number from 0"),
+], ids=lambda v: str(v))
+def test_a_bad_count_names_its_field_through_gradio(app_fns, name, values, message) -> None:
+    """Gradio's own checks (precision=0 rounding 2.5 to 2, "Value 0 is less than minimum value 1")
+    would answer first without naming the field: the boxes leave the check to the handler."""
+    _refused(app_fns[name], values, message)
+
+
+def test_a_whole_count_from_a_float_box_still_works(app_fns) -> None:
+    s = _dry_session()
+    out = _click(app_fns["on_append"], ("0", 3.0), s)
+    assert out[-1].endswith("operation 2 of 2") and s.ops[-1] == {"op": "append", "seq": 0, "n": 3}
