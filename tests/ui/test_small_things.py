@@ -9,6 +9,7 @@ import pytest
 
 from engine import EngineConfig, ops
 from tests.helpers import fingerprint
+from ui import limits
 from ui.render import render
 from ui.session import Session
 
@@ -114,3 +115,58 @@ def test_a_whole_count_from_a_float_box_still_works(app_fns) -> None:
     s = _dry_session()
     out = _click(app_fns["on_append"], ("0", 3.0), s)
     assert out[-1].endswith("operation 2 of 2") and s.ops[-1] == {"op": "append", "seq": 0, "n": 3}
+
+
+# ---- a refused input is one log line; a bug keeps its traceback ----------------------------------
+
+def test_a_refused_input_is_logged_as_one_line(app_fns, capfd) -> None:
+    s = _dry_session()
+    capfd.readouterr()
+    with pytest.raises(gr.Error) as err:
+        _click(app_fns["on_append"], ("0", 2.5), s)
+    assert err.value.print_exception is False  # Gradio's queue would print its traceback
+    logged = capfd.readouterr().err
+    assert logged == f"[pagedlab] refused on_append: tokens must be a whole number from 1 to " \
+                     f"{limits.MAX_APPEND}\n"
+    with pytest.raises(gr.Error):
+        _click(app_fns["on_new"], ("line one\x00", False), s)
+    assert capfd.readouterr().err.count("\n") == 1
+
+
+def test_an_unexpected_error_keeps_its_traceback(app_fns, capfd, monkeypatch) -> None:
+    s = _dry_session()
+    monkeypatch.setattr("ui.page.render", lambda session: 1 / 0)  # a bug in drawing
+    capfd.readouterr()
+    with pytest.raises(gr.Error, match=r"something went wrong \(ZeroDivisionError\)"):
+        _click(app_fns["on_append"], ("0", 1), s)
+    logged = capfd.readouterr().err
+    assert "Traceback (most recent call last)" in logged and "ZeroDivisionError" in logged
+    assert "refused" not in logged
+
+
+@pytest.mark.slow
+def test_the_served_app_logs_refused_input_in_one_line_each() -> None:
+    """Through Gradio's queue (which prints a traceback for every error it is not told to keep
+    quiet about): three refused clicks leave three lines in the server's output, no traceback."""
+    from gradio_client import Client
+
+    from ui.app_process import free_port, launch, stop
+
+    port = free_port()
+    proc = launch(["app.py", "--dry"], port)
+    try:
+        c = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        c.predict("abcdef", False, api_name="/on_new")
+        for args, api in [(("0", 2.5), "/on_append"), (("0", 0), "/on_append"),
+                          (("x" * 5000, False), "/on_new")]:
+            with pytest.raises(Exception, match="tokens must be a whole number|prompt is 5,000"):
+                c.predict(*args, api_name=api)
+    finally:
+        out = stop(proc)
+    assert "Traceback" not in out, out[-3000:]
+    lines = [ln for ln in out.splitlines() if ln.startswith("[pagedlab] refused")]
+    assert lines == [
+        f"[pagedlab] refused on_append: tokens must be a whole number from 1 to {limits.MAX_APPEND}",
+        f"[pagedlab] refused on_append: tokens must be a whole number from 1 to {limits.MAX_APPEND}",
+        "[pagedlab] refused on_new: prompt is 5,000 characters; the most is 4,000",
+    ], out[-3000:]
