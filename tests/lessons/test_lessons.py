@@ -184,3 +184,17 @@ def test_block_size_lesson_cites_the_paper_figures_right() -> None:
     assert "Fig. 18a measures the attention kernel's latency" in text
     assert "Fig. 18b the end-to-end latency for each block size" in text
     assert "18b measures the kernel" not in text
+
+
+def test_lessons_pluralise_counts_with_the_helper() -> None:
+    """A computed count is written with plural() ('1 KV head', '2 requests'), never 'request(s)'
+    (issue 23); the helper is the narration's own."""
+    import re
+
+    from engine.core.narration import plural as narration_plural
+    from lessons.helpers import PURE_HELPERS
+
+    assert PURE_HELPERS["plural"] is narration_plural
+    for path in LESSONS:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"\w\(s\)", text), f"{path.name}: write the count with plural()"
