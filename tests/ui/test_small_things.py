@@ -170,3 +170,35 @@ def test_the_served_app_logs_refused_input_in_one_line_each() -> None:
         f"[pagedlab] refused on_append: tokens must be a whole number from 1 to {limits.MAX_APPEND}",
         "[pagedlab] refused on_new: prompt is 5,000 characters; the most is 4,000",
     ], out[-3000:]
+
+
+# ---- the inspector follows its block -------------------------------------------------------------
+
+def test_the_inspector_is_rewritten_whenever_the_main_picture_changes(app_fns) -> None:
+    """Every operation, Back, Next and the timeline redraw the main picture: its change event
+    rewrites the inspector's note and K/V figure."""
+    picture = next(c for c in app_fns["on_new"].outputs if isinstance(c, gr.Plot))
+    follow = app_fns["on_follow"]
+    assert (picture._id, "change") in follow.targets
+    click_outputs = app_fns["on_click"].outputs
+    note = next(c for c in click_outputs if getattr(c, "elem_id", None) == "inspector-note")
+    assert note in follow.outputs
+
+
+def test_the_inspector_describes_a_freed_block_as_free_or_cached(app_fns) -> None:
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    a = s.run(ops.AddSequence("abcdef"))  # block 0 full (hashed), block 1 partly filled
+    out = app_fns["on_click"].fn("block:0|1", s)
+    assert "**Block 0**: used, ref count 1, held by seq 0" in out[-3]
+    s.selected_block = 1
+    follow = app_fns["on_follow"].fn
+    note, _ = follow(0, s)
+    assert note.startswith("**Block 1**: used, ref count 1, held by seq 0")
+    s.run(ops.Free(a))
+    note, figure = follow(0, s)
+    assert note.startswith("**Block 1**: free: no sequence holds it (ref count 0)")
+    assert "seq 0" not in note and figure is None  # dry: no K/V to draw
+    s.selected_block = 0
+    note, _ = follow(0, s)
+    assert note.startswith("**Block 0**: cached: no sequence holds it (ref count 0)")
+    assert "is evicted: `abcd`" in note and "seq 0" not in note
