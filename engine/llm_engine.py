@@ -39,6 +39,7 @@ from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import DRY_ALPHABET, ByteTokenizer
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
 from engine.requests import check_request_fits, prompt_tokens, token_list
+from engine.runtime.protocols import ModelRuntime
 
 TRACE_VERSION = 1
 
@@ -49,7 +50,7 @@ class LLMEngine:
         if not isinstance(config, EngineConfig):
             raise ValueError(f"LLMEngine needs an EngineConfig, got {type(config).__name__}")
         self.config = config
-        self.runtime = None
+        self.runtime: ModelRuntime | None = None  # None in the dry mode
         if config.dry:
             self.tokenizer: Any = ByteTokenizer()
             num_blocks = config.num_gpu_blocks
@@ -80,6 +81,7 @@ class LLMEngine:
         self.step_count = 0
         self.last_events: list[Event] = []
         self.last_step: StepResult | None = None
+        self._finished: list[RequestOutput] = []  # every finished request's output, in order
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
         self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool)
@@ -212,9 +214,7 @@ class LLMEngine:
         }
         if self.runtime is not None:
             info.update(self.runtime.info())
-            per_rank = getattr(self.runtime, "kv_bytes_per_rank", None)
-            info["kv_bytes_per_rank"] = (per_rank() if per_rank else
-                                         [self.runtime.cache.bytes_per_block * self.kv.pool.num_blocks])
+            info["kv_bytes_per_rank"] = self.runtime.kv_bytes_per_rank()
         return info
 
     # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
@@ -253,6 +253,11 @@ class LLMEngine:
         """One unfinished request by id; None once it finished (or if it never was)."""
         return next((r for r in self.requests() if r.request_id == request_id), None)
 
+    def finished_requests(self) -> list[RequestOutput]:
+        """The final outputs of every request finished so far, in the order steps reported them
+        (each step's `StepResult.finished`); a replay of the op log rebuilds the same list."""
+        return list(self._finished)
+
     def encode(self, text: str) -> list[int]:
         """The token ids of `text` in this engine's tokenizer."""
         return list(self.tokenizer.encode(text))
@@ -264,17 +269,16 @@ class LLMEngine:
     def module_path(self) -> Any:
         """A context in which forward passes run through the HF modules, so hooks on them fire
         (the lessons' attention probe). Real mode only."""
-        runner = getattr(self.runtime, "runner", None)
-        if runner is None:
+        if self.runtime is None:
             raise ValueError("the attention probe needs a real model in one process")
-        return runner.module_path()
+        return self.runtime.module_path()
 
     def close(self) -> None:
-        """Let go of the engine's resources now: under tensor parallelism, end its worker
-        processes (idempotent; a dropped engine does the same when it is collected)."""
-        close = getattr(self.runtime, "close", None)
-        if close is not None:
-            close()
+        """Let go of the engine's resources now: the KV pool, swap space, decode graphs and
+        workspaces, and under tensor parallelism the worker processes (idempotent). A dropped
+        engine frees them too, without waiting for the garbage collector."""
+        if self.runtime is not None:
+            self.runtime.close()
 
     def inspect_block(self, block_id: int, layer: int, rank: int | None = None
                       ) -> tuple[Any, Any]:
@@ -287,13 +291,7 @@ class LLMEngine:
         for name, v, hi in (("block id", block_id, nb), ("layer", layer, nl)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
                 raise ValueError(f"{name} must be a whole number from 0 to {hi - 1}, got {v!r}")
-        if rank is not None:
-            if self.config.tensor_parallel_size == 1 and rank == 0:
-                return self.runtime.read_block(block_id, layer)
-            if self.config.tensor_parallel_size == 1:
-                raise ValueError(f"rank must be 0 without tensor parallelism, got {rank!r}")
-            return self.runtime.read_block(block_id, layer, rank)
-        return self.runtime.read_block(block_id, layer)
+        return self.runtime.read_block(block_id, layer, rank)
 
     # ---- dispatch --------------------------------------------------------------------------------
 
@@ -362,6 +360,8 @@ class LLMEngine:
         self.registry.end(seq, self.kv.step)
         group = self.groups.get(seq.request_id) if seq.request_id is not None else None
         if group is not None and not group.live():  # its request has nothing left to run
+            for s in group.seqs:
+                s.finish_reason = s.finish_reason or "abort"
             self._flight.report_later(self._post.finish_group(group, events, aborted=True))
         return events, events
 
@@ -396,6 +396,7 @@ class LLMEngine:
         result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
                             sched.num_tokens, len(sched.prefills), len(sched.decodes))
         self.last_step = result
+        self._finished += finished
         return result, events
 
     def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:

@@ -9,6 +9,7 @@ import gradio as gr
 
 from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
+from viz.requests_panel import added_requests, requests_html
 
 #: how the status line names the built-in models (an HF id or a folder is named as it was given)
 MODEL_NAMES = {"default": "SmolLM2-135M-Instruct", "tiny-random": "tiny random Llama"}
@@ -23,6 +24,16 @@ def model_status(config: Any) -> str:
 
 def token_text(engine: Any) -> Any:
     return lambda t: engine.decode([t])
+
+
+def texts_html(eng: Any, snap: Any) -> str:
+    """The serving requests (every one since it was added, finished ones with their samples'
+    or beams' text and scores), then each live sequence's tokens."""
+    served = requests_html(eng.requests(), eng.finished_requests(), snap, eng.decode,
+                           added_requests(eng.trace))
+    if served and not snap.sequences:
+        return served
+    return served + sequences_html(snap, token_text(eng))
 
 
 def render(session: Session) -> tuple:
@@ -42,6 +53,6 @@ def render(session: Session) -> tuple:
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"
     mode = model_status(eng.config)
-    return (fig, event_log_markdown(events), sequences_html(snap, token_text(eng)),
+    return (fig, event_log_markdown(events), texts_html(eng, snap),
             metrics_html(snap, eng.engine_info(), eng.max_model_len), timeline, seq_choice,
             f"{mode} · {where}")

@@ -43,8 +43,12 @@ def rects(layout: PoolLayout, ids: Iterable[int], name: str, colour: str, width:
                        hoverinfo="skip", showlegend=False, **style)]
 
 
-def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | None) -> list:
-    new, hits, evicted, cow_pairs, swaps = [], [], [], [], []
+def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | None,
+                    in_use: Iterable[int] | None = None) -> list:
+    """The marks of the last step's changes. With `in_use` (the blocks some table holds now),
+    a change to a block that the same step freed again (a finished request, a dropped beam)
+    draws no arrow or outline into it: the block is outlined once as "freed" instead."""
+    new, hits, evicted, cow_pairs, swaps, freed = [], [], [], [], [], []
     for e in events:
         if e.kind == "allocate":
             new += e.block_ids
@@ -60,6 +64,16 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
             for a, b in zip(ids[::2], ids[1::2], strict=True):
                 gpu_id, cpu_id = (a, b) if e.kind == "swap_out" else (b, a)
                 swaps.append((gpu_id, cpu_id, e.kind == "swap_out"))
+        elif e.kind == "free":
+            freed += e.block_ids
+    if in_use is not None:
+        held = set(in_use)
+        freed = [b for b in freed if b not in held]
+        new = [b for b in new if b in held]
+        hits = [b for b in hits if b in held]
+        cow_pairs = [p for p in cow_pairs if p[1] in held]
+    else:
+        freed = []
     new = [b for b in new if b not in set(evicted)]  # an evicted-and-reused block fades by itself
     out = rects(gpu, evicted, "evicted ghost", palette.CACHED, fill=palette.CACHED, opacity=0.0, pad=0)
     out += rects(gpu, new, "new block cover", palette.FREE, fill=palette.FREE, opacity=0.0, pad=0)
@@ -69,7 +83,28 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
     out += rects(gpu, evicted, "evicted", palette.EVICT, 3, pad=0.16)
     out += _arrows(cow_pairs, gpu)
     out += _swaps(swaps, gpu, cpu)
+    out += _freed(freed, gpu)
     return out
+
+
+MAX_FREED_LABELS = 12  # beyond this, one label for all of them
+
+
+def _freed(freed: Sequence[int], gpu: PoolLayout) -> list:
+    """A dotted outline around each block the step freed, and the word "freed" over it."""
+    ids = [b for b in dict.fromkeys(freed) if 0 <= b < gpu.num_blocks]
+    marks = rects(gpu, ids, "freed", palette.FREED, 2)
+    if not marks:
+        return []
+    marks[0].update(line={"dash": "dot"}, hoverinfo="name")
+    shown = ids if len(ids) <= MAX_FREED_LABELS else ids[:1]
+    words = ["freed"] * len(shown) if len(shown) == len(ids) else [f"{len(ids)} blocks freed"]
+    xy = [_centre(gpu, b) for b in shown]
+    marks.append(go.Scatter(**FAST, x=[x for x, _ in xy], y=[y for _, y in xy], mode="text",
+                            text=words, textposition="top center", name="freed label",
+                            textfont={"color": palette.FREED, "size": 11}, hoverinfo="skip",
+                            showlegend=False))
+    return marks
 
 
 def _centre(layout: PoolLayout, b: int) -> tuple[float, float]:

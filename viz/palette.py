@@ -19,6 +19,7 @@ OWNERS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#33
 NEW = "#117733"  # outline of a block allocated in the last step
 PREFIX_HIT = "#b8860b"
 EVICT = "#d55e00"
+FREED = "#5f6670"  # a block the last step gave back
 COW = "#111111"
 SWAP = "#6a3d9a"
 SELECT = "#111111"

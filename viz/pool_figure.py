@@ -95,7 +95,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         line = links(entries, gpu, cpu, "block table links", "rgba(60,70,85,0.32)", 1.2)
         traces += [line] if line is not None else []
         traces.append(table)
-    traces += change_overlays(events, gpu, cpu)
+    in_use = [b.block_id for b in snap.blocks if b.state == "used"]
+    traces += change_overlays(events, gpu, cpu, in_use)
     if selected_block is not None and 0 <= selected_block < snap.num_blocks:
         chosen = [e for e in entries if e[3] == selected_block and not e[4]]
         line = links(chosen, gpu, None, "selected links", palette.SELECT, 2.5)

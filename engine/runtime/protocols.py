@@ -147,6 +147,11 @@ class ModelRuntime(Protocol):
         """The KV pool's bytes on each rank (one entry without tensor parallelism)."""
         ...
 
+    def module_path(self) -> Any:
+        """A context in which forward passes run through the model's own modules, so that hooks
+        on them fire (the lessons' attention probe); a ValueError where that cannot be."""
+        ...
+
     def info(self) -> dict[str, Any]:
         """What this runtime is, in words and numbers (the UI's Engine tab)."""
         ...

@@ -84,6 +84,9 @@ class Runtime:
     def kv_bytes_per_rank(self) -> list[int]:
         return [self.cache.bytes_per_block * self.num_gpu_blocks]
 
+    def module_path(self) -> Any:
+        return self.runner.module_path()
+
     def info(self) -> dict[str, Any]:
         lm = self.loaded
         return {

@@ -289,6 +289,10 @@ class TPRuntime:
     def kv_bytes_per_rank(self) -> list[int]:
         return [self.model_info["bytes_per_block_rank"] * self.num_gpu_blocks] * self.size
 
+    def module_path(self) -> Any:
+        raise ValueError("the attention probe needs a real model in one process: its modules run "
+                         "inside the worker processes here")
+
     def info(self) -> dict[str, Any]:
         h = self.model_info
         w = self.wire

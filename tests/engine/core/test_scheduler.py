@@ -208,6 +208,7 @@ def test_freeing_every_sequence_of_a_running_request_ends_it_and_the_engine_goes
         eng.check_invariants()
     result = eng.step()
     assert [(o.request_id, o.finished) for o in result.finished] == [(rid, True)]
+    assert {c.finish_reason for c in result.finished[0].outputs} <= {"abort"}
     assert not eng.has_pending_work() and eng.snapshot().metrics.used_blocks == 0
     eng.check_invariants()
     assert LLMEngine.replay(eng.config, eng.trace).snapshot() == eng.snapshot()
