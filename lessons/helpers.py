@@ -23,6 +23,7 @@ from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks
 from engine.core.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
+from engine.core.narration import plural  # the narration's own: "1 block", "2 blocks"
 from engine.core.units import gib, kib, mib  # noqa: F401  (lessons call them by name)
 
 #: Published architecture constants (LLaMA paper, Table 2; fp16 weights and cache). Used only for
@@ -47,11 +48,6 @@ def fmt(x: Any, spec: str = "") -> str:
     if not isinstance(spec, str) or len(spec) > 12:
         raise ValueError("a format spec is a short text like ',' or '.2f'")
     return format(x, spec)
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 block', '3 blocks' ('1 copy', '2 copies' with many='copies')."""
-    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
 
 
 def quote(text: str) -> str:

@@ -9,6 +9,7 @@ import gradio as gr
 from engine import EngineConfig, LLMEngine
 from engine.core.baselines import POLICIES, reservation_fit, workload
 from lessons.helpers import admit
+from ui.refusal import refused
 from viz.compare_figure import admitted_figure
 
 
@@ -21,7 +22,7 @@ def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: i
         eng = LLMEngine(EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
                                      enable_prefix_caching=False))
     except (TypeError, ValueError, OverflowError) as err:
-        raise gr.Error(f"workload settings: {err}") from err
+        raise refused("compare", f"workload settings: {err}") from err
     rows = [reservation_fit(reqs, pool_tokens, p) for p in POLICIES]
     paged = admit(eng, reqs)
     snap = eng.snapshot()

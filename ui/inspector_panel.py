@@ -3,7 +3,11 @@
 A click on the picture arrives as text in a hidden textbox ("block:7|<time>" or "seq:2|<time>",
 set by ui/motion.js) and a press of a hidden button: a block click selects the block (outlined,
 its table links drawn dark) and opens the inspector on it; a sequence click selects the
-sequence for Append / Fork / Free. The block-id box and Show K/V are the keyboard path."""
+sequence for Append / Fork / Free. The block-id box and Show K/V are the keyboard path.
+
+The inspector follows its block: whenever the picture changes (any operation, Back, Next, the
+timeline), the note and the K/V figure are written again from the block's state now, so a block
+freed or cached since the click is described as free or cached, not as its old owner's."""
 
 from __future__ import annotations
 
@@ -16,15 +20,26 @@ from ui.page import Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
 
+DRY_NOTE = "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
+
 
 def block_summary(session: Session, b: int) -> str:
+    """The inspector's note on block `b` as it is now."""
     blk = session.engine.snapshot().blocks[b]
-    owners = ", ".join(f"seq {o}" for o in blk.owners) or "no sequence"
     text = session.engine.decode(list(blk.token_ids)) if blk.token_ids else ""
     shown = text.replace("`", "'").replace("\n", " ")[:120]
+    contents = f": `{shown}`" if shown else ""
+    size = session.config.block_size
+    if blk.state == "free":
+        return (f"**Block {b}**: free: no sequence holds it (ref count 0); it waits in the free "
+                f"queue for the next allocation")
+    if blk.state == "cached":
+        return (f"**Block {b}**: cached: no sequence holds it (ref count 0), but what it holds "
+                f"stays in the prefix cache until a prompt with the same start reuses it or the "
+                f"block is evicted{contents}")
+    owners = ", ".join(f"seq {o}" for o in blk.owners) or "no sequence"
     return (f"**Block {b}**: {blk.state}, ref count {blk.ref_count}, held by {owners}; "
-            f"{blk.num_filled} of {session.config.block_size} slots filled"
-            + (f": `{shown}`" if shown else ""))
+            f"{blk.num_filled} of {size} slots filled{contents}")
 
 
 def inspector_panel(page: Page) -> Callable[[], None]:
@@ -35,8 +50,9 @@ def inspector_panel(page: Page) -> Callable[[], None]:
                       elem_id="inspector") as box:
         note = gr.Markdown(elem_id="inspector-note")
         with gr.Row():
-            block_id = gr.Number(value=0, precision=0, minimum=0, label="block id", min_width=70)
-            layer = gr.Number(value=0, precision=0, minimum=0, label="layer", min_width=70)
+            # no Gradio bounds or precision: on_inspect's check names the field
+            block_id = gr.Number(value=0, label="block id", min_width=70)
+            layer = gr.Number(value=0, label="layer", min_width=70)
             rank = tp_panel.rank_setting()
             inspect = gr.Button("Show K/V", min_width=80)
         kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")
@@ -72,13 +88,29 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         summary = block_summary(session, b)
         if session.engine.config.dry:  # dry mode: bookkeeping only, no tensors to show
             figure = None
-            summary += "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
+            summary += DRY_NOTE
         else:
             figure = on_inspect(b, 0, session)
         return (*show(session), gr.update(open=True), summary, b, figure)
 
+    def on_follow(lyr, session: Session, r=None):
+        """The picture changed: describe the selected block as it is now (nothing if no block
+        is selected or a lesson's engine is in front)."""
+        b = session.selected_block
+        if session.lesson_front or b is None or not 0 <= b < session.engine.pool_size():
+            return gr.update(), gr.update()
+        summary = block_summary(session, b)
+        if session.engine.config.dry:
+            return summary + DRY_NOTE, None
+        try:
+            return summary, on_inspect(b, lyr, session, r)
+        except gr.Error:  # e.g. a layer box left out of range: keep the note, drop the figure
+            return summary, None
+
     def wire() -> None:
         inspect.click(on_inspect, [block_id, layer, page.state, rank], [kv_plot])
+        page.plot.change(on_follow, [layer, page.state, rank], [note, kv_plot],
+                         show_progress="hidden")
         click_go.click(on_click, [click_box, page.state], [*page.outs, box, note, block_id, kv_plot],
                        **page.quiet)
     return wire

@@ -10,6 +10,7 @@ import gradio as gr
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
 from ui.page import Page
+from ui.refusal import refused
 from ui.render import token_text
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
@@ -95,7 +96,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             try:
                 fn(ls, *args)
             except (LessonError, ValueError) as err:
-                raise gr.Error(str(err)) from err
+                raise refused(fn.__name__, str(err)) from err
             return view(ls, presenter_on)
         return wrapped
 

@@ -105,26 +105,27 @@ def number(value: Any, what: str, low: float, high: float) -> float:
     return v
 
 
-def check_prompt(prompt: Any) -> None:
-    """Text a user typed: not too long, valid Unicode, no control characters (a NUL or an escape
-    sequence in a prompt is never intended and renders as nothing in the block labels)."""
+def check_prompt(prompt: Any, what: str = "prompt") -> None:
+    """Text a user typed into the field `what`: not too long, valid Unicode, no control characters
+    (a NUL or an escape sequence in a prompt is never intended and renders as nothing in the block
+    labels). An over-long prompt is refused whole, never cut: the text boxes set no max_length, so
+    the browser does not cut a paste silently either."""
     if not isinstance(prompt, str):
         return  # token-id lists are the engine's to check
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise UserError(f"the prompt has {len(prompt)} characters; the most accepted is "
-                        f"{MAX_PROMPT_CHARS}")
+        raise UserError(f"{what} is {len(prompt):,} characters; the most is {MAX_PROMPT_CHARS:,}")
     for i, ch in enumerate(prompt):
         if "\ud800" <= ch <= "\udfff":
-            raise UserError(f"the prompt is not valid text: a lone surrogate (U+{ord(ch):04X}) at "
+            raise UserError(f"{what} is not valid text: a lone surrogate (U+{ord(ch):04X}) at "
                             f"character {i}; paste it again as plain text")
         if ch not in _ALLOWED_CONTROLS and unicodedata.category(ch) == "Cc":
-            raise UserError(f"the prompt contains the control character U+{ord(ch):04X} at "
+            raise UserError(f"{what} contains the control character U+{ord(ch):04X} at "
                             f"character {i}; remove it")
 
 
-def check_prompt_tokens(num_tokens: int) -> None:
+def check_prompt_tokens(num_tokens: int, what: str = "prompt") -> None:
     if num_tokens > MAX_PROMPT_TOKENS:
-        raise UserError(f"the prompt has {num_tokens} tokens; the most accepted is {MAX_PROMPT_TOKENS}")
+        raise UserError(f"{what} is {num_tokens:,} tokens; the most is {MAX_PROMPT_TOKENS:,}")
 
 
 def check_config(config: Any) -> None:

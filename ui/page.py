@@ -14,6 +14,7 @@ import gradio as gr
 
 from engine.ops import OpError
 from ui.gpu import gpu_task
+from ui.refusal import failed, refused
 from ui.render import render
 from ui.session import Session, UserError
 
@@ -50,21 +51,22 @@ def show(session: Session) -> tuple:
 
 
 def guard(fn):
-    """Turn a UserError into a gr.Error (a message box), keeping the session unchanged; on a
-    ZeroGPU Space the handler runs on the GPU (ui/gpu.py)."""
+    """Turn a UserError into a gr.Error (a message box) and one log line, keeping the session
+    unchanged; an unexpected exception's traceback goes to the log. On a ZeroGPU Space the
+    handler runs on the GPU (ui/gpu.py)."""
     fn = gpu_task(fn)
 
     def wrapped(*args: Any) -> Any:
         try:
             return fn(*args)
         except (UserError, OpError) as err:  # OpError: an operation's argument (engine/ops.py)
-            raise gr.Error(str(err)) from err
+            raise refused(fn.__name__, str(err)) from err
         except gr.Error:
             raise
         except Exception as err:  # a bug must reach the log, and the user a sentence, not a trace
             traceback.print_exc(file=sys.stderr)
             # the op log only ever holds operations that succeeded, so Undo and Reset still work
-            raise gr.Error(f"something went wrong ({type(err).__name__}); this session's "
-                           "operation log is intact (Undo and Reset work); please report this") from err
+            raise failed(f"something went wrong ({type(err).__name__}); this session's "
+                         "operation log is intact (Undo and Reset work); please report this") from err
     wrapped.__name__ = fn.__name__
     return wrapped

@@ -20,16 +20,17 @@ def seq_id(value) -> int:
 
 
 def playground_panel(page: Page) -> Callable[[], None]:
-    prompt = gr.Textbox(label="prompt", value="Four score and seven years ago", lines=1,
-                        max_length=limits.MAX_PROMPT_CHARS)
+    # no max_length (the browser would cut a paste without a word) and no Gradio bounds or
+    # precision on the count (Gradio would round 2.5 silently or refuse 0 without naming the
+    # field): the handlers' checks refuse with a message that names the field
+    prompt = gr.Textbox(label="prompt", value="Four score and seven years ago", lines=1)
     with gr.Row():
         as_chat = gr.Checkbox(label="as a chat message", value=False, min_width=120)
         new_seq = gr.Button("New sequence", variant="primary", elem_id="new-seq", min_width=120)
     with gr.Row():
         page.seq = gr.Dropdown([], label="sequence (or click its row)", allow_custom_value=False,
                                elem_id="seq-choice", min_width=110)
-        n = gr.Number(value=1, precision=0, minimum=1, maximum=limits.MAX_APPEND, label="tokens",
-                      min_width=70)
+        n = gr.Number(value=1, label="tokens", min_width=70)
     with gr.Row():
         append = gr.Button("Append n", elem_id="append", min_width=70)
         fork = gr.Button("Fork", elem_id="fork", min_width=60)

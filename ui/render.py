@@ -11,6 +11,16 @@ from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
 
+#: how the status line names the built-in models (an HF id or a folder is named as it was given)
+MODEL_NAMES = {"default": "SmolLM2-135M-Instruct", "tiny-random": "tiny random Llama"}
+
+
+def model_status(config: Any) -> str:
+    """The status line's first part: the model by a name a person knows, or the dry mode."""
+    if config.dry:
+        return "dry mode: bookkeeping only, no model"
+    return f"model: {MODEL_NAMES.get(config.model, config.model)}"
+
 
 def token_text(engine: Any) -> Any:
     return lambda t: engine.decode([t])
@@ -42,7 +52,7 @@ def render(session: Session) -> tuple:
     timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"
-    mode = "dry mode: bookkeeping only, no model" if eng.config.dry else f"model: {eng.config.model}"
+    mode = model_status(eng.config)
     return (fig, event_log_markdown(events), texts_html(eng, snap),
             metrics_html(snap, eng.engine_info(), eng.max_model_len), timeline, seq_choice,
             f"{mode} · {where}")

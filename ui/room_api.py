@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 
 from classroom import RoomError, RoomRegistry
+from ui.refusal import failed, refused
 
 
 def room_errors(fn: Callable) -> Callable:
@@ -26,13 +27,13 @@ def room_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except RoomError as err:
-            raise gr.Error(str(err)) from err
+            raise refused(fn.__name__, str(err)) from err
         except gr.Error:
             raise
         except Exception as err:
             traceback.print_exc(file=sys.stderr)
-            raise gr.Error(f"something went wrong in the room ({type(err).__name__}); please report "
-                           "this") from err
+            raise failed(f"something went wrong in the room ({type(err).__name__}); please report "
+                         "this") from err
     return wrapped
 
 

@@ -140,7 +140,8 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     gr.Markdown("# PagedLab classroom")
     code = gr.Textbox(label="room code", elem_id="student-code", max_length=12)
     name = gr.Textbox(label="your name (optional)", elem_id="student-name", max_length=24)
-    prompt = gr.Textbox(label="your prompt", elem_id="student-prompt", lines=2, max_length=4000)
+    # no max_length: the room refuses a prompt over its limit with the real count, never cut it
+    prompt = gr.Textbox(label="your prompt", elem_id="student-prompt", lines=2)
     send = gr.Button("Send", variant="primary", elem_id="student-send")
     mine_html = gr.HTML(elem_id="student-mine")
     mine = gr.State([])

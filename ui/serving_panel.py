@@ -15,17 +15,15 @@ from ui.session import Session, UserError
 
 def serving_panel(page: Page) -> Callable[[], None]:
     gr.Markdown("Requests go through the scheduler (continuous batching).")
-    req_prompt = gr.Textbox(label="request prompt", value="Paged memory is",
-                            max_length=limits.MAX_PROMPT_CHARS)
+    # no max_length, Gradio bounds or precision: on_add_request refuses a bad value with a message
+    # naming the field (Gradio would cut, round or refuse without naming it)
+    req_prompt = gr.Textbox(label="request prompt", value="Paged memory is")
     with gr.Row():
-        req_n = gr.Number(value=1, precision=0, minimum=1, maximum=limits.MAX_SAMPLES,
-                          label="n samples", min_width=80)
-        req_beam = gr.Number(value=1, precision=0, minimum=1, maximum=limits.MAX_BEAM_WIDTH,
-                             label="beam width", min_width=80)
+        req_n = gr.Number(value=1, label="n samples", min_width=80)
+        req_beam = gr.Number(value=1, label="beam width", min_width=80)
     with gr.Row():
-        req_max = gr.Number(value=16, precision=0, minimum=1, maximum=limits.MAX_REQUEST_TOKENS,
-                            label="max tokens", min_width=80)
-        req_temp = gr.Number(value=0.0, minimum=0, maximum=5, label="temperature", min_width=80)
+        req_max = gr.Number(value=16, label="max tokens", min_width=80)
+        req_temp = gr.Number(value=0.0, label="temperature", min_width=80)
     with gr.Row():
         add_req = gr.Button("Add request", variant="primary", elem_id="add-request", min_width=90)
         step = gr.Button("Step", elem_id="serve-step", min_width=60)
@@ -35,7 +33,7 @@ def serving_panel(page: Page) -> Callable[[], None]:
     def on_add_request(text, rn, rb, rm, rt, session: Session):
         if not isinstance(text, str):
             raise UserError("the request prompt must be text")
-        limits.check_prompt(text)
+        limits.check_prompt(text, "request prompt")
         try:
             params = SamplingParams(
                 max_tokens=limits.whole(rm, "max tokens", 1, limits.MAX_REQUEST_TOKENS),

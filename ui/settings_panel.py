@@ -62,8 +62,8 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
     with gr.Row():
         block_size = gr.Dropdown(list(limits.BLOCK_SIZES), value=first.config.block_size,
                                  label="block size (tokens)", min_width=90)
-        num_blocks = gr.Number(value=first.config.num_gpu_blocks, precision=0, minimum=1,
-                               maximum=limits.MAX_DRY_BLOCKS, label="pool size (blocks)", min_width=90)
+        num_blocks = gr.Number(value=first.config.num_gpu_blocks, label="pool size (blocks)",
+                               min_width=90)  # no Gradio bounds: the check names the field
     tp = tp_panel.tp_setting()
     with gr.Row():
         prefix = gr.Checkbox(value=True, label="prefix caching", min_width=100)

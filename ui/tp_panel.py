@@ -55,7 +55,7 @@ def shards_update(session: Any) -> Any:
 
 
 def rank_setting() -> gr.Number:
-    return gr.Number(value=None, precision=0, minimum=0, label="rank (empty: all ranks)")
+    return gr.Number(value=None, label="rank (empty: all ranks)")  # rank_of names the field
 
 
 def rank_of(value: Any, session: Any) -> int | None:

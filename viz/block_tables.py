@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
+from engine.core.narration import plural
 from engine.core.snapshot import SequenceView, Snapshot
 from viz.pool_cells import FAST, PENDING, colourscale, escape, owner_category, shorten
 from viz.pool_layout import PoolLayout
@@ -51,11 +52,11 @@ def table_heatmap(snap: Snapshot, seqs: Sequence[SequenceView], top: float, widt
         if shown < len(table):
             z[i][shown] = PENDING
             text[i][shown] = f"+{len(table) - shown}"
-            custom[i][shown] = [seq.seq_id, f"{len(table) - shown} more logical blocks"]
+            custom[i][shown] = [seq.seq_id, f"{plural(len(table) - shown, 'more logical block')}"]
         elif seq.prefill_rest and shown < cols:  # chunked prefill: the prompt is still coming
             z[i][shown] = PENDING
             text[i][shown] = f"+{seq.prefill_rest} to prefill" if wide else f"+{seq.prefill_rest}"
-            custom[i][shown] = [seq.seq_id, f"{seq.prefill_rest} prompt tokens not computed yet: "
+            custom[i][shown] = [seq.seq_id, f"{plural(seq.prefill_rest, 'prompt token')} not computed yet: "
                                             f"chunked prefill brings them in a chunk a step"]
         elif seq.pending_token is not None and shown < cols:
             tok = token_text(seq.pending_token)

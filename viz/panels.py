@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.core.baselines import naive_blocks_for
 from engine.core.events import Event
+from engine.core.narration import plural
 from engine.core.snapshot import Snapshot
 from engine.core.units import human_bytes
 from viz import palette
@@ -52,7 +53,8 @@ def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:
         cached = f", {seq.num_cached_tokens} from the prefix cache" if seq.num_cached_tokens else ""
         parts.append(
             f"<div style='margin:4px 0'><b style='color:{colour}'>seq {seq.seq_id}</b> "
-            f"<small>({seq.status}, {seq.num_tokens} tokens in {len(seq.block_table)} blocks{cached})"
+            f"<small>({seq.status}, {plural(seq.num_tokens, 'token')} in "
+            f"{plural(len(seq.block_table), 'block')}{cached})"
             f"</small><div style='font-family:monospace;font-size:13px;line-height:1.6'>"
             f"{''.join(spans)}</div></div>")
     return "".join(parts)
@@ -69,8 +71,10 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
     per_block = info.get("kv bytes per block")
     rows = [
         ("blocks used", f"{m.used_blocks} of {snap.num_blocks}"),
-        ("contiguous reservation would hold", f"{naive} blocks (each sequence reserves {max_len} slots)"),
-        ("saved by sharing", f"{m.shared_saving} blocks ({m.sharing_saving_fraction:.0%} of table entries)"),
+        ("contiguous reservation would hold",
+         f"{plural(naive, 'block')} (each sequence reserves {plural(max_len, 'slot')})"),
+        ("saved by sharing",
+         f"{plural(m.shared_saving, 'block')} ({m.sharing_saving_fraction:.0%} of table entries)"),
         ("prefix hit rate (live prompts)", f"{hit_rate:.0%}"),
         ("copy-on-write copies", m.cow_copies),
         ("evictions", m.evictions),

@@ -17,6 +17,11 @@ from typing import Any
 from engine.core.sequence import IN_FLIGHT
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """'1 block', '2 blocks', '0 blocks' ('1 KV head', '3 sequences'); `many` for irregular words."""
+    return f"{n} {one if n == 1 else (many if many is not None else one + 's')}"
+
+
 def blocks_str(block_ids: list[int] | tuple[int, ...]) -> str:
     """'block 3' or 'blocks 3, 4, 7' for narration."""
     ids = ", ".join(str(b) for b in block_ids)
@@ -76,7 +81,7 @@ def _free(e: Any) -> str:
     if e.block_ids:
         text += f": {blocks_str(e.block_ids)} back in the pool"
         if cached:
-            text += f" ({blocks_str(cached)} stay cached)"
+            text += f" ({blocks_str(cached)} {'stays' if len(cached) == 1 else 'stay'} cached)"
     if kept:
         text += f"; {blocks_str(kept)} still used by others (ref count - 1)"
     return text
@@ -95,7 +100,7 @@ def _prefill(e: Any) -> str:
     resumed, final, whole, start, num_tokens, num_new, cached, rest = e.facts
     what = "recompute after preemption" if resumed else "prefill"
     if whole:
-        return (f"seq {e.seq_id}: {what} of {num_tokens} tokens, {num_new} computed, "
+        return (f"seq {e.seq_id}: {what} of {plural(num_tokens, 'token')}, {num_new} computed, "
                 f"{cached} from the prefix cache")
     left = "the last chunk" if final else f"{rest} to go"
     from_cache = f" ({cached} from the prefix cache)" if cached else ""
@@ -106,14 +111,14 @@ def _prefill(e: Any) -> str:
 def _prefill_primitive(e: Any) -> str:
     """`add_sequence`'s prefill (no scheduler: never chunked)."""
     n, computed, cached = e.facts
-    return (f"seq {e.seq_id}: prefill of {n} prompt tokens, {computed} computed"
+    return (f"seq {e.seq_id}: prefill of {plural(n, 'prompt token')}, {computed} computed"
             + (f", {cached} from the prefix cache" if cached else ""))
 
 
 def _preempt(e: Any) -> str:
     rid, seqs, swapped, fallback = e.facts
     if swapped is not None:
-        how = f"swap ({swapped} block(s) to CPU)"
+        how = f"swap ({plural(swapped, 'block')} to CPU)"
     else:
         how = "recompute" + (" (CPU swap space full)" if fallback else "")
     return (f"out of blocks: request {rid} (seq {', '.join(str(s) for s in seqs)}) "
@@ -132,7 +137,7 @@ _SENTENCES: dict[str, Callable[[Any], str]] = {
     "swap_in": _swap,
     "allocate": lambda e: f"seq {e.seq_id} got a new block {e.block_ids[0]}",
     "allocate_many": lambda e: (f"seq {e.seq_id} got {blocks_str(e.block_ids)} "
-                                f"for {e.facts[0]} token(s)"),
+                                f"for {plural(e.facts[0], 'token')}"),
     "append": _append,
     "evict": lambda e: (f"block {e.block_ids[0]} evicted from the prefix cache (least recently "
                         f"used) and reused by seq {e.seq_id}"),
@@ -143,8 +148,9 @@ _SENTENCES: dict[str, Callable[[Any], str]] = {
                         f"prefix cache"),
     "prefill": _prefill,
     "prefill_primitive": _prefill_primitive,
-    "decode": lambda e: f"decode: {len(e.block_ids)} sequence(s) computed one token each",
-    "decode_primitive": lambda e: (f"seq {e.seq_id}: the model computed {e.facts[0]} token(s); "
+    "decode": lambda e: (f"decode: {plural(len(e.block_ids), 'sequence')} computed one token"
+                         + (" each" if len(e.block_ids) != 1 else "")),
+    "decode_primitive": lambda e: (f"seq {e.seq_id}: the model computed {plural(e.facts[0], 'token')}; "
                                    f"next token {_token(e)} waits as pending"),
     "preempt": _preempt,
     "finish": lambda e: f"request {e.facts[0]} finished ({e.facts[1]})",

@@ -171,3 +171,30 @@ def test_params_choose_the_big_model(default_model) -> None:
     assert "512.0 KiB" in texts["LLaMA-7B"] and "800.0 KiB" in texts["LLaMA-13B"]
     with pytest.raises(ValueError):
         _run(lesson, params={"big_model": "GPT-9"})
+
+
+def test_block_size_lesson_cites_the_paper_figures_right() -> None:
+    """vLLM's Fig. 18a is the attention kernel's latency, 18b the end-to-end latency by block size
+    (issue 23): the trade-off step says so, not that 18b measures the kernel."""
+    lesson = load(Path("lessons") / "08_block_size.md")
+    run = _run(lesson)
+    views = [run.next() for _ in range(len(lesson.steps))]
+    step = next(v for s, v in zip(lesson.steps, views, strict=True) if s.title == "The trade-off")
+    text = " ".join(step.narration_markdown.split())
+    assert "Fig. 18a measures the attention kernel's latency" in text
+    assert "Fig. 18b the end-to-end latency for each block size" in text
+    assert "18b measures the kernel" not in text
+
+
+def test_lessons_pluralise_counts_with_the_helper() -> None:
+    """A computed count is written with plural() ('1 KV head', '2 requests'), never 'request(s)'
+    (issue 23); the helper is the narration's own."""
+    import re
+
+    from engine.core.narration import plural as narration_plural
+    from lessons.helpers import PURE_HELPERS
+
+    assert PURE_HELPERS["plural"] is narration_plural
+    for path in LESSONS:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"\w\(s\)", text), f"{path.name}: write the count with plural()"

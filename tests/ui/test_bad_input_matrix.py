@@ -67,9 +67,10 @@ ROWS = [
     # ---- prompts (New sequence; Add request) ----
     Row("prompt-empty", "on_new", ("", False), "the prompt is empty"),
     Row("prompt-whitespace", "on_new", (" \n\t ", False), "the prompt is empty"),
-    Row("prompt-100k-chars", "on_new", ("x" * 100_000, False), "100000 characters; the most accepted"),
+    Row("prompt-100k-chars", "on_new", ("x" * 100_000, False),
+        "prompt is 100,000 characters; the most is 4,000"),
     Row("prompt-over-token-limit", "on_new", ("y" * limits.MAX_PROMPT_CHARS, False),
-        f"the most accepted is {limits.MAX_PROMPT_TOKENS}"),
+        f"tokens; the most is {limits.MAX_PROMPT_TOKENS:,}"),
     Row("prompt-longer-than-pool", "on_new", ("z" * 200, False), "more than the 128 this engine can hold"),
     Row("prompt-lone-surrogate", "on_new", ("ab\ud800c", False), "lone surrogate (U+D800) at character 2"),
     Row("prompt-nul", "on_new", ("ab\x00c", False), "control character U+0000"),
@@ -78,7 +79,8 @@ ROWS = [
     Row("prompt-not-text", "on_new", (None, False), "the prompt must be text"),
     Row("prompt-number", "on_new", (42, False), "the prompt must be text"),
     Row("request-prompt-empty", "on_add_request", ("", 1, 1, 4, 0.0), "the prompt is empty"),
-    Row("request-prompt-100k", "on_add_request", ("x" * 100_000, 1, 1, 4, 0.0), "100000 characters"),
+    Row("request-prompt-100k", "on_add_request", ("x" * 100_000, 1, 1, 4, 0.0),
+        "request prompt is 100,000 characters; the most is 4,000"),
     Row("request-prompt-surrogate", "on_add_request", ("\udfff", 1, 1, 4, 0.0), "lone surrogate"),
     Row("request-prompt-control", "on_add_request", ("a\x07b", 1, 1, 4, 0.0), "U+0007"),
     # ---- numbers: tokens to append ----
@@ -94,10 +96,14 @@ ROWS = [
     Row("append-past-pool", "on_append", ("0", 200), "free block(s) but the pool has only"),
     # ---- numbers: request parameters ----
     Row("request-n-0", "on_add_request", ("hi", 0, 1, 4, 0.0), "n samples must be a whole number from 1"),
+    Row("request-n-fraction", "on_add_request", ("hi", 2.5, 1, 4, 0.0),
+        "n samples must be a whole number from 1"),
     Row("request-n-huge", "on_add_request", ("hi", 10**6, 1, 4, 0.0), "n samples must be"),
     Row("request-beam-negative", "on_add_request", ("hi", 1, -1, 4, 0.0), "beam width must be"),
     Row("request-beam-nan", "on_add_request", ("hi", 1, NAN, 4, 0.0), "beam width must be"),
     Row("request-max-0", "on_add_request", ("hi", 1, 1, 0, 0.0), "max tokens must be a whole number"),
+    Row("request-max-fraction", "on_add_request", ("hi", 1, 1, 2.5, 0.0),
+        "max tokens must be a whole number"),
     Row("request-max-huge", "on_add_request", ("hi", 1, 1, 10**9, 0.0), "max tokens must be"),
     Row("request-max-text", "on_add_request", ("hi", 1, 1, "lots", 0.0), "max tokens must be"),
     Row("request-max-past-pool", "on_add_request", ("hi", 1, 1, 300, 0.0), "exceeds the 128 tokens"),
@@ -169,7 +175,7 @@ ROWS = [
                                                                {"op": "append", "seq": 0, "n": 10**6}]),),
         "n must be a whole number from 1 to 100000"),
     Row("trace-huge-prompt", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "x" * 10**5}]),),
-        "exceeds a limit: the prompt has 100000 characters"),
+        "exceeds a limit: prompt is 100,000 characters; the most is 4,000"),
     Row("trace-surrogate-prompt", "on_import", (trace(ops=[{"op": "add_sequence", "prompt": "\ud800"}]),),
         "lone surrogate"),
     Row("trace-too-many-requests", "on_import",
@@ -238,7 +244,7 @@ def test_limits_come_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("PAGEDLAB_MAX_PROMPT_CHARS", "12")
     assert limits._env_int("PAGEDLAB_MAX_PROMPT_CHARS", 4000) == 12
     monkeypatch.setattr(limits, "MAX_PROMPT_CHARS", 12)
-    with pytest.raises(UserError, match="the most accepted is 12"):
+    with pytest.raises(UserError, match="prompt is 13 characters; the most is 12"):
         setup_session().run(ops.AddSequence("x" * 13))
 
 
@@ -314,13 +320,14 @@ def test_bad_inputs_through_the_served_api(served_app) -> None:
     c.predict("Hello", False, api_name="/on_new")
     for args, api, message in [
         (("", False), "/on_new", "the prompt is empty"),
-        (("x" * 100_000, False), "/on_new", "100000 characters"),
+        (("x" * 100_000, False), "/on_new", "prompt is 100,000 characters; the most is 4,000"),
         (("a\x00b", False), "/on_new", "control character U+0000"),
-        (("0", -5), "/on_append", "Value -5 is less than minimum value 1"),
-        (("hi", 1, 1, 10**9, 0.0), "/on_add_request", "greater than maximum value 512"),
+        (("0", -5), "/on_append", "tokens must be a whole number from 1"),
+        (("0", 2.5), "/on_append", "tokens must be a whole number"),
+        (("hi", 1, 1, 10**9, 0.0), "/on_add_request", "max tokens must be a whole number from 1 to 512"),
         ((DRY, 3, 32, True), "/on_apply", "Value: 3 is not in the list of choices"),
         (("/etc/passwd", 4, 32, True), "/on_apply", "not in the list of choices"),
-        ((DRY, 4, 10**6, True), "/on_apply", "greater than maximum value 4096"),
+        ((DRY, 4, 10**6, True), "/on_apply", "pool size (blocks) must be a whole number from 1 to 4096"),
     ]:
         with pytest.raises(Exception) as err:
             c.predict(*args, api_name=api)

@@ -115,6 +115,25 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
         pg.close()
 
 
+def test_the_inspector_follows_its_block_after_free(browser, dry_app):
+    """Issue 23: after Free the inspector no longer describes the block as its old owner's: the
+    picture's change rewrites the note (dry app: the block's bookkeeping, no K/V)."""
+    pg = open_page(browser, dry_app, WIDE)
+    note = "() => { const n = document.querySelector('#inspector-note'); return n ? n.innerText : ''; }"
+    try:
+        click_and_wait(pg, "#new-seq", "prefill")
+        pg.mouse.click(*pg.evaluate(CELL_XY, ["pool", 0]))
+        pg.wait_for_function(f"() => ({note})().includes('Block 0: used, ref count 1, held by seq 0')",
+                             timeout=60_000)
+        click_and_wait(pg, "#free", "seq 0 freed")
+        pg.wait_for_function(f"() => /Block 0: (cached|free): no sequence holds it/.test(({note})())",
+                             timeout=60_000)
+        assert "held by seq 0" not in pg.evaluate(note)
+        assert pg.console_errors == []
+    finally:
+        pg.close()
+
+
 def test_new_sequence_puts_the_prompts_tokens_in_their_slots(page, default_model):
     click_and_wait(page, "#new-seq", "prefill")
     pool = page.evaluate(PICTURE)["pool"]

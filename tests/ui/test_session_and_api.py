@@ -96,7 +96,7 @@ def test_api_new_append_fork_append_copies_on_write_and_sessions_are_separate(se
 
     a = Client(served_app, verbose=False)
     out = a.predict("Four score and seven years ago", False, api_name="/on_new")
-    assert "model: default" in out[-1]
+    assert "model: SmolLM2-135M-Instruct" in out[-1] and "default" not in out[-1]
     a.predict("0", 2, api_name="/on_append")
     a.predict("0", api_name="/on_fork")
     out = a.predict("1", 1, api_name="/on_append")

@@ -177,3 +177,17 @@ def test_the_unvalidated_figure_is_valid_plotly():
     eng.append(eng.fork(a), token_ids=[120])  # new block + copy-on-write arrow
     fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode, selected_seq=0, selected_block=0)
     go.Figure(json.loads(fig.to_json()))  # raises ValueError on anything invalid
+
+
+def test_panels_count_one_block_and_one_token_in_the_singular():
+    """'1 token in 1 block', '2 tokens in 2 blocks' (issue 23: '1 blocks')."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=1, num_gpu_blocks=8,
+                                 enable_prefix_caching=False))
+    eng.add_sequence("a")
+    eng.add_sequence("ab")
+    html = sequences_html(eng.snapshot(), lambda t: chr(t))
+    assert "(running, 1 token in 1 block)" in html
+    assert "(running, 2 tokens in 2 blocks)" in html
+    metrics = metrics_html(eng.snapshot(), eng.engine_info(), 1)
+    assert "<b>2 blocks (each sequence reserves 1 slot)</b>" in metrics
+    assert "<b>0 blocks (0% of table entries)</b>" in metrics

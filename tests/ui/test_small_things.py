@@ -1,0 +1,204 @@
+"""Issue 23's small things a user notices: the status line names the model, over-long and
+fractional input is refused with a message naming the field, a refused input is one log line,
+the inspector follows its block's state."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from engine import EngineConfig, ops
+from tests.helpers import fingerprint
+from ui import limits
+from ui.render import render
+from ui.session import Session
+
+
+def _status(config: EngineConfig) -> str:
+    s = Session(config)
+    s.run(ops.AddSequence("Four score"))
+    return render(s)[-1]
+
+
+def test_status_line_names_the_default_model(default_model) -> None:
+    status = _status(EngineConfig(model="default", block_size=16, num_gpu_blocks=8,
+                                  device="cpu", dtype="float32"))
+    assert status.startswith("model: SmolLM2-135M-Instruct · ")
+    assert "default" not in status
+
+
+def test_status_line_names_the_tiny_model_and_the_dry_mode(tiny_model) -> None:
+    status = _status(EngineConfig(model="tiny-random", block_size=4, num_gpu_blocks=8,
+                                  device="cpu", dtype="float32"))
+    assert status == "model: tiny random Llama · operation 1 of 1"
+    assert _status(EngineConfig(model=None, block_size=4, num_gpu_blocks=8)) == (
+        "dry mode: bookkeeping only, no model · operation 1 of 1")
+
+
+def test_status_line_names_any_other_model_as_given() -> None:
+    from ui.render import model_status
+
+    cfg = EngineConfig(model="HuggingFaceTB/SmolLM2-360M-Instruct", block_size=4, num_gpu_blocks=8)
+    assert model_status(cfg) == "model: HuggingFaceTB/SmolLM2-360M-Instruct"
+
+
+
+
+# ---- input as Gradio hands it over: each box's own preprocess, then the app's handler ----------
+
+DRY = "dry (bookkeeping only, no model)"
+
+
+@pytest.fixture(scope="module")
+def app_fns() -> dict:
+    """The app's click handlers by name with the components that feed them (a dry build)."""
+    from ui.app import build_app
+
+    demo = build_app(DRY)
+    return {f.name: f for f in demo.fns.values() if f.name.startswith("on_")}
+
+
+def _click(fn, values: tuple, session: Session):
+    """What a click does: every number and text box preprocesses its value (Gradio's rounding,
+    bounds and such run here; a dropdown's choices are the page's, set at run time, so its value
+    goes as it is), then the handler runs on the session."""
+    boxes = [c for c in fn.inputs if not isinstance(c, gr.State)]
+    assert len(boxes) == len(values), [type(c).__name__ for c in boxes]
+    args = [c.preprocess(v) if isinstance(c, (gr.Number, gr.Textbox)) else v
+            for c, v in zip(boxes, values, strict=True)]
+    return fn.fn(*args, session)
+
+
+def _dry_session() -> Session:
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=32))
+    s.run(ops.AddSequence("abcdef"))
+    return s
+
+
+def _refused(fn, values: tuple, message: str) -> None:
+    s = _dry_session()
+    before, log = fingerprint(s.engine), list(s.ops)
+    with pytest.raises(gr.Error) as err:
+        _click(fn, values, s)
+    assert message in str(err.value.message), err.value.message
+    assert s.ops == log and fingerprint(s.engine) == before  # nothing changed
+
+
+def test_an_over_long_prompt_is_refused_whole_not_cut(app_fns) -> None:
+    for name in ("on_new", "on_add_request"):
+        prompt = next(c for c in app_fns[name].inputs if isinstance(c, gr.Textbox))
+        assert prompt.max_length is None  # the browser would cut a paste without a word
+    _refused(app_fns["on_new"], ("x" * 5000, False),
+             "prompt is 5,000 characters; the most is 4,000")
+    _refused(app_fns["on_add_request"], ("x" * 5000, 1, 1, 16, 0.0),
+             "request prompt is 5,000 characters; the most is 4,000")
+
+
+@pytest.mark.parametrize(("name", "values", "message"), [
+    ("on_append", ("0", 2.5), "tokens must be a whole number"),
+    ("on_append", ("0", 0), "tokens must be a whole number from 1"),
+    ("on_append", ("0", 100000), "tokens must be a whole number from 1 to"),
+    ("on_add_request", ("hi", 2.5, 1, 16, 0.0), "n samples must be a whole number"),
+    ("on_add_request", ("hi", 0, 1, 16, 0.0), "n samples must be a whole number from 1"),
+    ("on_add_request", ("hi", 1, 2.5, 16, 0.0), "beam width must be a whole number"),
+    ("on_add_request", ("hi", 1, 1, 2.5, 0.0), "max tokens must be a whole number"),
+    ("on_add_request", ("hi", 1, 1, 0, 0.0), "max tokens must be a whole number from 1"),
+    ("on_add_request", ("hi", 1, 1, 16, -1), "temperature must be a number from 0"),
+], ids=lambda v: str(v))
+def test_a_bad_count_names_its_field_through_gradio(app_fns, name, values, message) -> None:
+    """Gradio's own checks (precision=0 rounding 2.5 to 2, "Value 0 is less than minimum value 1")
+    would answer first without naming the field: the boxes leave the check to the handler."""
+    _refused(app_fns[name], values, message)
+
+
+def test_a_whole_count_from_a_float_box_still_works(app_fns) -> None:
+    s = _dry_session()
+    out = _click(app_fns["on_append"], ("0", 3.0), s)
+    assert out[-1].endswith("operation 2 of 2") and s.ops[-1] == {"op": "append", "seq": 0, "n": 3}
+
+
+# ---- a refused input is one log line; a bug keeps its traceback ----------------------------------
+
+def test_a_refused_input_is_logged_as_one_line(app_fns, capfd) -> None:
+    s = _dry_session()
+    capfd.readouterr()
+    with pytest.raises(gr.Error) as err:
+        _click(app_fns["on_append"], ("0", 2.5), s)
+    assert err.value.print_exception is False  # Gradio's queue would print its traceback
+    logged = capfd.readouterr().err
+    assert logged == f"[pagedlab] refused on_append: tokens must be a whole number from 1 to " \
+                     f"{limits.MAX_APPEND}\n"
+    with pytest.raises(gr.Error):
+        _click(app_fns["on_new"], ("line one\x00", False), s)
+    assert capfd.readouterr().err.count("\n") == 1
+
+
+def test_an_unexpected_error_keeps_its_traceback(app_fns, capfd, monkeypatch) -> None:
+    s = _dry_session()
+    monkeypatch.setattr("ui.page.render", lambda session: 1 / 0)  # a bug in drawing
+    capfd.readouterr()
+    with pytest.raises(gr.Error, match=r"something went wrong \(ZeroDivisionError\)"):
+        _click(app_fns["on_append"], ("0", 1), s)
+    logged = capfd.readouterr().err
+    assert "Traceback (most recent call last)" in logged and "ZeroDivisionError" in logged
+    assert "refused" not in logged
+
+
+@pytest.mark.slow
+def test_the_served_app_logs_refused_input_in_one_line_each() -> None:
+    """Through Gradio's queue (which prints a traceback for every error it is not told to keep
+    quiet about): three refused clicks leave three lines in the server's output, no traceback."""
+    from gradio_client import Client
+
+    from ui.app_process import free_port, launch, stop
+
+    port = free_port()
+    proc = launch(["app.py", "--dry"], port)
+    try:
+        c = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        c.predict("abcdef", False, api_name="/on_new")
+        for args, api in [(("0", 2.5), "/on_append"), (("0", 0), "/on_append"),
+                          (("x" * 5000, False), "/on_new")]:
+            with pytest.raises(Exception, match="tokens must be a whole number|prompt is 5,000"):
+                c.predict(*args, api_name=api)
+    finally:
+        out = stop(proc)
+    assert "Traceback" not in out, out[-3000:]
+    lines = [ln for ln in out.splitlines() if ln.startswith("[pagedlab] refused")]
+    assert lines == [
+        f"[pagedlab] refused on_append: tokens must be a whole number from 1 to {limits.MAX_APPEND}",
+        f"[pagedlab] refused on_append: tokens must be a whole number from 1 to {limits.MAX_APPEND}",
+        "[pagedlab] refused on_new: prompt is 5,000 characters; the most is 4,000",
+    ], out[-3000:]
+
+
+# ---- the inspector follows its block -------------------------------------------------------------
+
+def test_the_inspector_is_rewritten_whenever_the_main_picture_changes(app_fns) -> None:
+    """Every operation, Back, Next and the timeline redraw the main picture: its change event
+    rewrites the inspector's note and K/V figure."""
+    picture = next(c for c in app_fns["on_new"].outputs if isinstance(c, gr.Plot))
+    follow = app_fns["on_follow"]
+    assert (picture._id, "change") in follow.targets
+    click_outputs = app_fns["on_click"].outputs
+    note = next(c for c in click_outputs if getattr(c, "elem_id", None) == "inspector-note")
+    assert note in follow.outputs
+
+
+def test_the_inspector_describes_a_freed_block_as_free_or_cached(app_fns) -> None:
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    a = s.run(ops.AddSequence("abcdef"))  # block 0 full (hashed), block 1 partly filled
+    out = app_fns["on_click"].fn("block:0|1", s)
+    assert "**Block 0**: used, ref count 1, held by seq 0" in out[-3]
+    s.selected_block = 1
+    follow = app_fns["on_follow"].fn
+    note, _ = follow(0, s)
+    assert note.startswith("**Block 1**: used, ref count 1, held by seq 0")
+    s.run(ops.Free(a))
+    note, figure = follow(0, s)
+    assert note.startswith("**Block 1**: free: no sequence holds it (ref count 0)")
+    assert "seq 0" not in note and figure is None  # dry: no K/V to draw
+    s.selected_block = 0
+    note, _ = follow(0, s)
+    assert note.startswith("**Block 0**: cached: no sequence holds it (ref count 0)")
+    assert "is evicted: `abcd`" in note and "seq 0" not in note
