@@ -78,7 +78,7 @@ def events_text(pg) -> str:
 
 def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None:
     pg.click(selector)
-    pg.wait_for_function("(t) => document.querySelector('#event-log').innerText.includes(t)", arg=until,
+    pg.wait_for_function("(t) => document.querySelector('#event-log')?.innerText.includes(t)", arg=until,
                          timeout=timeout)
 
 
@@ -103,7 +103,7 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
                 assert b["x"] >= box["x"] + box["width"] - 1 and b["y"] + b["height"] <= viewport["height"]
             pg.click("#presenter")  # presenter mode: large type on the page and in the picture
             pg.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')"
-                                 ".layout.title.font.size > 20", timeout=30_000)
+                                 "?.layout?.title?.font?.size > 20", timeout=30_000)
             assert pg.evaluate("document.body.classList.contains('pl-presenter')")
             pg.click("#presenter")
         else:  # on a phone the controls follow the picture; the picture shows the new sequence
@@ -156,10 +156,10 @@ def test_clicking_a_block_opens_its_kv_and_a_row_selects_the_sequence(page):
     assert "ref count 2" in page.locator("#inspector-note").inner_text()
     assert "selected" in page.evaluate(PICTURE)["names"]
     page.mouse.click(*page.evaluate(CELL_XY, ["block tables", 0]))
-    page.wait_for_function("() => document.querySelector('#seq-choice input').value === '0'",
+    page.wait_for_function("() => document.querySelector('#seq-choice input')?.value === '0'",
                            timeout=60_000)
     page.mouse.click(*page.evaluate(CELL_XY, ["block tables", 1]))
-    page.wait_for_function("() => document.querySelector('#seq-choice input').value === '1'",
+    page.wait_for_function("() => document.querySelector('#seq-choice input')?.value === '1'",
                            timeout=60_000)
     assert page.console_errors == []
 
@@ -169,14 +169,14 @@ COUNT_MOTION = """() => { window.plMotions = 0; const animate = Element.prototyp
 }"""
 # the page's script has handled the figure now shown (bound its clicks, played its motion)
 HANDLED = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
-          " return gd && gd.layout && window.plAnimated === gd.layout.meta.anim; }"
+          " return !!(gd && gd.layout && gd.layout.meta) && window.plAnimated === gd.layout.meta.anim; }"
 
 
 def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
     page.evaluate(COUNT_MOTION)
     click_and_wait(page, "#append", "wrote")  # seq 1 (selected by the click) writes its tail
     assert "copy-on-write" in events_text(page)
-    page.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot').data"
+    page.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot')?.data"
                            ".find((t) => t.name === 'copy-on-write')", timeout=60_000)
     assert page.evaluate("window.scrollY") == 0
     arrow = page.evaluate("""() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
@@ -194,7 +194,7 @@ def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
     page.wait_for_function("() => document.body.classList.contains('pl-reduce-motion')", timeout=10_000)
     page.evaluate("window.plMotions = 0")
     page.click("#tl-back")
-    page.wait_for_function("() => !document.querySelector('#event-log').innerText.includes('copy-on-write')",
+    page.wait_for_function("() => !document.querySelector('#event-log')?.innerText.includes('copy-on-write')",
                            timeout=60_000)
     assert "copy-on-write" not in page.evaluate(PICTURE)["names"]
     page.wait_for_function(HANDLED, timeout=10_000)
@@ -206,32 +206,35 @@ def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
 def test_a_lesson_played_to_its_end_drives_the_main_picture_and_events(page):
     page.get_by_role("tab", name="Lessons").click()
     page.click("#lesson-start")
-    page.wait_for_function("() => document.querySelector('#lesson-narration').innerText.length > 20",
+    page.wait_for_function("() => document.querySelector('#lesson-narration')?.innerText.length > 20",
                            timeout=60_000)
-    seen, logs = set(), set()
-    for _ in range(40):
+    seen = set()
+    for i in range(40):
         text = page.locator("#lesson-narration").inner_text()
         seen.add(text)
-        logs.add(events_text(page))
         if "the end" in page.locator("#lesson-progress").inner_text():
             break
         page.click("#lesson-next")
         page.wait_for_function(
-            "(old) => document.querySelector('#lesson-narration').innerText !== old", arg=text,
+            "(old) => document.querySelector('#lesson-narration')?.innerText !== old", arg=text,
             timeout=60_000)
+        if i == 0:  # step 1 adds a sequence: its prefill is narrated beside the lesson (the event
+            # log may be drawn a moment after the narration: wait, do not read once)
+            page.wait_for_function(
+                "() => !!document.querySelector('#event-log')?.innerText.includes('prefill')",
+                timeout=60_000)
     assert "the end" in page.locator("#lesson-progress").inner_text()
     assert len(seen) >= 3  # the narration changed at every step
     assert len(page.locator(".js-plotly-plot").all()) >= 1
     # lesson 1's pool (32 blocks of 16) is on the one main picture, its events beside it
-    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
-                           ".includes('32 blocks')", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('32 blocks')", timeout=60_000)
     assert "No events yet" not in events_text(page)
-    assert any("prefill" in log for log in logs)  # the lesson's own steps, narrated beside it
     assert not page.locator("#lesson-plot").count()  # no second plot
     page.screenshot(path=os.path.join(SHOTS, "lesson.png"), full_page=False)
     page.get_by_role("tab", name="Playground").click()  # back to the playground's own engine
-    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
-                           ".includes('64 blocks')", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('64 blocks')", timeout=60_000)
     assert page.console_errors == []
 
 
@@ -240,8 +243,8 @@ def test_a_link_opens_a_lesson_step(page, served_app):
     page.wait_for_function("() => document.body.innerText.includes('step 2 of')", timeout=60_000)
     page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
     assert "2. Paging" in page.locator("#lesson-progress").inner_text()
-    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot').layout.title.text"
-                           ".includes('16 blocks')", timeout=60_000)  # lesson 2's pool
+    page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')?.layout?.title?.text"
+                           "?.includes('16 blocks')", timeout=60_000)  # lesson 2's pool
     assert page.console_errors == []
 
 
@@ -253,11 +256,11 @@ def test_play_replays_the_log_and_pause_stops_it(browser, dry_app):
     for _ in range(3):  # one Back at a time: a click on a busy button is dropped, not queued
         before = events_text(page)
         page.click("#tl-back")
-        page.wait_for_function("(old) => document.querySelector('#event-log').innerText !== old",
+        page.wait_for_function("(old) => document.querySelector('#event-log')?.innerText !== old",
                                arg=before, timeout=60_000)
     assert "forked" not in events_text(page)
     page.click("#tl-play")
-    page.wait_for_function("() => document.querySelector('#event-log').innerText.includes('forked')",
+    page.wait_for_function("() => document.querySelector('#event-log')?.innerText.includes('forked')",
                            timeout=60_000)
     page.click("#tl-pause")
     # a tick already on its way when Pause was clicked may still land (on a loaded machine,
