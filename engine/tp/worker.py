@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import shutil
 import signal
 import threading
@@ -56,21 +57,31 @@ def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
                 threads: int, lifeline: int | None = None) -> None:
     """Worker `rank` of `size`; `store_path` is the engine's FileStore, `lifeline` the read end
     of a pipe that closes when the engine's process ends."""
+    folder = os.path.dirname(store_path)
     if lifeline is not None:
-        _exit_with_engine(lifeline, os.path.dirname(store_path))
+        _exit_with_engine(lifeline, folder)
     store = dist.FileStore(store_path, size + 1)
     store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
     try:
         worker = _Worker(rank, size, store, config, threads)
     except BaseException as err:  # noqa: BLE001 - every failure must reach the engine as text
         _report(store, rank, err)
-        os._exit(2 if isinstance(err, ValueError) else 1)
+        _exit(2 if isinstance(err, ValueError) else 1, lifeline, folder)
     try:
         worker.serve()
     except BaseException as err:  # noqa: BLE001
         _report(store, rank, err)
-        os._exit(1)
+        _exit(1, lifeline, folder)
     os._exit(0)  # skip interpreter teardown: process groups may still hold sockets
+
+
+def _exit(code: int, lifeline: int | None, folder: str) -> None:
+    """End after a failure. A killed engine usually shows here first, as a broken connection,
+    before the watchdog reads the end of its pipe: if the pipe ends within a second, the engine
+    is gone, and nobody else will remove the store's folder."""
+    if lifeline is not None and select.select([lifeline], [], [], 1.0)[0]:
+        shutil.rmtree(folder, ignore_errors=True)
+    os._exit(code)
 
 
 def _report(store: Any, rank: int, err: BaseException) -> None:
