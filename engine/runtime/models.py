@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from engine.runtime.attention_window import sliding_window
 from engine.runtime.hub import hub_reachable
 from engine.runtime.lean_decoder import fuse_projections
 
@@ -88,7 +89,13 @@ class LoadedModel:
 
     @property
     def max_position_embeddings(self) -> int:
-        return int(self.config.max_position_embeddings)
+        """The longest context the engine computes exactly: the model's positions, capped at its
+        sliding window where one applies. The paged attention attends to the whole context, which
+        equals a sliding-window layer only while the context fits in the window; past it the
+        text would silently differ from the model's, so the engine stops there instead."""
+        window = sliding_window(self.config)
+        most = int(self.config.max_position_embeddings)
+        return most if window is None else min(most, window)
 
     @property
     def vocab_size(self) -> int:
