@@ -1,7 +1,11 @@
 """PagedLab's entry point: loads the default model once (shared by every session), builds the
 Gradio app from ui/ and launches it.
 
-    python app.py [--dry] [--host 127.0.0.1] [--port 7860] [--device auto]
+    python app.py [--dry] [--model NAME_OR_PATH] [--host 127.0.0.1] [--port 7860] [--device auto]
+
+--model offers one more model beside the built-in ones (an HF id or a local folder of any
+architecture the engine supports) and starts on it; a public deployment offers only the
+built-in ones unless its operator passes it (or sets PAGEDLAB_MODEL).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import sys
 def main() -> int:
     ap = argparse.ArgumentParser(description="PagedLab: watch a paged KV cache work, block by block")
     ap.add_argument("--dry", action="store_true", help="start in dry mode (no model)")
+    ap.add_argument("--model", default=os.environ.get("PAGEDLAB_MODEL", ""),
+                    help="an HF model id or a local folder to offer beside the built-in models")
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     ap.add_argument("--device", default=os.environ.get("PAGEDLAB_DEVICE", "auto"))
@@ -22,11 +28,15 @@ def main() -> int:
     # One warm-up per process, not per session: the app builds an engine for each session and
     # replays one on every Back (engine/runtime/runtime.py, _should_warm_up)
     os.environ.setdefault("PAGEDLAB_WARMUP", "once")
+    if args.model:
+        os.environ["PAGEDLAB_MODEL"] = args.model  # ui/limits.py reads it when ui is imported
     from ui import build_app
     from ui.app import CSS, HEAD, THEME
 
     mode, note = "dry (bookkeeping only, no model)", ""
-    if not args.dry:
+    if args.model and not args.dry:
+        mode = load_own_model(args.model, args.device)
+    elif not args.dry:
         try:
             from engine.runtime import models  # the process-wide model cache, warmed once
 
@@ -41,6 +51,20 @@ def main() -> int:
     demo.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
                                                   css=CSS, head=HEAD, theme=THEME)
     return 0
+
+
+def load_own_model(name: str, device: str) -> str:
+    """Load the --model model once (shared by every session); the app starts on it. A model
+    that cannot load stops the app with the reason: the user asked for this one by name."""
+    from engine.runtime import models
+    from ui.settings_panel import MODES
+
+    print(f"[pagedlab] loading {name}...", flush=True)
+    try:
+        models.load_model(name, device, "auto")
+    except Exception as err:
+        raise SystemExit(f"PagedLab cannot load --model {name}: {err}") from err
+    return next(label for label, model in MODES.items() if model == name)
 
 
 if __name__ == "__main__":

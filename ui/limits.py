@@ -68,8 +68,12 @@ MAX_SESSIONS = _env_int("PAGEDLAB_MAX_SESSIONS", 64)
 MAX_TRACE_BYTES = _env_int("PAGEDLAB_MAX_TRACE_BYTES", 1 << 20)
 #: scheduler steps of one "Run to the end" click
 MAX_RUN_STEPS = _env_int("PAGEDLAB_MAX_RUN_STEPS", 512)
+#: one more model (an HF id or a local folder) offered beside the built-in ones: set by
+#: `python app.py --model NAME_OR_PATH` on one's own machine, or by a deployment's operator
+EXTRA_MODEL: str | None = os.environ.get("PAGEDLAB_MODEL", "").strip() or None
 #: models a session may choose; a public deployment must not load arbitrary ids or paths
-ALLOWED_MODELS: tuple[str | None, ...] = ("default", "tiny-random", None)
+ALLOWED_MODELS: tuple[str | None, ...] = ("default", "tiny-random", None) + (
+    (EXTRA_MODEL,) if EXTRA_MODEL else ())
 
 _ALLOWED_CONTROLS = {"\n", "\t", "\r"}
 
@@ -131,8 +135,9 @@ def check_prompt_tokens(num_tokens: int, what: str = "prompt") -> None:
 def check_config(config: Any) -> None:
     """An engine a session may build: an allowed model, an offered block size, a bounded pool."""
     if config.model not in ALLOWED_MODELS:
+        extra = f", {EXTRA_MODEL!r}" if EXTRA_MODEL else ""
         raise UserError(f"model {config.model!r} is not available here; PagedLab runs only "
-                        f"'default', 'tiny-random' or the dry mode")
+                        f"'default', 'tiny-random'{extra} or the dry mode")
     if getattr(config, "tensor_parallel_size", 1) not in TP_SIZES:
         raise UserError(f"tensor parallel size {config.tensor_parallel_size} is not offered here; "
                         f"choose one of {', '.join(map(str, TP_SIZES))}")

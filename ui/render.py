@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gradio as gr
@@ -19,7 +20,8 @@ def model_status(config: Any) -> str:
     """The status line's first part: the model by a name a person knows, or the dry mode."""
     if config.dry:
         return "dry mode: bookkeeping only, no model"
-    return f"model: {MODEL_NAMES.get(config.model, config.model)}"
+    name = MODEL_NAMES.get(config.model) or os.path.basename(str(config.model).rstrip("/\\"))
+    return f"model: {name or config.model}"
 
 
 def token_text(engine: Any) -> Any:

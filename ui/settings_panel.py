@@ -23,6 +23,8 @@ MODES = {
     "tiny random Llama (real tensors, random weights)": "tiny-random",
     "dry (bookkeeping only, no model)": None,
 }
+if limits.EXTRA_MODEL:  # python app.py --model NAME_OR_PATH
+    MODES[f"{limits.EXTRA_MODEL} (--model)"] = limits.EXTRA_MODEL
 
 # Exported trace files: Gradio copies each into its own cache when it sends it, so ours are only
 # needed for a moment; without pruning, every Export click of every visitor would stay on disk.
