@@ -33,6 +33,12 @@ from ui.timeline_panel import timeline_panel
 __all__ = ["CSS", "HEAD", "MODES", "THEME", "build_app"]
 
 
+#: what this is, in one line, and where to start (the lesson link opens lesson 1's first page)
+LANDING = ("<p>Watch a real language model keep its KV cache in fixed-size blocks, as vLLM's "
+           "PagedAttention does, one operation at a time. New here? "
+           "<a id='landing-start' href='?lesson=01_kv_cache'>Start with lesson 1 →</a></p>")
+
+
 def _look(_: bool) -> None:
     """Presenter mode and reduce motion are classes on the page's <body>, set by their js."""
 
@@ -54,6 +60,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             with gr.Column(scale=4, min_width=240):
                 gr.Markdown("**PagedLab**: a paged KV cache, block by block" + startup_note,
                             elem_id="title")
+                gr.HTML(LANDING, elem_id="landing", padding=False, container=False)
                 page.status = gr.Markdown(elem_id="status")
             with gr.Column(scale=1, min_width=240), gr.Row(elem_id="look"):
                 presenter = gr.Checkbox(label="presenter mode", elem_id="presenter", min_width=110)

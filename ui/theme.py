@@ -27,15 +27,23 @@ CSS = """
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
 #controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
-.presenter { font-size: 1.55em !important; line-height: 1.5 }
-body.pl-presenter .gradio-container { font-size: 1.35em }
-body.pl-presenter .gradio-container .prose, body.pl-presenter .gradio-container button,
-body.pl-presenter .gradio-container label span, body.pl-presenter .gradio-container table {
-  font-size: 1.35em !important; line-height: 1.45 }
-/* five mode tabs must still fit beside the picture: large, but not cut to "Playgrour" */
+/* Presenter mode, for a projector at 1280 x 720 and up: what the class reads (the lesson's
+   narration, the step's events, the picture, which draws its own large type) grows; the
+   teacher's controls stay compact so that the tabs, the picture and the sentence about the
+   step fit on one screen without scrolling. */
+.presenter { font-size: 1.3em !important; line-height: 1.4 }
+body.pl-presenter #title p { font-size: 1.05em }
+body.pl-presenter #landing { display: none }
+body.pl-presenter #status p { font-size: 1.0em }
+body.pl-presenter #lesson-progress, body.pl-presenter #lesson-question,
+body.pl-presenter #event-log { font-size: 1.15em !important; line-height: 1.4 }
+body.pl-presenter #controls-col button { font-size: 1.05em !important }
 body.pl-presenter #controls-col .tab-container button {
-  font-size: 1.1em !important; padding: 4px 5px !important }
+  font-size: 1.0em !important; padding: 4px 5px !important }
 #top-bar .gap, #top-bar .form { gap: 2px }
+#landing p { margin: 2px 0 0 0; color: #334155 }
+#landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;
+  background: #2563eb; color: #fff !important; text-decoration: none; font-weight: 600 }
 @media (max-width: 600px) {
   #controls-col .tab-container button { font-size: 0.85em !important; padding: 4px 3px !important }
   /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
