@@ -94,11 +94,20 @@
     });
   }, 100);
 
-  // The right-arrow key presses the lesson's Next button (for a teacher with a clicker).
+  // A presentation clicker sends the arrow keys or Page Down / Up: they press the lesson's Next
+  // and Back. Not while typing in a text box or moving a slider (the keys are theirs then); a
+  // ticked checkbox (presenter mode) keeps the focus but takes no arrows.
+  const KEYS = { ArrowRight: '#lesson-next', PageDown: '#lesson-next', ArrowLeft: '#lesson-back',
+    PageUp: '#lesson-back' };
+  const typing = (el) => el && (el.tagName === 'TEXTAREA' || el.isContentEditable ||
+    (el.tagName === 'INPUT' && !['checkbox', 'radio', 'button'].includes(el.type)));
   document.addEventListener('keydown', (e) => {
-    if (e.key === 'ArrowRight' && !['INPUT', 'TEXTAREA'].includes(document.activeElement.tagName)) {
-      const b = document.querySelector('#lesson-next');
-      if (b && b.offsetParent !== null) b.click();
+    const target = KEYS[e.key];
+    if (!target || typing(document.activeElement)) return;
+    const b = document.querySelector(target);
+    if (b && b.offsetParent !== null) {
+      e.preventDefault(); // Page Down would also scroll the page away from the picture
+      b.click();
     }
   });
 })();

@@ -1,0 +1,201 @@
+"""A teacher's walkthrough of PagedLab in a real browser (Debian's Chromium), saving a screenshot
+of every view a class would see; the README's pictures are these.
+
+    .venv/bin/python scripts/walkthrough.py [--out docs] [--only lesson,serving,classroom,...]
+
+1. landing.png: the page a newcomer opens (1440 x 900).
+2. Lesson 3 in presenter mode at 1280 x 720, one screenshot per page (presenter-lesson3-N.png)
+   and the copy-on-write page as presenter.png; the same lesson page at 1440 x 900 (lesson.png).
+3. The playground: New sequence, Append, Fork, Append = a copy-on-write (playground-cow.png), and
+   the same on a 390 x 844 phone after New sequence (phone.png).
+4. Serving: a request with n = 4 samples and one with beam width 3, run to the end
+   (serving-n4-beams.png), and the beams mid-run (beam-search.png).
+5. A classroom: the teacher opens a room, three students send prompts from their phones, the
+   teacher shrinks the pool (classroom-projector.png at 1280 x 720, classroom-student.png).
+Every wait is on a condition in the page; the app runs on the real default model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ui.app_process import free_port, launch, stop  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+PROJECTOR, WIDE, PHONE = (1280, 720), (1440, 900), (390, 844)
+# the picture is drawn and its step's motion has been handled (ui/motion.js sets plAnimated)
+SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
+           " return !!(gd?.layout?.meta && window.plAnimated === gd.layout.meta.anim); }")
+STEPS = ("lesson", "playground", "serving", "classroom")
+
+
+def text_of(pg, selector: str) -> str:
+    return pg.evaluate("(s) => document.querySelector(s)?.innerText ?? ''", selector)
+
+
+def wait_text(pg, selector: str, pattern: str, timeout: int = 180_000) -> None:
+    """Wait until the element's text matches the regex (a missing element is 'not yet')."""
+    pg.wait_for_function("([s, p]) => new RegExp(p).test(document.querySelector(s)?.innerText ?? '')",
+                         arg=[selector, pattern], timeout=timeout)
+
+
+def wait_changed(pg, selector: str, before: str, timeout: int = 180_000) -> None:
+    pg.wait_for_function("([s, b]) => { const t = document.querySelector(s)?.innerText;"
+                         " return t !== undefined && t !== b; }", arg=[selector, before], timeout=timeout)
+
+
+def settle(pg) -> None:
+    pg.wait_for_function(SETTLED, timeout=120_000)
+    pg.wait_for_timeout(700)  # a screenshot, not a test: let the <= 0.5 s motion end
+
+
+def new_page(browser, size: tuple[int, int], url: str, scale: float = 1):
+    pg = browser.new_page(viewport={"width": size[0], "height": size[1]}, device_scale_factor=scale)
+    pg.goto(url)
+    pg.wait_for_selector("#new-seq", timeout=180_000)
+    pg.wait_for_function(SETTLED, timeout=180_000)
+    return pg
+
+
+def landing(browser, url: str, out: str) -> None:
+    pg = new_page(browser, WIDE, url)
+    settle(pg)
+    pg.screenshot(path=os.path.join(out, "landing.png"))
+    pg.close()
+
+
+def lesson(browser, url: str, out: str) -> None:
+    """Lesson 3 as a teacher projects it: presenter mode on, Next (the → key) page by page."""
+    pg = new_page(browser, PROJECTOR, url + "?lesson=03_fork_cow")
+    wait_text(pg, "#lesson-progress", "of")
+    pg.click("#presenter")
+    pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
+    page = 0
+    while True:
+        settle(pg)
+        pg.screenshot(path=os.path.join(out, f"presenter-lesson3-{page}.png"))
+        progress = text_of(pg, "#lesson-progress")
+        if "copy-on-write" in text_of(pg, "#event-log"):
+            pg.screenshot(path=os.path.join(out, "presenter.png"))
+        if "the end" in progress or page > 20:
+            break
+        pg.keyboard.press("ArrowRight")
+        wait_changed(pg, "#lesson-progress", progress)
+        page += 1
+    pg.close()
+    wide = new_page(browser, WIDE, url + "?lesson=03_fork_cow&step=3")
+    wait_text(wide, "#lesson-progress", "3 of")
+    settle(wide)
+    wide.screenshot(path=os.path.join(out, "lesson.png"))
+    wide.close()
+
+
+def playground(browser, url: str, out: str) -> None:
+    pg = new_page(browser, WIDE, url)
+    for selector, said in (("#new-seq", "prefill"), ("#append", "wrote"), ("#fork", "forked"),
+                           ("#append", "copy-on-write")):
+        pg.click(selector)
+        wait_text(pg, "#event-log", said)
+    settle(pg)
+    pg.screenshot(path=os.path.join(out, "playground-cow.png"))
+    pg.close()
+    phone = new_page(browser, PHONE, url, scale=2)
+    phone.click("#new-seq")
+    wait_text(phone, "#event-log", "prefill")
+    settle(phone)
+    phone.screenshot(path=os.path.join(out, "phone.png"))
+    phone.close()
+
+
+def serving(browser, url: str, out: str) -> None:
+    """Two requests, one sampling n = 4 and one searching with beam width 3, run to the end."""
+    pg = new_page(browser, WIDE, url)
+    pg.get_by_role("tab", name="Serving").click()
+    for prompt, n, beams, temp in (("Paged memory is", "4", "1", "0.8"),
+                                   ("The best way to learn is", "1", "3", "0")):
+        pg.get_by_label("request prompt").fill(prompt)
+        pg.get_by_label("n samples").fill(n)
+        pg.get_by_label("beam width").fill(beams)
+        pg.get_by_label("temperature").fill(temp)
+        pg.get_by_label("max tokens").fill("12")
+        status = text_of(pg, "#status")
+        pg.click("#add-request")
+        wait_changed(pg, "#status", status)
+    for _ in range(4):
+        status = text_of(pg, "#status")
+        pg.click("#serve-step")
+        wait_changed(pg, "#status", status)
+    settle(pg)
+    pg.screenshot(path=os.path.join(out, "beam-search.png"))
+    status = text_of(pg, "#status")
+    pg.get_by_role("button", name="Run to the end").click()
+    wait_changed(pg, "#status", status)
+    wait_text(pg, "#sequences", "finished")
+    settle(pg)
+    pg.screenshot(path=os.path.join(out, "serving-n4-beams.png"), full_page=True)
+    pg.close()
+
+
+def classroom(browser, url: str, out: str) -> None:
+    """The teacher opens a room, three students send prompts, the teacher shrinks the pool."""
+    teacher = browser.new_page(viewport={"width": PROJECTOR[0], "height": PROJECTOR[1]})
+    teacher.goto(url + "class")
+    teacher.wait_for_selector("#room-open", timeout=180_000)
+    teacher.click("#room-open")
+    teacher.wait_for_function("() => /Room [A-Z0-9]+/.test(document.querySelector('#room-joined')"
+                              "?.innerText ?? '')", timeout=180_000)
+    code = re.search(r"Room ([A-Z0-9]+)", text_of(teacher, "#room-joined")).group(1)
+    students = []
+    for name, prompt in (("Ada", "Why is the sky blue?"), ("Linus", "What is a kernel?"),
+                         ("Grace", "Tell me about compilers.")):
+        st = browser.new_page(viewport={"width": PHONE[0], "height": PHONE[1]}, device_scale_factor=2)
+        st.goto(url + f"room?code={code}")
+        st.wait_for_selector("#student-send", timeout=180_000)
+        st.locator("#student-name textarea, #student-name input").first.fill(name)
+        st.locator("#student-prompt textarea").first.fill(prompt)
+        st.click("#student-send")
+        students.append(st)
+    for st in students:
+        wait_text(st, "#student-mine", "done|finished", timeout=300_000)
+    teacher.get_by_label("blocks for the class").fill("8")
+    teacher.click("#room-shrink")
+    wait_text(teacher, "#room-metrics-box", "reserved")
+    teacher.wait_for_timeout(2000)  # the projector redraws on its 1 s timer
+    teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
+    students[0].screenshot(path=os.path.join(out, "classroom-student.png"))
+    for pg in (teacher, *students):
+        pg.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="docs")
+    ap.add_argument("--only", default=",".join(("landing", *STEPS)))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    proc = launch(["app.py"], port)
+    url = f"http://127.0.0.1:{port}/"
+    walks = {"landing": landing, "lesson": lesson, "playground": playground, "serving": serving,
+             "classroom": classroom}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+            for part in args.only.split(","):
+                print(f"[walkthrough] {part}", flush=True)
+                walks[part](browser, url, args.out)
+            browser.close()
+    finally:
+        stop(proc)
+    print(f"[walkthrough] screenshots in {args.out}/")
+
+
+if __name__ == "__main__":
+    main()
