@@ -166,6 +166,7 @@ def classroom(browser, url: str, out: str) -> None:
     teacher.click("#room-shrink")
     wait_text(teacher, "#room-metrics-box", "reserved")
     teacher.wait_for_timeout(2000)  # the projector redraws on its 1 s timer
+    teacher.evaluate("window.scrollTo(0, 0)")  # the class sees the top of the projector page
     teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
     students[0].screenshot(path=os.path.join(out, "classroom-student.png"))
     for pg in (teacher, *students):
