@@ -39,7 +39,7 @@ body.pl-presenter #lesson-progress, body.pl-presenter #lesson-question,
 body.pl-presenter #event-log { font-size: 1.15em !important; line-height: 1.4 }
 body.pl-presenter #controls-col button { font-size: 1.05em !important }
 body.pl-presenter #controls-col .tab-container button {
-  font-size: 1.0em !important; padding: 4px 5px !important }
+  font-size: 0.95em !important; padding: 4px 4px !important }
 #top-bar .gap, #top-bar .form { gap: 2px }
 #landing p { margin: 2px 0 0 0; color: #334155 }
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;

@@ -1,0 +1,80 @@
+"""The page in the room, in a real browser: what a newcomer sees first, and presenter mode on a
+projector (1280 x 720 and 1920 x 1080) while a teacher plays lesson 3 with a clicker's keys.
+
+Every wait is on a condition that is false (never an error) while the page is still rendering.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+
+PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
+# every box that must be whole on a projector: the mode tabs and the presenter-mode checkbox
+CLIPPED = """() => {
+  const boxes = [...document.querySelectorAll('#controls-col [role=tab]'),
+                 document.querySelector('#presenter label')].filter(Boolean);
+  return boxes.filter((b) => {
+    const box = b.getBoundingClientRect(), range = document.createRange();
+    range.selectNodeContents(b);
+    const text = range.getBoundingClientRect();  // the words themselves, wherever they overflow
+    return text.right > Math.min(box.right, innerWidth) + 0.5 || text.left < Math.max(box.left, 0) - 0.5;
+  }).map((b) => b.innerText);
+}"""
+NARRATION_BOTTOM = """() => { const p = document.querySelector('#lesson-narration p');
+  return p ? p.getBoundingClientRect().bottom : null; }"""
+PICTURE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  if (!gd?._fullLayout) return null;
+  const r = gd.getBoundingClientRect(); return {top: r.top, width: r.width}; }"""
+
+
+def lesson_page(browser, url: str, width: int, height: int):
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.goto(url + "?lesson=03_fork_cow")
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('of')", timeout=180_000)
+    pg.click("#presenter")
+    pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
+    return pg
+
+
+def press_next(pg, key: str = "ArrowRight") -> None:
+    before = pg.evaluate(PROGRESS)
+    pg.keyboard.press(key)
+    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return t !== '' && t !== b; }}",
+                         arg=before, timeout=180_000)
+
+
+def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_app):
+    pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    pg.goto(served_app)
+    pg.wait_for_selector("#landing-start", timeout=180_000)
+    assert "KV cache" in pg.locator("#landing").inner_text()
+    pg.wait_for_function("() => /SmolLM2-135M-Instruct/.test("
+                         "document.querySelector('#status')?.innerText ?? '')", timeout=180_000)
+    pg.click("#landing-start")
+    pg.wait_for_function(f"() => ({PROGRESS})().startsWith('1.')", timeout=180_000)
+    pg.close()
+
+
+def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, served_app):
+    pg = lesson_page(browser, served_app, 1280, 720)
+    for _ in range(4):  # the presenter checkbox keeps the focus: the clicker's key still works
+        press_next(pg)
+    pg.wait_for_function(f"() => ({NARRATION_BOTTOM})() !== null", timeout=60_000)
+    assert pg.evaluate(CLIPPED) == []
+    assert pg.evaluate(NARRATION_BOTTOM) <= 720  # the sentence about the step, without scrolling
+    small = pg.evaluate(PICTURE)
+    assert small["top"] < 720 / 4
+    press_next(pg, "ArrowLeft")  # Back
+    pg.close()
+    big = lesson_page(browser, served_app, 1920, 1080)
+    big.wait_for_function(f"() => ({PICTURE})() !== null", timeout=60_000)
+    assert big.evaluate(PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
+    assert big.evaluate(CLIPPED) == []
+    big.close()
