@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from engine import checkpoint as checkpoints
 from engine import ops, step_run
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
@@ -187,6 +188,15 @@ class LLMEngine:
             except (ValueError, OutOfBlocks) as e:
                 raise ValueError(f"trace operation {i} ({op!r:.80}) failed on replay: {e}") from e
         return engine
+
+    def checkpoint(self) -> checkpoints.Checkpoint | None:
+        """This state, to `restore` later without a replay (engine/checkpoint.py); None while a
+        step is in flight or under tensor parallelism."""
+        return checkpoints.take(self) if checkpoints.can_take(self) else None
+
+    def restore(self, checkpoint: checkpoints.Checkpoint) -> None:
+        """Back to the state `checkpoint` was taken in; the ops after it are gone from the log."""
+        checkpoints.restore(self, checkpoint)
 
     @classmethod
     def from_trace(cls, data: dict[str, Any]) -> LLMEngine:

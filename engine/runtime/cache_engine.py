@@ -188,6 +188,22 @@ class CacheEngine:
         self.ops.swap_blocks(self.cpu_cache, self.kv_cache, src, dst)
 
     @torch.inference_mode()
+    def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> dict[str, Any]:
+        """A copy of these blocks' K/V in every layer (engine/checkpoint.py)."""
+        saved: dict[str, Any] = {"gpu_ids": list(gpu_ids), "cpu_ids": list(cpu_ids)}
+        saved["gpu"] = self.kv_cache[:, :, list(gpu_ids)].clone()
+        saved["cpu"] = self.cpu_cache[:, :, list(cpu_ids)].clone()
+        return saved
+
+    @torch.inference_mode()
+    def load_blocks(self, saved: dict[str, Any]) -> None:
+        """Write saved blocks back where they were."""
+        if saved["gpu_ids"]:
+            self.kv_cache[:, :, saved["gpu_ids"]] = saved["gpu"]
+        if saved["cpu_ids"]:
+            self.cpu_cache[:, :, saved["cpu_ids"]] = saved["cpu"]
+
+    @torch.inference_mode()
     def read_block(self, layer: int, block_id: int, cpu: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) of one block in one layer, float32 on the CPU, `[block_size, kv_heads, head_dim]`

@@ -67,6 +67,19 @@ class Runtime:
         self._check_open()
         self.cache.swap_in(pairs)
 
+    def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
+        """The K/V bytes of these pool and swap-space blocks, for a checkpoint."""
+        self._check_open()
+        return self.cache.save_blocks(gpu_ids, cpu_ids)
+
+    def load_blocks(self, saved: Any) -> None:
+        self._check_open()
+        self.cache.load_blocks(saved)
+
+    @staticmethod
+    def saved_bytes(saved: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in (saved["gpu"], saved["cpu"]))
+
     def close(self) -> None:
         """Free the KV pool, swap space, decode graphs and sampler workspace now (idempotent).
         The model's weights are shared by every engine in the process and stay loaded."""
