@@ -6,6 +6,9 @@ Gradio sends it. A picture click (select a block) is a redraw without an operati
 Targets (2-core CPU): median <= 100 ms from a click to the figure at 64 blocks (dry; for the
 real model, the redraw after its append), <= 300 ms for a real-model append with its decode step
 and for any click at 1024 blocks; figures of a 1024-block pool <= 300 KB of JSON.
+Time travel on the real model: Back / Next (goto + redraw) <= 300 ms after 5, 20 and 100
+operations, whatever the history; beside it, what acting from the middle of the history costs
+(the engine restored from its nearest checkpoint) against a replay from the start.
 
     python bench/ui_latency.py [--out bench/results/ui_latency.json]
 """
@@ -22,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from engine import EngineConfig, ops  # noqa: E402
+from engine import EngineConfig, LLMEngine, ops  # noqa: E402
 from ui.render import render  # noqa: E402
 from ui.session import Session  # noqa: E402
 
@@ -100,6 +103,47 @@ def real_clicks(n: int = 20) -> tuple[Clock, Clock]:
     return clock, draw
 
 
+def history(session: Session, n: int) -> None:
+    """n playground operations: a prompt, then append / fork / append to the fork / free."""
+    seq = session.run(ops.AddSequence("The history of paged memory begins with"))
+    child = None
+    for i in range(n - 1):
+        kind = i % 4
+        if kind == 0:
+            session.run(ops.Append(seq, n=2))
+        elif kind == 1:
+            child = session.run(ops.Fork(seq))
+        elif kind == 2:
+            session.run(ops.Append(child, n=1))
+        else:
+            session.run(ops.Free(child))
+
+
+def travel(length: int, moves: int = 10) -> dict:
+    """Back / Next after `length` operations on the real model, and acting from its middle."""
+    config = EngineConfig(model="default", block_size=16, num_gpu_blocks=64, num_cpu_blocks=64)
+    s = Session(config)
+    history(s, length)
+    back, nxt, act, replay = Clock(), Clock(), Clock(), Clock()
+    for _ in range(min(moves, length)):
+        with back:
+            s.goto(s.pos - 1)
+            redraw(s)
+    for _ in range(min(moves, length)):
+        with nxt:
+            s.goto(s.pos + 1)
+            redraw(s)
+    middle = length // 2 + 1
+    s.goto(middle)
+    with act:  # the engine comes back to `middle` from a checkpoint, then appends
+        s.run(ops.Append(0, n=1))
+        redraw(s)
+    with replay:  # what the same point cost before checkpoints: a replay from the start
+        LLMEngine.replay(config, s.ops[:middle])
+    return {"back_ms": summary(back, 300), "next_ms": summary(nxt, 300),
+            "act_from_middle_ms": 1e3 * act.wall[0], "replay_to_middle_ms": 1e3 * replay.wall[0]}
+
+
 def figure_kb(num_blocks: int) -> float:
     s = Session(EngineConfig(model=None, block_size=16, num_gpu_blocks=num_blocks))
     fill(s, min(40, num_blocks // 4))
@@ -110,7 +154,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results/ui_latency.json")
     ap.add_argument("--note", default="", help="how busy the machine was, e.g. shared with others")
+    ap.add_argument("--only-travel", action="store_true", help="measure time travel only")
     args = ap.parse_args()
+    if args.only_travel:
+        res = json.load(open(args.out)) if os.path.exists(args.out) else {}
+        for length in (5, 20, 100):
+            res[f"real_travel_after_{length}_ops"] = travel(length)
+            print(length, json.dumps(res[f"real_travel_after_{length}_ops"]), flush=True)
+        res.setdefault("machine", {})["travel_load_average"] = os.getloadavg()
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2)
+        return
     res: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                              "load_average_at_start": os.getloadavg(), "note": args.note}}
     for nb, target in ((64, 100), (256, 100), (1024, 300)):
@@ -120,6 +174,8 @@ def main() -> None:
     append, draw = real_clicks()
     res["real_64_blocks_append_ms"] = summary(append, 300)
     res["real_64_blocks_redraw_ms"] = summary(draw, 100)
+    for length in (5, 20, 100):
+        res[f"real_travel_after_{length}_ops"] = travel(length)
     res["figure_json_kb"] = {f"{nb}_blocks": figure_kb(nb) for nb in (64, 256, 1024, 4096)}
     res["figure_json_kb"]["target_1024"] = 300
     res["machine"]["load_average_at_end"] = os.getloadavg()

@@ -20,13 +20,15 @@ from ui.page import Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
 
+PAST_NOTE = ("\n\n_An earlier point of the log: press **Show K/V** to see this block's bytes "
+             "then (the engine goes back to this point from its nearest checkpoint)._")
 DRY_NOTE = "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
 
 
 def block_summary(session: Session, b: int) -> str:
     """The inspector's note on block `b` as it is now."""
-    blk = session.engine.snapshot().blocks[b]
-    text = session.engine.decode(list(blk.token_ids)) if blk.token_ids else ""
+    blk = session.view().snapshot.blocks[b]
+    text = session.decode(list(blk.token_ids)) if blk.token_ids else ""
     shown = text.replace("`", "'").replace("\n", " ")[:120]
     contents = f": `{shown}`" if shown else ""
     size = session.config.block_size
@@ -78,7 +80,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())
-        if what == "seq" and target.isdigit() and int(target) in session.engine.snapshot().sequences:
+        if what == "seq" and target.isdigit() and int(target) in session.view().snapshot.sequences:
             session.selected_seq = int(target)
             return (*show(session), *keep)
         if what != "block" or not target.isdigit() or int(target) >= session.config.num_gpu_blocks:
@@ -86,7 +88,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         b = int(target)
         session.selected_block = b
         summary = block_summary(session, b)
-        if session.engine.config.dry:  # dry mode: bookkeeping only, no tensors to show
+        if session.config.dry:  # dry mode: bookkeeping only, no tensors to show
             figure = None
             summary += DRY_NOTE
         else:
@@ -97,11 +99,13 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         """The picture changed: describe the selected block as it is now (nothing if no block
         is selected or a lesson's engine is in front)."""
         b = session.selected_block
-        if session.lesson_front or b is None or not 0 <= b < session.engine.pool_size():
+        if session.lesson_front or b is None or not 0 <= b < session.view().snapshot.num_blocks:
             return gr.update(), gr.update()
         summary = block_summary(session, b)
-        if session.engine.config.dry:
+        if session.config.dry:
             return summary + DRY_NOTE, None
+        if not session.engine_ready:  # Back / Next draw recorded views: no engine work for K/V
+            return summary + PAST_NOTE, None
         try:
             return summary, on_inspect(b, lyr, session, r)
         except gr.Error:  # e.g. a layer box left out of range: keep the note, drop the figure

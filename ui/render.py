@@ -20,28 +20,33 @@ def model_status(config: Any) -> str:
     """The status line's first part: the model by a name a person knows, or the dry mode."""
     if config.dry:
         return "dry mode: bookkeeping only, no model"
-    name = MODEL_NAMES.get(config.model) or os.path.basename(str(config.model).rstrip("/\\"))
-    return f"model: {name or config.model}"
+    name = MODEL_NAMES.get(config.model, config.model)
+    if os.path.isabs(str(name)) or os.path.isdir(str(name)):  # a folder: its name, not the path
+        name = os.path.basename(str(name).rstrip("/\\")) or name
+    return f"model: {name}"
 
 
 def token_text(engine: Any) -> Any:
     return lambda t: engine.decode([t])
 
 
-def texts_html(eng: Any, snap: Any) -> str:
+def texts_html(session: Session, view: Any) -> str:
     """The serving requests (every one since it was added, finished ones with their samples'
     or beams' text and scores), then each live sequence's tokens."""
-    served = requests_html(eng.requests(), eng.finished_requests(), snap, eng.decode,
-                           added_requests(eng.trace))
+    snap = view.snapshot
+    served = requests_html(list(view.requests), list(view.finished), snap, session.decode,
+                           added_requests(session.ops[: session.pos]))
     if served and not snap.sequences:
         return served
-    return served + sequences_html(snap, token_text(eng))
+    return served + sequences_html(snap, token_text(session))
 
 
 def render(session: Session) -> tuple:
-    eng = session.engine
-    snap = eng.snapshot()
-    events = eng.last_events if session.pos else []
+    """The page at the session's cursor, from the view recorded there (no engine work on Back,
+    Next or the timeline)."""
+    view = session.view()
+    snap = view.snapshot
+    events = list(view.events) if session.pos else []
     live = [str(s) for s in snap.sequences]
     chosen = session.selected_seq if session.selected_seq in snap.sequences else None
     if chosen is None and live:
@@ -49,12 +54,12 @@ def render(session: Session) -> tuple:
     block = session.selected_block
     if block is not None and not 0 <= block < snap.num_blocks:
         block = None
-    fig = pool_figure(snap, events, eng.decode, selected_seq=chosen, selected_block=block,
+    fig = pool_figure(snap, events, session.decode, selected_seq=chosen, selected_block=block,
                       large=session.presenter)
     timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"
-    mode = model_status(eng.config)
-    return (fig, event_log_markdown(events), texts_html(eng, snap),
-            metrics_html(snap, eng.engine_info(), eng.max_model_len), timeline, seq_choice,
+    mode = model_status(session.config)
+    return (fig, event_log_markdown(events), texts_html(session, view),
+            metrics_html(snap, view.info, view.max_model_len), timeline, seq_choice,
             f"{mode} · {where}")

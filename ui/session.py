@@ -1,9 +1,13 @@
-"""One browser session: its engine config and operation log, and an engine rebuilt from them.
+"""One browser session: its engine config and operation log, an engine at the log's cursor, and
+what the page drew at every point of the log.
 
-The op log is the source of truth (DESIGN principle 3): Back, Next, the timeline and Undo move a
-cursor over it and replay; an operation done in the past drops the future, as in an editor. The
-engine, which may hold the shared model, is never deep-copied: gr.State copies its initial value
-for every new session, and `__deepcopy__` hands each one a fresh, empty session instead.
+The op log is the source of truth (DESIGN principle 3). Back, Next and the timeline move a cursor
+over it and draw the VIEW recorded when the engine was at that point (its snapshot, events,
+requests: small), with no engine work. The engine moves only when the user acts from a past
+point (editor semantics: the future is dropped) or asks it for K/V there, and then from the
+nearest CHECKPOINT at or before that point (engine/checkpoint.py), not from the start. The engine,
+which may hold the shared model, is never deep-copied: gr.State copies its initial value for
+every new session, and `__deepcopy__` hands each one a fresh, empty session instead.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 import traceback
 import weakref
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
@@ -35,6 +40,31 @@ _live_lock = threading.Lock()
 __all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
 
 
+#: a checkpoint every CHECKPOINT_EVERY operations at first; past MAX_CHECKPOINTS the spacing
+#: doubles (every other one goes), so a long log keeps few, and a rebuild replays at most about
+#: MAX_OPS / MAX_CHECKPOINTS * 2 operations
+CHECKPOINT_EVERY = 8
+MAX_CHECKPOINTS = 12
+
+
+@dataclass(frozen=True)
+class View:
+    """What the page draws at one point of the log (ui/render.py), recorded when the engine was
+    there: the engine's own snapshot and events, and its requests (plain data)."""
+
+    snapshot: Any
+    events: tuple
+    requests: tuple
+    finished: tuple
+    info: dict[str, Any]
+    max_model_len: int
+
+    @classmethod
+    def of(cls, eng: LLMEngine) -> View:
+        return cls(eng.snapshot(), tuple(eng.last_events), tuple(eng.requests()),
+                   tuple(eng.finished_requests()), eng.engine_info(), eng.max_model_len)
+
+
 class Session:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig(model=None, block_size=4, num_gpu_blocks=32)
@@ -42,6 +72,10 @@ class Session:
         self.ops: list[dict[str, Any]] = []
         self.pos = 0  # the engine shows ops[:pos]
         self._engine: LLMEngine | None = None
+        self._at = 0  # the engine shows ops[:_at] (it may be ahead of the cursor after Back)
+        self._views: dict[int, View] = {}  # position -> what the page draws there
+        self._checkpoints: dict[int, Any] = {}  # position -> engine checkpoint
+        self._every = CHECKPOINT_EVERY
         self.lock = threading.Lock()  # a fast clicker cannot interleave two operations
         # what the picture outlines (a view choice, not an operation: not in the op log)
         self.selected_seq: int | None = None
@@ -70,18 +104,79 @@ class Session:
 
     @property
     def engine(self) -> LLMEngine:
-        if self._engine is None or len(self._engine.trace) != self.pos:
-            with _live_lock:
-                if self not in _live and len(_live) >= MAX_SESSIONS:
-                    raise UserError(f"PagedLab is serving {MAX_SESSIONS} sessions, the most it "
-                                    "holds at once; try again in a minute")
-                _live.add(self)
-            self._engine = LLMEngine.replay(self.config, self.ops[: self.pos])
+        """The engine at the cursor, moved there if it is elsewhere."""
+        if self._engine is None or self._at != self.pos:
+            self._move_engine(self.pos)
         return self._engine
+
+    @property
+    def engine_ready(self) -> bool:
+        """Whether the engine is at the cursor now (asking for it costs nothing)."""
+        return self._engine is not None and self._at == self.pos
+
+    def view(self) -> View:
+        """What the page draws at the cursor: recorded, or recorded now."""
+        view = self._views.get(self.pos)
+        if view is None:
+            view = self._views[self.pos] = View.of(self.engine)
+        return view
+
+    def decode(self, token_ids: Any) -> str:
+        """Token ids as text (the tokenizer's: the same at every point of the log)."""
+        return (self._engine or self.engine).decode(token_ids)
+
+    def _move_engine(self, pos: int) -> None:
+        """Bring the engine to ops[:pos]: forward by applying the ops in between, back from the
+        nearest checkpoint at or before pos, or, without an engine, by replaying the log."""
+        eng = self._engine
+        if eng is not None and self._at > pos:
+            start = max((p for p in self._checkpoints if p <= pos), default=None)
+            if start is None:
+                eng = None
+            else:
+                eng.restore(self._checkpoints[start])
+                self._at = start
+        if eng is None:
+            self._register()
+            eng, self._at = LLMEngine(self.config), 0
+            self._engine = eng
+            self._note(eng)
+        for op in self.ops[self._at: pos]:
+            eng.apply(op)
+            self._at += 1
+            self._note(eng)
+
+    def _note(self, eng: LLMEngine) -> None:
+        """Record the view at the engine's point, and a checkpoint where one is due."""
+        at = self._at
+        if at not in self._views:
+            self._views[at] = View.of(eng)
+        if at % self._every == 0 and at not in self._checkpoints:
+            checkpoint = eng.checkpoint()
+            if checkpoint is not None:
+                self._checkpoints[at] = checkpoint
+            if len(self._checkpoints) > MAX_CHECKPOINTS:
+                self._every *= 2
+                self._checkpoints = {p: c for p, c in self._checkpoints.items()
+                                     if p % self._every == 0}
+
+    def _register(self) -> None:
+        with _live_lock:
+            if self not in _live and len(_live) >= MAX_SESSIONS:
+                raise UserError(f"PagedLab is serving {MAX_SESSIONS} sessions, the most it "
+                                "holds at once; try again in a minute")
+            _live.add(self)
+
+    def _drop_future(self, pos: int) -> None:
+        """The log now ends at pos: what was recorded after it is gone."""
+        self.ops = self.ops[:pos]
+        self._views = {p: v for p, v in self._views.items() if p <= pos}
+        self._checkpoints = {p: c for p, c in self._checkpoints.items() if p <= pos}
 
     def close(self) -> None:
         """The browser session ended: let go of the engine (and its KV pool) now."""
         self._engine = None  # the engine holds no cycle: its KV pool goes with this reference
+        self._checkpoints, self._at = {}, 0  # their saved K/V go too
         with _live_lock:
             _live.discard(self)
 
@@ -102,14 +197,16 @@ class Session:
             except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
                 raise UserError(str(err)) from err
             except Exception as err:
-                # Not all-or-nothing any more: drop the engine; the next access replays the log.
-                self._engine = None
+                # Not all-or-nothing any more: drop the engine; the next access rebuilds it.
+                self._engine, self._checkpoints, self._at = None, {}, 0
                 traceback.print_exc(file=sys.stderr)
                 raise UserError(f"the {op.name} operation failed inside the engine "
                                 f"({type(err).__name__}: {err}); the session is as it was "
                                 "before it") from err
-            self.ops = eng.trace
-            self.pos = len(self.ops)
+            self._drop_future(self.pos)
+            self.ops.append(eng.trace[-1])
+            self.pos = self._at = len(self.ops)
+            self._note(eng)
             return result
 
     @staticmethod
@@ -139,18 +236,17 @@ class Session:
                     raise UserError(f"{key} is at most {most} here, got {value}")
 
     def goto(self, pos: int) -> None:
+        """Move the cursor: the page draws the view recorded there; the engine stays where it is
+        until an operation (or a K/V read) needs it at the cursor."""
         with self.lock:
-            pos = max(0, min(int(pos), len(self.ops)))
-            eng = self._engine
-            if eng is not None and len(eng.trace) <= pos and eng.trace == self.ops[: len(eng.trace)]:
-                for op in self.ops[len(eng.trace): pos]:  # forward: apply, no replay
-                    eng.apply(op)
-            self.pos = pos
+            self.pos = max(0, min(int(pos), len(self.ops)))
+            if self.pos not in self._views:  # e.g. a session rebuilt from its pickled log
+                self._move_engine(self.pos)
 
     def undo(self) -> None:
         with self.lock:
-            self.ops = self.ops[: max(0, self.pos - 1)]
-            self.pos = len(self.ops)
+            self.pos = max(0, self.pos - 1)
+            self._drop_future(self.pos)
 
     def export(self) -> dict[str, Any]:
         return {"version": 1, "config": self.config.to_dict(), "ops": self.ops[: self.pos]}
@@ -192,13 +288,15 @@ class Session:
                     cls._check_op(op, probe, records[:i])
                 except UserError as err:
                     raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
-            session._engine = LLMEngine.replay(config, records)
+            engine = LLMEngine.replay(config, records)
         except (ValueError, OutOfBlocks) as err:
             if isinstance(err, UserError):
                 raise
             raise UserError(f"the trace does not replay: {err}") from err
-        session.ops = session._engine.trace
-        session.pos = len(session.ops)
+        session._engine = engine
+        session.ops = engine.trace
+        session.pos = session._at = len(session.ops)
+        session._note(engine)
         return session
 
     @classmethod

@@ -50,8 +50,8 @@ def shards_update(session: Any) -> Any:
     if session.config.tensor_parallel_size == 1:
         return gr.update(visible=False)
     with session.lock:  # not while an operation (or its replay) is under way
-        eng = session.engine
-        return gr.update(value=shards_figure(eng.snapshot(), eng.engine_info()), visible=True)
+        view = session.view()
+        return gr.update(value=shards_figure(view.snapshot, view.info), visible=True)
 
 
 def rank_setting() -> gr.Number:
