@@ -21,6 +21,12 @@ CSS = """
 #top-bar p { margin: 0 }
 #pool-plot { min-height: 360px }
 #pool-plot .nsewdrag { cursor: pointer !important }
+/* busy: while an operation runs (the status line's tracker shows "processing | 0.8s"), the
+   picture dims after 0.3 s, so a slow step reads as under way, never as frozen; Back / Next
+   (recorded views) end before it shows */
+#pool-plot { transition: opacity .15s }
+body:has(#status [data-testid=status-tracker]:not(.hide)) #pool-plot {
+  opacity: .55; transition: opacity .2s .3s }
 /* zoom tools: the picture is fixed */
 #pool-plot .modebar-container, #room-plot .modebar-container { display: none !important }
 #status p { margin: 0; color: #5f6b7a }
