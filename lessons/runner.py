@@ -1,24 +1,26 @@
 """Playing a lesson on a live engine: Next runs a step's ops and fills its narration from the engine,
-Back replays the op log up to the step before, Restart starts over.
+Back and Next over steps already run show their recorded views (no engine work); Next past the
+last one run runs the next step; Restart starts over.
 
 The engine's op log is the source of truth (DESIGN principle 3): before each step the runner notes
-the engine config, the length of the engine's trace and the lesson's bound names. Going back to a
-step rebuilds the engine with `LLMEngine.replay(config, trace[:n])` and runs that step again, so
-what Back shows is exactly what replaying gives.
+the engine config, the length of the engine's trace and the lesson's bound names. A lesson is
+linear, so a step shown again is the view recorded when it ran (what a replay would give: the
+tests check it); `goto` to a step before the last one run rebuilds the engine with
+`LLMEngine.replay(config, trace[:n])` only when asked to run it again (`rerun=True`).
 
 UI contract::
 
     run = LessonRun(lesson)                 # the engine is built on first use
     q = run.question_for_next()             # ask before Next (None when the step has no question)
     view = run.next()                       # StepView: title, narration_markdown, answer, events ...
-    run.back(); run.restart(); run.goto(i)  # the views of earlier steps, rebuilt by replay
+    run.back(); run.restart(); run.goto(i)  # the views of earlier steps, as recorded
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import EngineConfig, Event, LLMEngine, OutOfBlocks
@@ -60,6 +62,8 @@ class StepView:
     events: tuple[Event, ...]
     snapshot: Snapshot
     checks: tuple[str, ...] = ()  # the checks that held, as written
+    info: Mapping[str, Any] = field(default_factory=dict)  # the engine's description then
+    max_model_len: int = 0
 
     @property
     def is_last(self) -> bool:
@@ -105,6 +109,8 @@ class LessonRun:
         self.state = PlayState()
         self._marks: list[_Mark] = []
         self.views: list[StepView] = []
+        self._shown: int | None = None  # the view on screen (None: the intro)
+        self._intro: tuple | None = None  # the intro's view, once the first step has run
 
     # ---- the UI's API ----------------------------------------------------------------------------
 
@@ -116,8 +122,8 @@ class LessonRun:
 
     @property
     def index(self) -> int:
-        """How many steps have run (the next step to run is steps[index])."""
-        return len(self._marks)
+        """How many steps are behind the one on screen (the next to show is steps[index])."""
+        return 0 if self._shown is None else self._shown + 1
 
     @property
     def total(self) -> int:
@@ -129,7 +135,14 @@ class LessonRun:
 
     @property
     def current(self) -> StepView | None:
-        return self.views[-1] if self.views else None
+        return None if self._shown is None else self.views[self._shown]
+
+    def intro_view(self) -> tuple[Snapshot, Mapping[str, Any], int]:
+        """(snapshot, engine description, max tokens per sequence) before the first step."""
+        if self._marks:
+            return self._intro
+        eng = self.engine
+        return eng.snapshot(), eng.engine_info(), eng.max_model_len
 
     def intro_markdown(self) -> str:
         return self._render(self.lesson.intro)
@@ -144,23 +157,31 @@ class LessonRun:
     def next(self) -> StepView:
         if self.done:
             raise IndexError(f"lesson {self.lesson.name} has only {self.total} steps")
+        if self.index < len(self.views):  # run before: show it as it was
+            self._shown = self.index
+            return self.views[self._shown]
         eng = self.engine
+        i = len(self._marks)
+        if i == 0:  # what the intro shows, once steps have run
+            self._intro = (eng.snapshot(), eng.engine_info(), eng.max_model_len)
         self._marks.append(_Mark(self._config, eng.trace, dict(self.state.names),
                                  dict(self.state.outputs)))
         try:
-            view = self._run_step(self.index - 1)
+            view = self._run_step(i)
         except BaseException:
             self._marks.pop()
             raise
         self.views.append(view)
+        self._shown = len(self.views) - 1
         return view
 
     def back(self) -> StepView | None:
-        """Show the step before the current one, rebuilt by replay. None: back at the intro."""
+        """Show the step before the current one, as recorded. None: back at the intro."""
         if self.index <= 1:
-            self.restart()
+            self._shown = None
             return None
-        return self.goto(self.index - 2)
+        self._shown -= 1
+        return self.views[self._shown]
 
     def restart(self) -> None:
         self._config = self.base_config
@@ -168,12 +189,18 @@ class LessonRun:
         self.state = PlayState()
         self._marks.clear()
         self.views.clear()
+        self._shown = None
 
-    def goto(self, index: int) -> StepView:
-        """Show step `index` (0-based): replay the op log up to it, then run it."""
+    def goto(self, index: int, rerun: bool = False) -> StepView:
+        """Show step `index` (0-based): as recorded if it ran, else run the steps up to it.
+        rerun=True runs it again: the engine replays the op log up to it first."""
         if not 0 <= index < self.total:
             raise IndexError(f"step {index} is not in 0..{self.total - 1}")
-        if index >= self.index:
+        if index < len(self.views) and not rerun:
+            self._shown = index
+            return self.views[index]
+        if index >= len(self.views):
+            self._shown = len(self.views) - 1 if self.views else None
             while self.index <= index:
                 view = self.next()
             return view
@@ -183,6 +210,7 @@ class LessonRun:
         self.state = PlayState(dict(mark.names), dict(mark.outputs))
         del self._marks[index:]
         del self.views[index:]
+        self._shown = index - 1 if index else None
         return self.next()
 
     def run_all(self) -> list[StepView]:
@@ -223,7 +251,8 @@ class LessonRun:
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
-                        answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held))
+                        answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held),
+                        self.engine.engine_info(), self.engine.max_model_len)
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()

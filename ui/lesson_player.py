@@ -70,13 +70,13 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         ask = f"**Before you press Next, predict:** {q.text}" if q else ""
         eng = run.engine
         if step is None:
-            snap = eng.snapshot()
+            snap, info, max_len = run.intro_view()
             return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
                     gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
                     pool_figure(snap, (), eng.decode, large=presenter_on),
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
-                    metrics_html(snap, eng.engine_info(), eng.max_model_len), f"{where} · step 0")
+                    metrics_html(snap, info, max_len), f"{where} · step 0")
         text = f"### {step.title}\n\n{step.narration_markdown}"
         if step.question:
             text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
@@ -88,7 +88,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
                 pool_figure(snap, step.events, eng.decode, large=presenter_on),
                 event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
-                metrics_html(snap, eng.engine_info(), eng.max_model_len),
+                metrics_html(snap, step.info, step.max_model_len),
                 f"{where} · step {step.index + 1} of {step.total}")
 
     def guarded(fn):

