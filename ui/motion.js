@@ -84,11 +84,19 @@
       // element: remember the last step animated on the page, not per element
       const key = gd.layout && gd.layout.meta && gd.layout.meta.anim;
       if (key && key !== window.plAnimated) {
+        const first = window.plAnimated === undefined;
         window.plAnimated = key;
         try {
           animate(gd);
         } catch (err) { // motion is a garnish: a failure must never cost the clicks
           console.warn('PagedLab motion:', err);
+        }
+        // on a phone the controls sit under the picture: after an action (not the page's first
+        // picture) bring the picture back into view, so the change is seen without scrolling
+        const box = gd.getBoundingClientRect();
+        if (!first && window.innerWidth < 700 && (box.top < -40 || box.top > window.innerHeight * 0.5)) {
+          gd.scrollIntoView({ block: 'start', behavior: document.body.classList.contains(
+            'pl-reduce-motion') ? 'auto' : 'smooth' });
         }
       }
     });

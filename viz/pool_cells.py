@@ -65,7 +65,7 @@ def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
 
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
                  pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
-                 scale: float = 1.0) -> go.Heatmap:
+                 scale: float = 1.0, plot_px: float = 850.0) -> go.Heatmap:
     """pending: block id -> (slot, token text) of a pending token whose next slot is there;
     scale: type size (presenter mode)."""
     cols = len(layout.x_edges()) - 1
@@ -73,10 +73,13 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
     text = [[""] * cols for _ in range(layout.rows)]
     custom: list[list] = [[None] * cols for _ in range(layout.rows)]
     per_col = layout.columns_per_block
-    chars = max(1, int(850 / max(layout.width, 1.0) / (6.3 * scale)))  # ~850 px of plot, 10 px type
+    chars = max(1, int(plot_px / max(layout.width, 1.0) / (6.3 * scale)))  # 10 px type x scale
     show_refs = len(blocks) <= MAX_TEXT_BLOCKS
     for blk in blocks:
-        r, c = divmod(blk.block_id, layout.per_row)
+        at = layout.where(blk.block_id)
+        if at is None:  # folded into a "blocks i-j free" row
+            continue
+        r, c = at
         cat = category(blk)
         about = block_hover(blk, layout.block_size, prefix)
         col0 = c * per_col

@@ -34,9 +34,10 @@ from viz import palette
 from viz.block_tables import links, table_heatmap
 from viz.overlays import change_overlays, rects
 from viz.pool_cells import FAST, pool_heatmap
-from viz.pool_layout import cpu_layout, gpu_layout
+from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
 
 ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
+PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode on a 1280 x 720 projector
 FONT = "'Source Sans 3', 'Source Sans Pro', system-ui, sans-serif"
 
 
@@ -68,7 +69,9 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 large: bool = False) -> go.Figure:
     """The whole picture for one snapshot and the events of the step that led to it.
     `large`: presenter mode (type and rows 1.35x, for a projector)."""
-    k = 1.35 if large else 1.0
+    k = 1.35 if large else 1.0  # titles and labels
+    kt = 1.8 if large else 1.0  # tokens and block ids: ~18 px on a projector
+    plot_px = PRESENTER_PLOT_PX if large else PLOT_PX
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -78,7 +81,17 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         return memo[t]
 
     bs = snap.block_size
-    gpu = gpu_layout(snap.num_blocks, bs, block_level)
+    keep = {b.block_id for b in snap.blocks if b.state != "free"}
+    for e in events:  # the blocks the step changed (a swap's pairs: their GPU side)
+        if e.kind == "swap_out":
+            keep.update(e.block_ids[::2])
+        elif e.kind == "swap_in":
+            keep.update(e.block_ids[1::2])
+        else:
+            keep.update(e.block_ids)
+    if selected_block is not None:
+        keep.add(selected_block)
+    gpu = gpu_layout(snap.num_blocks, bs, block_level, keep, plot_px, SLOT_PX * kt)
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
     seqs = [s for s in snap.sequences.values() if s.block_table]
     pending = {}
@@ -86,9 +99,11 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs:
             pending[s.block_table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
     top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
-    traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=k)]
+    traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
+                                 plot_px=plot_px)]
     if cpu is not None:
-        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k))
+        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k,
+                                   plot_px=plot_px))
     entries: list[tuple] = []
     if seqs:
         table, entries = table_heatmap(snap, seqs, top, gpu.width, token_text, scale=k)
@@ -123,6 +138,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         notes.append(dict(x=0, y=top + 0.55,
                           text="block tables: logical block → physical block, slots filled",
                           xanchor="left", yanchor="bottom", showarrow=False,
+                          font={"size": 12 * k, "color": palette.MUTED}))
+    for row, first, last in gpu.folds:
+        notes.append(dict(x=gpu.width / 2, y=gpu.y0 - row, showarrow=False,
+                          text=f"blocks {first}–{last} free ({last - first + 1} blocks)",
                           font={"size": 12 * k, "color": palette.MUTED}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",

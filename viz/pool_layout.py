@@ -1,19 +1,23 @@
 """Where each physical block sits in the main picture (pure geometry, no plotly).
 
 Token level (pools up to a few hundred blocks): a block is a strip of one label cell (its id)
-and `block_size` slot cells, a few strips per row, as in the paper's Fig. 6-9. Block level
-(bigger pools): one cell per block. Coordinates are plot units: x grows right, row r sits at
-y = y0 - r, one unit per row.
+and `block_size` slot cells, as in the paper's Fig. 6-9. The strips per row follow from the
+picture's width so that a slot holds a ~6-character token whole, and runs of free blocks fold
+into one row each ("blocks 9-63 free"): the pixels go to the blocks that hold data. Block level
+(bigger pools, or a pool too tall even folded): one cell per block. Coordinates are plot units:
+x grows right, row r sits at y = y0 - r, one unit per row.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-TARGET_WIDTH = 44.0  # plot units across (about one slot per 20 px on a 900 px picture)
-MIN_WIDTH = 20.0
+TARGET_WIDTH = 44.0  # block level: plot units across
+SLOT_PX = 46.0  # a slot that holds a 6-character token in 10 px type, with its margins
+PLOT_PX = 850.0  # the picture's plot width on a laptop (1440 px wide page)
 MAX_TOKEN_ROWS = 48  # taller than this and the token picture no longer fits a screen or two
+FOLD_ROWS = 12  # a token picture taller than this folds its runs of free blocks
 LABEL_W = 2.0  # the block-id cell of a token-level strip is two slots wide
 GAP_W = 0.6  # between two strips of a row
 
@@ -27,10 +31,26 @@ class PoolLayout:
     x0: float = 0.0
     y0: float = 0.0
     cell_w: float = 1.0  # width of one block-level cell
+    # folded pictures: block id -> (row, column) of the blocks drawn, and the folded runs of
+    # free blocks as (row, first id, last id); None: every block, in id order
+    place: dict[int, tuple[int, int]] | None = field(default=None, compare=False)
+    folds: tuple[tuple[int, int, int], ...] = ()
+    num_rows: int | None = None
 
     @property
     def rows(self) -> int:
+        if self.num_rows is not None:
+            return self.num_rows
         return -(-self.num_blocks // self.per_row) if self.num_blocks else 0
+
+    def where(self, block_id: int) -> tuple[int, int] | None:
+        """(row, column) of a drawn block; None for a block folded away."""
+        if self.place is None:
+            return divmod(block_id, self.per_row)
+        return self.place.get(block_id)
+
+    def fold_of(self, block_id: int) -> tuple[int, int, int] | None:
+        return next((f for f in self.folds if f[1] <= block_id <= f[2]), None)
 
     @property
     def stride(self) -> float:
@@ -43,8 +63,14 @@ class PoolLayout:
         return self.per_row * self.stride - (GAP_W if self.token_level else 0.0)
 
     def box(self, block_id: int) -> tuple[float, float, float]:
-        """(left, right, y centre) of a block's whole strip or cell."""
-        r, c = divmod(block_id, self.per_row)
+        """(left, right, y centre) of a block's whole strip or cell (a folded block: its fold's
+        row, the whole width)."""
+        at = self.where(block_id)
+        if at is None:
+            fold = self.fold_of(block_id)
+            r = fold[0] if fold else 0
+            return self.x0, self.x0 + self.width, self.y0 - r
+        r, c = at
         left = self.x0 + c * self.stride
         right = left + (LABEL_W + self.block_size if self.token_level else self.cell_w)
         return left, right, self.y0 - r
@@ -74,17 +100,61 @@ class PoolLayout:
         return self.block_size + 2 if self.token_level else 1
 
 
-def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False) -> PoolLayout:
+def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False,
+               keep: Iterable[int] | None = None, plot_px: float = PLOT_PX,
+               slot_px: float = SLOT_PX) -> PoolLayout:
+    """The pool's layout for a picture `plot_px` wide. keep: the blocks that must be drawn (those
+    holding data, those the step changed, the selected one); the others may fold. Slots as wide
+    as `slot_px` where the picture stays within FOLD_ROWS rows (folded), else narrower ones."""
     strip = LABEL_W + block_size + GAP_W
-    most = max(1, round(TARGET_WIDTH / strip))  # the narrowest slots that still hold text
-    # a small pool gets wider slots (longer token text): as few strips per row as keep it
-    # within ~16 rows, but never fewer than fill MIN_WIDTH units (a very wide slot reads oddly)
-    per_row = min(most, max(math.ceil(num_blocks / 16), math.ceil(MIN_WIDTH / strip), 1))
-    rows = math.ceil(num_blocks / per_row)
-    if not force_block_level and block_size <= 32 and rows <= MAX_TOKEN_ROWS:
-        return PoolLayout(num_blocks, block_size, True, per_row)
+    widest = max(1, int(plot_px / slot_px / strip))  # slots that hold a 6-character token
+    narrowest = max(widest, round(TARGET_WIDTH / strip))
+    if not force_block_level and block_size <= 32:
+        fallback = None
+        for per_row in range(min(widest, max(1, num_blocks)), narrowest + 1):
+            layout = _token_layout(num_blocks, block_size, per_row, keep)
+            if layout.rows <= FOLD_ROWS:
+                return layout
+            if fallback is None and layout.rows <= MAX_TOKEN_ROWS:
+                fallback = layout
+        if fallback is not None:
+            return fallback
     width = 16 if num_blocks <= 256 else 32 if num_blocks <= 1024 else 64
     return PoolLayout(num_blocks, block_size, False, width, cell_w=TARGET_WIDTH / width)
+
+
+def _token_layout(num_blocks: int, block_size: int, per_row: int,
+                  keep: Iterable[int] | None) -> PoolLayout:
+    plain = PoolLayout(num_blocks, block_size, True, per_row)
+    if plain.rows <= FOLD_ROWS or keep is None:
+        return plain
+    return _fold(num_blocks, block_size, per_row, set(keep))
+
+
+def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int]) -> PoolLayout:
+    """Blocks in id order, per_row to a row; a run of at least two rows' worth of blocks not
+    kept becomes one row of its own, labelled by the picture."""
+    place: dict[int, tuple[int, int]] = {}
+    folds: list[tuple[int, int, int]] = []
+    row, col, b = 0, 0, 0
+    while b < num_blocks:
+        run = b
+        while run < num_blocks and run not in keep:
+            run += 1
+        if run - b >= 2 * per_row:
+            if col:
+                row, col = row + 1, 0
+            folds.append((row, b, run - 1))
+            row, b = row + 1, run
+            continue
+        place[b] = (row, col)
+        col += 1
+        if col == per_row:
+            row, col = row + 1, 0
+        b += 1
+    rows = row + (1 if col else 0)
+    return PoolLayout(num_blocks, block_size, True, per_row, place=place, folds=tuple(folds),
+                      num_rows=rows)
 
 
 def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayout:
