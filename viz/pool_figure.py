@@ -143,6 +143,14 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         notes.append(dict(x=gpu.width / 2, y=gpu.y0 - row, showarrow=False,
                           text=f"blocks {first}–{last} free ({last - first + 1} blocks)",
                           font={"size": 12 * k, "color": palette.MUTED}))
+    waiting = [s for s in snap.sequences.values() if not s.block_table]
+    if waiting:  # a request added but not scheduled yet holds no block: say it is there
+        names = " · ".join(f"{(seq_labels or {}).get(s.seq_id) or f'seq {s.seq_id}'} "
+                           f"({len(s.token_ids)} tokens)" for s in waiting[:6])
+        more = f" · +{len(waiting) - 6} more" if len(waiting) > 6 else ""
+        notes.append(dict(x=0, y=top + (1.5 if seqs else 1.2), xanchor="left", yanchor="bottom",
+                          showarrow=False, text=f"waiting, no blocks yet: {names}{more}",
+                          font={"size": 12 * k, "color": palette.INK}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
                       showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
@@ -160,6 +168,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                         y=[top - i - 0.5, top - i - 0.5, top - i + 0.5, top - i + 0.5, top - i - 0.5],
                         mode="lines", line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
                         name="selected sequence", hoverinfo="skip", showlegend=False)
+    top += 1.0 if waiting else 0.0  # room for the waiting line
     rows = top + 1.6 - bottom
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell

@@ -62,3 +62,14 @@ def test_a_click_on_a_drawn_block_still_names_it():
     heat = pool(pool_figure(eng.snapshot(), eng.last_events, decode))
     named = {cd[0] for row in heat.customdata for cd in row if cd is not None}
     assert named == {0, 1}  # the two blocks in use; the folded ones are one labelled row
+
+
+def test_a_request_is_in_the_picture_from_the_moment_it_is_added():
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=16))
+    eng.apply(ops.AddRequest(list(range(9))))
+    fig = pool_figure(eng.snapshot(), eng.last_events, decode)
+    said = [a.text for a in fig.layout.annotations if "waiting" in (a.text or "")]
+    assert said == ["waiting, no blocks yet: seq 0 (9 tokens)"]
+    eng.apply(ops.Step())  # scheduled: now a table row, no longer waiting
+    fig = pool_figure(eng.snapshot(), eng.last_events, decode)
+    assert not [a for a in fig.layout.annotations if "waiting" in (a.text or "")]
