@@ -145,8 +145,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                           font={"size": 12 * k, "color": palette.MUTED}))
     waiting = [s for s in snap.sequences.values() if not s.block_table]
     if waiting:  # a request added but not scheduled yet holds no block: say it is there
-        names = " · ".join(f"{(seq_labels or {}).get(s.seq_id) or f'seq {s.seq_id}'} "
-                           f"({max(s.prompt_len, len(s.token_ids))} tokens)" for s in waiting[:6])
+        names = " · ".join((seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
+                           for s in waiting[:6])
         more = f" · +{len(waiting) - 6} more" if len(waiting) > 6 else ""
         notes.append(dict(x=0, y=top + (1.5 if seqs else 1.2), xanchor="left", yanchor="bottom",
                           showarrow=False, text=f"waiting, no blocks yet: {names}{more}",

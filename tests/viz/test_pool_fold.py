@@ -69,7 +69,7 @@ def test_a_request_is_in_the_picture_from_the_moment_it_is_added():
     eng.apply(ops.AddRequest(list(range(9))))
     fig = pool_figure(eng.snapshot(), eng.last_events, decode)
     said = [a.text for a in fig.layout.annotations if "waiting" in (a.text or "")]
-    assert said == ["waiting, no blocks yet: seq 0 (9 tokens)"]
+    assert said == ["waiting, no blocks yet: seq 0"]
     eng.apply(ops.Step())  # scheduled: now a table row, no longer waiting
     fig = pool_figure(eng.snapshot(), eng.last_events, decode)
     assert not [a for a in fig.layout.annotations if "waiting" in (a.text or "")]
