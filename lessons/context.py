@@ -118,13 +118,19 @@ def _join(items: Any, sep: str = ", ") -> str:
 
 
 def show(value: Any) -> str:
-    """How a value appears in narration: ints plainly, floats briefly, lists in brackets."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
+    """How a value appears in narration, written for people: yes / no, not True / False; a list
+    as "1, 2 and 3", not "[1, 2, 3]"; floats briefly."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "none"
     if isinstance(value, float):
         return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(show(v) for v in value) + "]"
+    if isinstance(value, list | tuple | set | frozenset):
+        items = [show(v) for v in value]
+        if not items:
+            return "none"
+        return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
     return str(value)
 
 

@@ -38,11 +38,18 @@ def front_matter(path: Path, lines: list[str]) -> tuple[dict[str, Any], int]:
     return meta, end + 1
 
 
+#: characters of a title the lesson dropdown shows whole beside its Start button
+MAX_TITLE = 32
+
+
 def required_str(path: Path, meta: dict[str, Any], key: str) -> str:
     """A front matter key that must hold text (title, summary)."""
     value = meta.get(key)
     if not isinstance(value, str) or not value.strip():
         raise LessonError(path, 2, f"the front matter needs a '{key}' (text)")
+    if key == "title" and len(value.strip()) > MAX_TITLE:
+        raise LessonError(path, 2, f"the title is {len(value.strip())} characters; the lesson list "
+                                   f"shows {MAX_TITLE}: shorten it (the summary holds the rest)")
     return value.strip()
 
 

@@ -41,6 +41,9 @@ class LessonCheckFailed(LessonError):
     """A check of a lesson did not hold on the engine (the lesson's claim and the engine disagree)."""
 
 
+#: verbs whose result is a sequence id: `a = add_sequence ...` names sequence a in the picture
+SEQUENCE_VERBS = ("add_sequence", "fork")
+
 @dataclass(frozen=True)
 class QuestionView:
     text: str  # Markdown, shown before the step runs
@@ -64,6 +67,7 @@ class StepView:
     checks: tuple[str, ...] = ()  # the checks that held, as written
     info: Mapping[str, Any] = field(default_factory=dict)  # the engine's description then
     max_model_len: int = 0
+    seq_names: Mapping[int, str] = field(default_factory=dict)  # seq id -> the lesson's name
 
     @property
     def is_last(self) -> bool:
@@ -78,6 +82,7 @@ class _Mark:
     trace: list[dict[str, Any]]
     names: dict[str, Any]
     outputs: dict[int, Any]
+    seq_names: dict[int, str] = field(default_factory=dict)
 
 
 def load(path: str | Any) -> Lesson:
@@ -165,7 +170,7 @@ class LessonRun:
         if i == 0:  # what the intro shows, once steps have run
             self._intro = (eng.snapshot(), eng.engine_info(), eng.max_model_len)
         self._marks.append(_Mark(self._config, eng.trace, dict(self.state.names),
-                                 dict(self.state.outputs)))
+                                 dict(self.state.outputs), dict(self.state.seq_names)))
         try:
             view = self._run_step(i)
         except BaseException:
@@ -207,7 +212,7 @@ class LessonRun:
         mark = self._marks[index]
         self._config = mark.config
         self._engine = LLMEngine.replay(mark.config, mark.trace)
-        self.state = PlayState(dict(mark.names), dict(mark.outputs))
+        self.state = PlayState(dict(mark.names), dict(mark.outputs), dict(mark.seq_names))
         del self._marks[index:]
         del self.views[index:]
         self._shown = index - 1 if index else None
@@ -252,7 +257,7 @@ class LessonRun:
                 explanation = self._render(step.question.explain, evaluator)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
                         answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held),
-                        self.engine.engine_info(), self.engine.max_model_len)
+                        self.engine.engine_info(), self.engine.max_model_len, dict(st.seq_names))
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()
@@ -273,6 +278,8 @@ class LessonRun:
                                                                f"but succeeded")
         if op.target:
             self.state.names[op.target] = result
+            if op.name in SEQUENCE_VERBS and isinstance(result, int):
+                self.state.seq_names[result] = op.target  # the picture names it as the text does
 
     def _do(self, op: Op, args: list[Any], kw: dict[str, Any]) -> Any:
         verb = VERBS.get(op.name)

@@ -26,6 +26,7 @@ class PlayState:
     """What a lesson's ops have produced so far (a LessonRun's state between steps)."""
 
     names: dict[str, Any] = field(default_factory=dict)  # bound by ops: seq ids, request ids, values
+    seq_names: dict[int, str] = field(default_factory=dict)  # seq id -> the name an op bound it to
     outputs: dict[int, Any] = field(default_factory=dict)  # request id -> its latest RequestOutput
     events: list[Event] = field(default_factory=list)  # of the current step
     last_result: Any = None

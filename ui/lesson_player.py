@@ -11,7 +11,7 @@ from lessons import LessonRun, load_all
 from lessons.loader import LessonError
 from ui.page import Page
 from ui.refusal import refused
-from ui.render import token_text
+from ui.render import model_status, token_text
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -64,32 +64,33 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         if run is None:
             return (ls, "", gr.update(value="", elem_classes=cls), "", *keep)
         config = run.engine.config
-        where = "lesson engine: " + ("dry mode" if config.dry else f"model {config.model}")
+        where = "lesson engine · " + model_status(config)
         step = run.current
         q = run.question_for_next()
         ask = f"**Before you press Next, predict:** {q.text}" if q else ""
         eng = run.engine
         if step is None:
             snap, info, max_len = run.intro_view()
-            return (ls, f"**{run.lesson.title}**: step 0 of {run.total}",
+            return (ls, f"**{run.lesson.title}**: page 0 of {run.total}",
                     gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
                     pool_figure(snap, (), eng.decode, large=presenter_on),
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
-                    metrics_html(snap, info, max_len), f"{where} · step 0")
+                    metrics_html(snap, info, max_len), f"{where} · lesson page 0")
         text = f"### {step.title}\n\n{step.narration_markdown}"
         if step.question:
             text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
                      f"{step.answer_text}" + (f"\n\n{step.explanation}" if step.explanation else ""))
         done = " · the end: well done" if step.is_last else ""
         snap = step.snapshot
-        return (ls, f"**{run.lesson.title}**: step {step.index + 1} of {step.total}{done}",
+        return (ls, f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}",
                 gr.update(value=text, elem_classes=cls), ask,
-                pool_figure(snap, step.events, eng.decode, large=presenter_on),
+                pool_figure(snap, step.events, eng.decode, large=presenter_on,
+                            seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()}),
                 event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
                 metrics_html(snap, step.info, step.max_model_len),
-                f"{where} · step {step.index + 1} of {step.total}")
+                f"{where} · lesson page {step.index + 1} of {step.total}")
 
     def guarded(fn):
         def wrapped(ls, presenter_on, *args):

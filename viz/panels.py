@@ -24,7 +24,7 @@ def event_log_markdown(events: Sequence[Event], limit: int = 60,
     lines = [f"- `{e.kind}` {html.escape(e.text, quote=False)}" for e in events[:limit]]
     if len(events) > limit:
         lines.append(f"- … and {len(events) - limit} more events")
-    return f"**Step {events[0].step}**\n\n" + "\n".join(lines)
+    return f"**Engine step {events[0].step}**\n\n" + "\n".join(lines)
 
 
 def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:

@@ -126,7 +126,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         holders = set(snap.blocks[selected_block].owners)
     for i, s in enumerate(seqs):
         label = (seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
-        label = label if len(label) <= 16 else label[:15] + "…"
+        label = label if len(label) <= 18 else label[:17] + "…"
         widest = max(widest, len(label) + 2)
         if s.seq_id == selected_seq:
             label = f"<b>▶ {label}</b>"
@@ -178,7 +178,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
-        title={"text": f"<b>step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
+        title={"text": f"<b>engine step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
                        f"<br><span style='font-size:{12 * k:.0f}px'>{_legend(large)}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
                "pad": {"t": 12 * k}, "font": {"size": 16 * k}},

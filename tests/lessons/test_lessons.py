@@ -199,3 +199,39 @@ def test_lessons_pluralise_counts_with_the_helper() -> None:
     for path in LESSONS:
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"\w\(s\)", text), f"{path.name}: write the count with plural()"
+
+
+def test_titles_fit_the_lesson_list(tmp_path: Path) -> None:
+    """Every title shows whole in the dropdown beside Start; a longer one is refused by name."""
+    from lessons.front_matter import MAX_TITLE
+
+    assert all(len(lesson.title) <= MAX_TITLE for lesson in load_all())
+    with pytest.raises(LessonError, match="shorten it"):
+        load(_write(tmp_path, "## Step: x\n", "---\ntitle: " + "T" * (MAX_TITLE + 1) +
+                    "\nsummary: S\nengine: {model: null, block_size: 4, num_gpu_blocks: 4}\n"
+                    "dry_reason: r\n---\n"))
+
+
+def test_values_are_written_for_people() -> None:
+    """yes / no, "1 and 3", never Python's True / [1, 3] (issue 23)."""
+    from lessons.context import show
+
+    assert (show(True), show(False), show(None)) == ("yes", "no", "none")
+    assert (show([1, 3]), show((0, 1, 2)), show([]), show([7])) == ("1 and 3", "0, 1 and 2", "none", "7")
+    assert show(0.123456) == "0.1235"
+
+
+def test_the_picture_names_a_lessons_sequences_as_its_text_does() -> None:
+    from viz import pool_figure
+
+    seen = 0
+    for view in _run(load(Path("lessons") / "08_block_size.md")).run_all():
+        labels = {i: f"{n} (seq {i})" for i, n in view.seq_names.items()}
+        texts = [a.text or "" for a in pool_figure(view.snapshot, view.events,
+                                                    seq_labels=labels).layout.annotations]
+        for sid, name in view.seq_names.items():
+            drawn = view.snapshot.sequences.get(sid)
+            if drawn is not None and drawn.block_table:
+                assert any(f"{name} (seq {sid})" in t for t in texts)
+                seen += 1
+    assert seen

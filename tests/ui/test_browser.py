@@ -240,7 +240,7 @@ def test_a_lesson_played_to_its_end_drives_the_main_picture_and_events(page):
 
 def test_a_link_opens_a_lesson_step(page, served_app):
     page.goto(served_app + "?lesson=02_paging&step=2")
-    page.wait_for_function("() => document.body.innerText.includes('step 2 of')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('page 2 of')", timeout=60_000)
     page.console_errors.clear()  # leaving the old page aborts its pending fetches: not this page's
     assert "2. Paging" in page.locator("#lesson-progress").inner_text()
     page.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')?.layout?.title?.text"
