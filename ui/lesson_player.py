@@ -9,6 +9,7 @@ import gradio as gr
 
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
+from lessons.page_text import page_markdown
 from ui.page import Page
 from ui.refusal import refused
 from ui.render import model_status, token_text
@@ -77,10 +78,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
                     metrics_html(snap, info, max_len), f"{where} · lesson page 0")
-        text = f"### {step.title}\n\n{step.narration_markdown}"
-        if step.question:
-            text += (f"\n\n**Question:** {step.question}\n\n**The engine's answer:** "
-                     f"{step.answer_text}" + (f"\n\n{step.explanation}" if step.explanation else ""))
+        text = page_markdown(step)
         done = " · the end: well done" if step.is_last else ""
         snap = step.snapshot
         return (ls, f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}",

@@ -52,7 +52,20 @@ def test_lesson_plays_to_the_end(path: Path, default_model) -> None:
         if step.question is not None:
             assert view.answer is not None and view.answer_text
             assert view.explanation is None or "{{" not in view.explanation
+        assert_readable_page(view)
     assert run.done and run.question_for_next() is None
+
+
+def assert_readable_page(view) -> None:
+    """What the class reads: a short lead on screen, the rest folded, no raw Python values."""
+    import re
+
+    from lessons.page_text import LEAD_WORDS, page_markdown, split_lead
+
+    lead, rest = split_lead(view.narration_markdown)
+    assert len(lead.split()) <= LEAD_WORDS or "." not in lead.rstrip(".")  # one long sentence
+    shown = page_markdown(view).split("<details>")[0]
+    assert not re.search(r"\bTrue\b|\bFalse\b|\[\d+(, \d+)*\]|\w\(s\)", shown), shown
 
 
 def _write(tmp_path: Path, body: str, front: str | None = None) -> Path:
@@ -235,3 +248,18 @@ def test_the_picture_names_a_lessons_sequences_as_its_text_does() -> None:
                 assert any(f"{name} (seq {sid})" in t for t in texts)
                 seen += 1
     assert seen
+
+
+def test_a_page_shows_its_lead_and_folds_the_rest() -> None:
+    from lessons.page_text import MORE, split_lead
+
+    text = ("Look at block 3. It is shared. Words" + " word" * 60 + " end.\n\nA second paragraph.")
+    lead, rest = split_lead(text)
+    assert lead == "Look at block 3. It is shared." and rest.endswith("A second paragraph.")
+    assert rest.startswith("Words") and "end." in rest
+    view = _run(load(Path("lessons") / "07_fragmentation.md")).next()
+    from lessons.page_text import page_markdown
+
+    page = page_markdown(view)
+    assert page.startswith(f"### {view.title}") and (MORE in page) == ("<details>" in page)
+    assert_readable_page(view)
