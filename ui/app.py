@@ -83,7 +83,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                         wire_settings = settings_panel(page, first, default_mode)
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
-                    wire_inspector = inspector_panel(page)
+                wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
                 page.events = gr.Markdown(elem_id="event-log")
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):
@@ -159,7 +159,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 value.close()
 
         demo.unload(on_unload)
-        page.plot.change(tp_panel.shards_update, [page.state], [shards])
+        page.plot.change(tp_panel.shards_update, [page.state, page.lesson], [shards])
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
     # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
     demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)

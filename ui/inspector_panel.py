@@ -27,11 +27,15 @@ DRY_NOTE = "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings 
 
 def block_summary(session: Session, b: int) -> str:
     """The inspector's note on block `b` as it is now."""
-    blk = session.view().snapshot.blocks[b]
-    text = session.decode(list(blk.token_ids)) if blk.token_ids else ""
+    return describe_block(session.view().snapshot, session.decode, session.config.block_size, b)
+
+
+def describe_block(snap, decode, size: int, b: int) -> str:
+    """A block's state in words, from a snapshot."""
+    blk = snap.blocks[b]
+    text = decode(list(blk.token_ids)) if blk.token_ids else ""
     shown = text.replace("`", "'").replace("\n", " ")[:120]
     contents = f": `{shown}`" if shown else ""
-    size = session.config.block_size
     if blk.state == "free":
         return (f"**Block {b}**: free: no sequence holds it (ref count 0); it waits in the free "
                 f"queue for the next allocation")
@@ -42,6 +46,26 @@ def block_summary(session: Session, b: int) -> str:
     owners = ", ".join(f"seq {o}" for o in blk.owners) or "no sequence"
     return (f"**Block {b}**: {blk.state}, ref count {blk.ref_count}, held by {owners}; "
             f"{blk.num_filled} of {size} slots filled{contents}")
+
+
+def lesson_block(ls, b: int) -> tuple[str, object]:
+    """A click on block `b` while a lesson is in front: its note and its K/V in layer 0, read from
+    the lesson's engine."""
+    run = getattr(ls, "run", None)
+    if run is None:
+        return "Press Start: the lesson's engine is not running yet.", None
+    eng = run.engine
+    snap = run.current.snapshot if run.current is not None else run.intro_view()[0]
+    if not 0 <= b < snap.num_blocks:
+        return f"Block {b} is not in this lesson's pool of {snap.num_blocks} blocks.", None
+    summary = describe_block(snap, eng.decode, snap.block_size, b)
+    if eng.config.dry:
+        return summary + DRY_NOTE, None
+    k, v = eng.inspect_block(b, 0)
+    blk = snap.blocks[b]
+    labels = [eng.decode([t]) for t in blk.token_ids]
+    return summary, kv_figure(k, v, labels, f"block {b}, layer 0: {blk.state}, ref count "
+                                            f"{blk.ref_count}, {blk.num_filled} slots filled")
 
 
 def inspector_panel(page: Page) -> Callable[[], None]:
@@ -74,12 +98,16 @@ def inspector_panel(page: Page) -> Callable[[], None]:
                          f"ref count {blk.ref_count}, {blk.num_filled} slots filled")
 
     @guard
-    def on_click(value, session: Session):
-        if session.lesson_front:  # the picture shows a lesson's engine: nothing here to select
-            return tuple(gr.update() for _ in range(len(page.outs) + 4))
+    def on_click(value, session: Session, ls=None):
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())
+        if session.lesson_front:  # the picture shows a lesson's engine: inspect its blocks
+            unchanged = tuple(gr.update() for _ in page.outs)
+            if what != "block" or not target.isdigit():
+                return (*unchanged, *keep)
+            summary, figure = lesson_block(ls, int(target))
+            return (*unchanged, gr.update(open=True), summary, int(target), figure)
         if what == "seq" and target.isdigit() and int(target) in session.view().snapshot.sequences:
             session.selected_seq = int(target)
             return (*show(session), *keep)
@@ -115,6 +143,6 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         inspect.click(on_inspect, [block_id, layer, page.state, rank], [kv_plot])
         page.plot.change(on_follow, [layer, page.state, rank], [note, kv_plot],
                          show_progress="hidden")
-        click_go.click(on_click, [click_box, page.state], [*page.outs, box, note, block_id, kv_plot],
-                       **page.quiet)
+        click_go.click(on_click, [click_box, page.state, page.lesson],
+                       [*page.outs, box, note, block_id, kv_plot], **page.quiet)
     return wire

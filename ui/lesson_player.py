@@ -43,7 +43,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     except LessonError as err:
         lessons, error = [], f"**A lesson failed to load:** {err}"
     by_title = {lesson.title: lesson for lesson in lessons}
-    state = gr.State(LessonSession())
+    state = page.lesson = gr.State(LessonSession())
     with gr.Row():
         choice = gr.Dropdown(list(by_title), label="lesson", value=next(iter(by_title), None),
                              min_width=160, scale=3)

@@ -35,6 +35,7 @@ class Page:
     timeline: Any = None
     seq: Any = None
     status: Any = None
+    lesson: Any = None  # the Lessons tab's state (its engine is the picture's when in front)
 
     @property
     def outs(self) -> list:

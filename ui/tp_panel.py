@@ -45,8 +45,15 @@ def shards_plot() -> gr.Plot:
                    elem_id="shards-plot")
 
 
-def shards_update(session: Any) -> Any:
-    """The shards picture for the session's engine; hidden without tensor parallelism."""
+def shards_update(session: Any, ls: Any = None) -> Any:
+    """The shards picture for the engine in the picture (the session's, or a lesson's in front);
+    hidden without tensor parallelism."""
+    run = getattr(ls, "run", None)
+    if session.lesson_front:
+        if run is None or run.engine.config.tensor_parallel_size == 1:
+            return gr.update(visible=False)
+        snap = run.current.snapshot if run.current is not None else run.intro_view()[0]
+        return gr.update(value=shards_figure(snap, run.engine.engine_info()), visible=True)
     if session.config.tensor_parallel_size == 1:
         return gr.update(visible=False)
     with session.lock:  # not while an operation (or its replay) is under way

@@ -78,3 +78,23 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     assert big.evaluate(PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
     assert big.evaluate(CLIPPED) == []
     big.close()
+
+
+def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
+    """Lesson 3 asks the student to click the copied blocks: in the Lessons tab a click on a
+    block opens the inspector with that block of the lesson's engine."""
+    from tests.ui.test_browser import CELL_XY
+
+    pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    pg.goto(served_app + "?lesson=03_fork_cow&step=4")
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('4 of')", timeout=180_000)
+    pg.wait_for_function("() => document.querySelector('#lesson-narration')?.innerText"
+                         ".includes('inspector')", timeout=60_000)
+    pg.wait_for_function(f"() => ({CELL_XY})(['pool', 1]) !== null", timeout=60_000)
+    x, y = pg.evaluate(f"({CELL_XY})(['pool', 1])")
+    pg.mouse.click(x, y)
+    pg.wait_for_function("() => (document.querySelector('#inspector-note')?.innerText ?? '')"
+                         ".includes('Block 1')", timeout=60_000)
+    pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout",
+                         timeout=60_000)
+    pg.close()
