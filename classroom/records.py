@@ -55,4 +55,5 @@ class RoomView:
     events: tuple[Event, ...] = ()
     seq_labels: Mapping[int, str] = field(default_factory=dict)  # seq id -> "Ana · request 3"
     decode: Callable[[list[int]], str] | None = None
+    reserved: frozenset[int] = frozenset()  # blocks the teacher holds back (Shrink pool)
 

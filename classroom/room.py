@@ -176,9 +176,10 @@ class Room:
         return "running"
 
     def _do_step(self, _: Any) -> str:
+        if not self.engine.has_pending_work():  # refused: the room goes on as it was
+            raise RoomError("nothing to step: no request is waiting, running or preempted; "
+                            "wait for a student to press Send")
         self.paused = True
-        if not self.engine.has_pending_work():
-            raise RoomError("nothing to step: no request is waiting, running or preempted")
         self._step()
         return f"paused after step {self.engine.current_step()}"
 
@@ -315,7 +316,7 @@ class Room:
     def _publish(self) -> None:
         """Refresh the requests' places and publish a new RoomView (under the lock)."""
         eng = self.engine
-        labels: dict[int, str] = {s: RESERVED for s in self._reserve_seqs}
+        labels: dict[int, str] = {}
         queues: dict[str, list[int]] = {"waiting": [], "running": [], "preempted": []}
         for req in eng.requests():  # queue order: first come, first served
             rec = self.requests.get(self._id_base + req.request_id)
@@ -344,4 +345,5 @@ class Room:
             "system_prompt": self.settings.system_prompt, "settings": self.settings.to_dict(),
         }
         events = tuple(eng.last_step.events) if eng.last_step else ()
-        self.view = RoomView(state, snap, events, labels, self._tokenizer.decode)
+        reserved = frozenset(b for s in self._reserve_seqs for b in eng.block_table(s))
+        self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved)

@@ -72,8 +72,8 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                                             ("clear", "Clear room"), ("prefix_off", "Prefix cache off"),
                                             ("prefix_on", "Prefix cache on"), ("restore", "Whole pool"))}
             with gr.Row():
-                shrink_to = gr.Number(value=24, precision=0, minimum=1, label="blocks for the class",
-                                      min_width=120)
+                shrink_to = gr.Number(value=32, precision=0, minimum=1, label="blocks for the class",
+                                      min_width=120)  # half the room's pool once it is open
                 buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
                 said = gr.Markdown(elem_id="room-said")
         with gr.Column(scale=2):
@@ -98,7 +98,10 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
             "system_prompt": sp or "", "max_students": st, "requests_per_student": ea,
             "max_prompt_chars": ch}))
-        return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False))
+        # "blocks for the class" starts at half this room's pool, not at a fixed number
+        half = max(1, room.engine.pool_size() // 2)
+        return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False),
+                gr.update(value=half))
 
     def on_load(request: gr.Request):
         """/class?code=X projects a room opened elsewhere (without its secret)."""
@@ -108,13 +111,17 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         return (*_joined(c, request), c, gr.Accordion(open=False))
 
     open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each, chars],
-                   [joined, qr, code, secret, open_box])
+                   [joined, qr, code, secret, open_box, shrink_to])
 
     def make_control(action: str):
-        @room_errors
         def on_control(c, s, value):
-            return registry.get(c).control(s, action, value)
-        return on_control
+            """What happened, or why not, in words on the projector (a refused action changes
+            nothing else); a bug still goes to the log and a message box."""
+            try:
+                return registry.get(c).control(s, action, value)
+            except RoomError as err:
+                return f"**Not done:** {err}"
+        return room_errors(on_control)
 
     for action, btn in buttons.items():
         btn.click(make_control(action), [code, secret, shrink_to], [said])

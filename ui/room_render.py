@@ -17,7 +17,8 @@ STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62
 def projector_figure(view: RoomView) -> Any:
     if view.snapshot is None:
         return None
-    return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels))
+    return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels),
+                       reserved=view.reserved)
 
 
 def _badge(status: str, swapped: bool = False) -> str:
@@ -43,6 +44,17 @@ def queues_html(view: RoomView) -> str:
     return f"<table id='room-queue-table'>{''.join(rows)}</table>"
 
 
+def class_blocks(s: Mapping[str, Any]) -> str:
+    """The class's blocks in use of those it may use; the teacher's reserve apart, so the parts
+    add up to the pool."""
+    held = s["reserved_blocks"]
+    used = s["used_blocks"] - held  # the reserve's blocks are used blocks of the engine too
+    if not held and s["usable_blocks"] == s["num_blocks"]:
+        return f"{used} of {s['num_blocks']}"
+    return (f"{used} of {s['usable_blocks']} · reserved by the teacher: {held} "
+            f"(of the pool's {s['num_blocks']})")
+
+
 def metrics_html(view: RoomView) -> str:
     s = view.state
     if not s:
@@ -56,8 +68,7 @@ def metrics_html(view: RoomView) -> str:
                  f"({state}, step {s['step']})"),
         ("students", s["students"]),
         ("requests", f"{len(s['requests'])} ({done} done)"),
-        ("blocks used", f"{s['used_blocks']} of {s['usable_blocks']} for the class"
-         + (f" (+{s['reserved_blocks']} reserved by the teacher)" if s["reserved_blocks"] else "")),
+        ("blocks used by the class", class_blocks(s)),
         ("cached / free", f"{s['cached_blocks']} / {s['free_blocks']}"),
         ("prefix-cache hits", f"{s['prefix_hit_blocks']} blocks"
          + ("" if s["prefix_caching"] else " (prefix caching off)")),

@@ -151,3 +151,13 @@ def _swaps(swaps: Sequence[tuple[int, int, bool]], gpu: PoolLayout, cpu: PoolLay
             go.Scatter(**FAST, x=dots_x, y=dots_y, mode="markers", name="swap slide",
                        customdata=start, marker={"size": 12, "color": palette.SWAP, "symbol": "square"},
                        hoverinfo="skip", showlegend=False)]
+
+
+def reserved_region(gpu: PoolLayout, ids: Sequence[int]) -> list:
+    """Blocks held back from the sequences (a classroom's shrunk pool): one hatched grey
+    region over them, named as the teacher's reserve when hovered."""
+    marks = rects(gpu, ids, "reserved by the teacher", palette.MUTED, fill=palette.RESERVED, pad=0)
+    for mark in marks:
+        mark.update(fillpattern={"shape": "/", "fgcolor": palette.MUTED, "size": 8, "solidity": 0.25},
+                    hoverinfo="name")
+    return marks

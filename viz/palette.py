@@ -20,6 +20,7 @@ NEW = "#117733"  # outline of a block allocated in the last step
 PREFIX_HIT = "#b8860b"
 EVICT = "#d55e00"
 FREED = "#5f6670"  # a block the last step gave back
+RESERVED = "#d5d9df"  # blocks a teacher holds back from the class: grey, no owner colour
 COW = "#111111"
 SWAP = "#6a3d9a"
 SELECT = "#111111"

@@ -5,7 +5,7 @@ id, which the page's click handler reads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -65,9 +65,10 @@ def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
 
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
                  pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
-                 scale: float = 1.0, plot_px: float = 850.0) -> go.Heatmap:
+                 scale: float = 1.0, plot_px: float = 850.0,
+                 blank: Collection[int] = ()) -> go.Heatmap:
     """pending: block id -> (slot, token text) of a pending token whose next slot is there;
-    scale: type size (presenter mode)."""
+    scale: type size (presenter mode); blank: blocks drawn without their tokens (a reserve)."""
     cols = len(layout.x_edges()) - 1
     z: list[list] = [[None] * cols for _ in range(layout.rows)]
     text = [[""] * cols for _ in range(layout.rows)]
@@ -81,6 +82,9 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
             continue
         r, c = at
         cat = category(blk)
+        if blk.block_id in blank:  # held back, not data: an empty strip under the hatching
+            blk = blk._replace(token_ids=(), ref_count=0, owners=())
+            cat = FREE
         about = block_hover(blk, layout.block_size, prefix)
         col0 = c * per_col
         z[r][col0] = cat

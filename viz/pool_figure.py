@@ -24,7 +24,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -32,7 +32,7 @@ from engine.core.events import Event
 from engine.core.snapshot import Snapshot
 from viz import palette
 from viz.block_tables import links, table_heatmap
-from viz.overlays import change_overlays, rects
+from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, pool_heatmap
 from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
 
@@ -66,9 +66,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 decode: Callable[[list[int]], str] | None = None, *,
                 seq_labels: Mapping[int, str] | None = None, selected_seq: int | None = None,
                 selected_block: int | None = None, block_level: bool = False,
-                large: bool = False) -> go.Figure:
+                large: bool = False, reserved: Collection[int] = ()) -> go.Figure:
     """The whole picture for one snapshot and the events of the step that led to it.
-    `large`: presenter mode (type and rows 1.35x, for a projector)."""
+    `large`: presenter mode (type and rows 1.35x, for a projector). `reserved`: blocks held back
+    from the sequences drawn (a classroom's shrunk pool): one hatched region, no table rows."""
     k = 1.35 if large else 1.0  # titles and labels
     kt = 1.8 if large else 1.0  # tokens and block ids: ~18 px on a projector
     plot_px = PRESENTER_PLOT_PX if large else PLOT_PX
@@ -93,14 +94,16 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         keep.add(selected_block)
     gpu = gpu_layout(snap.num_blocks, bs, block_level, keep, plot_px, SLOT_PX * kt)
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
-    seqs = [s for s in snap.sequences.values() if s.block_table]
+    reserved = frozenset(reserved)
+    seqs = [s for s in snap.sequences.values()
+            if s.block_table and not (reserved and set(s.block_table) <= reserved)]
     pending = {}
     for s in seqs:
         if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs:
             pending[s.block_table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
     top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
-                                 plot_px=plot_px)]
+                                 plot_px=plot_px, blank=reserved)]
     if cpu is not None:
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k,
                                    plot_px=plot_px))
@@ -111,7 +114,9 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         traces += [line] if line is not None else []
         traces.append(table)
     in_use = [b.block_id for b in snap.blocks if b.state == "used"]
-    traces += change_overlays(events, gpu, cpu, in_use)
+    traces += change_overlays([e for e in events if not reserved.intersection(e.block_ids)], gpu,
+                              cpu, in_use)
+    traces += reserved_region(gpu, sorted(reserved))
     if selected_block is not None and 0 <= selected_block < snap.num_blocks:
         chosen = [e for e in entries if e[3] == selected_block and not e[4]]
         line = links(chosen, gpu, None, "selected links", palette.SELECT, 2.5)
@@ -152,6 +157,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                           showarrow=False, text=f"waiting, no blocks yet: {names}{more}",
                           font={"size": 12 * k, "color": palette.INK}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
+    if reserved:
+        kind += f" · hatched: {len(reserved)} blocks reserved by the teacher"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
                       showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
     bottom = -gpu.rows + 0.4

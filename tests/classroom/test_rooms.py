@@ -92,9 +92,11 @@ def test_only_the_secret_controls_and_step_moves_one_step(registry):
         room.control(room.secret, "explode")
     room.control(room.secret, "resume")
     wait_for(lambda: all_done(room))
+    before = dict(room.view.state)
     with pytest.raises(RoomError, match="nothing to step"):
         room.control(room.secret, "step")
-    assert room.view.state["paused"]  # a refused step still pauses, and the view says so
+    # a refused step says why and changes nothing else: the room is not paused
+    assert not room.view.state["paused"] and room.view.state["step"] == before["step"]
 
 
 def test_shrinking_the_pool_forces_preemption_and_restore_gives_it_back(registry):
@@ -115,7 +117,18 @@ def test_shrinking_the_pool_forces_preemption_and_restore_gives_it_back(registry
     assert any(r["preemptions"] for r in state["requests"])
     assert all(len(r["text"]) == 24 for r in state["requests"])
     assert state["reserved_blocks"] == 28 and state["usable_blocks"] == 12
-    assert "reserved by the teacher" in room.view.seq_labels.values()
+    # the reserve is one hatched region with no table rows and no tokens, and the numbers add up
+    from ui.room_render import class_blocks, projector_figure
+
+    assert len(room.view.reserved) == 28 and "reserved by the teacher" not in room.view.seq_labels.values()
+    fig = projector_figure(room.view)
+    hatched = [t for t in fig.data if t.name == "reserved by the teacher"]
+    assert hatched and hatched[0].fillpattern.shape == "/"
+    pool = next(t for t in fig.data if t.name == "pool")
+    drawn = {cd[0]: (t or "") for zr, tr, cr in zip(pool.z, pool.text, pool.customdata, strict=True)
+             for t, cd in zip(tr, cr, strict=True) if cd is not None and cd[0] in room.view.reserved}
+    assert drawn and all(not t or t.split()[0].isdigit() for t in drawn.values())  # ids, no tokens
+    assert class_blocks(state) == "0 of 12 · reserved by the teacher: 28 (of the pool's 40)"
     room.engine.check_invariants()
     room.control(room.secret, "restore")
     assert room.view.state["reserved_blocks"] == 0 and room.view.state["used_blocks"] == 0

@@ -189,4 +189,13 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):
     projector.wait_for_function("() => document.querySelector('#room-said')?.innerText.includes('paused')",
                                 timeout=30_000)
     assert client(served_app).predict(code, api_name="/room_state")["paused"] is True
+    # the teacher shrinks the pool: one hatched region, the class's numbers apart from it
+    projector.get_by_label("blocks for the class").fill("16")
+    projector.locator("#room-shrink").click()
+    projector.wait_for_function("() => /reserved by the teacher: \\d+ \\(of the pool's 64\\)/.test("
+                                "document.querySelector('#room-metrics-box')?.innerText ?? '')",
+                                timeout=60_000)
+    projector.wait_for_function("() => (document.querySelector('#room-plot .js-plotly-plot')?.data"
+                                " ?? []).some((t) => t.name === 'reserved by the teacher')",
+                                timeout=60_000)
     assert errors == []
