@@ -33,7 +33,7 @@ from engine.core.snapshot import Snapshot
 from viz import palette
 from viz.block_tables import links, table_heatmap
 from viz.overlays import change_overlays, rects, reserved_region
-from viz.pool_cells import FAST, pool_heatmap
+from viz.pool_cells import FAST, block_ids, pool_heatmap
 from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
 
 ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
@@ -104,6 +104,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
                                  plot_px=plot_px, blank=reserved)]
+    ids = block_ids(snap.blocks, gpu, kt, reserved)
+    traces += [ids] if ids is not None else []
     if cpu is not None:
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k,
                                    plot_px=plot_px))

@@ -58,7 +58,8 @@ def test_each_slot_holds_its_token_and_empty_slots_stay_empty():
     z, text, custom = cell(pool, 1, 3)
     assert z == FREE and text == "" and "empty" in custom[-1]
     z, text, custom = cell(pool, 0)
-    assert z == SHARED and text == "0 ×2"
+    ids = trace(fig, "block ids")
+    assert z == SHARED and ids.text[0] == "0 ×2"  # its own trace: drawn on a phone too
     assert custom[1].startswith("block 0 · used · ref 2 · seq 0,1 · 4/4")
     assert COLOURS[SHARED] == palette.SHARED
     tables = trace(fig, "block tables")
