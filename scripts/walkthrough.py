@@ -160,8 +160,13 @@ def classroom(browser, url: str, out: str) -> None:
         st.locator("#student-prompt textarea").first.fill(prompt)
         st.click("#student-send")
         students.append(st)
-    for st in students:
-        wait_text(st, "#student-mine", "done|finished", timeout=300_000)
+    for i, st in enumerate(students):
+        try:
+            wait_text(st, "#student-mine", "done|finished", timeout=300_000)
+        except Exception:
+            st.screenshot(path=f"/tmp/walk-student-{i}.png")
+            teacher.screenshot(path="/tmp/walk-teacher.png", full_page=True)
+            raise
     teacher.get_by_label("blocks for the class").fill("8")
     teacher.click("#room-shrink")
     wait_text(teacher, "#room-metrics-box", "reserved")

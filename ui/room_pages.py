@@ -169,7 +169,9 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         view = room.view
         cleared = any(room.cleared(i) for i in ids)
         live = {r["id"]: r["status"] for r in view.state["requests"]}
-        waiting = any(live.get(i) not in (None, "done") for i in ids)
+        # a request not in the published view yet (sent a moment ago) is still on its way: the
+        # page keeps polling (it stopped here once, and the student never saw the answer)
+        waiting = any(live.get(i) != "done" and not room.cleared(i) for i in ids)
         return student_html(view, ids, cleared), gr.Timer(active=waiting and not view.state["closed"])
 
     send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt])
