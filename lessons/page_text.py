@@ -18,6 +18,10 @@ def split_lead(markdown: str, most_words: int = LEAD_WORDS) -> tuple[str, str]:
     as many as fit in `most_words` (always one); the rest keeps every other word, in order."""
     parts = markdown.strip().split("\n\n", 1)
     first, rest = parts[0], (parts[1].strip() if len(parts) > 1 else "")
+    if first.rstrip().endswith(":") and rest:  # "The 3 samples finished:" and the list it opens
+        more = rest.split("\n\n", 1)
+        if len(first.split()) + len(more[0].split()) <= most_words:
+            return f"{first}\n\n{more[0]}", (more[1].strip() if len(more) > 1 else "")
     sentences = SENTENCE_END.split(first)
     lead, words = [], 0
     for i, sentence in enumerate(sentences):

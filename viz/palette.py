@@ -58,3 +58,9 @@ def lab(rgb: tuple[float, float, float]) -> tuple[float, float, float]:
     f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
          for t in (xyz[0] / 0.95047, xyz[1], xyz[2] / 1.08883)]
     return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def is_dark(colour: str) -> bool:
+    """Whether white text reads better than ink on this "#rrggbb" colour (relative luminance)."""
+    r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45

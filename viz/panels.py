@@ -24,7 +24,9 @@ def event_log_markdown(events: Sequence[Event], limit: int = 60,
     lines = [f"- `{e.kind}` {html.escape(e.text, quote=False)}" for e in events[:limit]]
     if len(events) > limit:
         lines.append(f"- … and {len(events) - limit} more events")
-    return f"**Engine step {events[0].step}**\n\n" + "\n".join(lines)
+    first, last = events[0].step, events[-1].step
+    steps = f"Engine step {first}" if first == last else f"Engine steps {first}–{last}"
+    return f"**{steps}**\n\n" + "\n".join(lines)
 
 
 def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:

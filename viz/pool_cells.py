@@ -130,7 +130,7 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
     token text (10 px) is hidden for being wider than the slots."""
     if not layout.token_level:
         return None
-    xs, ys, texts = [], [], []
+    xs, ys, texts, colours = [], [], [], []
     for blk in blocks:
         at = layout.where(blk.block_id)
         if at is None:
@@ -139,6 +139,8 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         xs.append(left + 1.0)  # the label cell is LABEL_W (2) slots wide
         ys.append(y)
         texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk))
+        dark = blk.block_id not in blank and palette.is_dark(COLOURS[category(blk)])
+        colours.append("#ffffff" if dark else palette.INK)  # readable on the block's own colour
     return go.Scatter(**FAST, x=xs, y=ys, mode="text", text=texts, name="block ids",
-                      textfont={"size": 11 * scale, "color": palette.INK}, hoverinfo="skip",
+                      textfont={"size": 11 * scale, "color": colours}, hoverinfo="skip",
                       showlegend=False)
