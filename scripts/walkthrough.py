@@ -156,6 +156,8 @@ def classroom(browser, url: str, out: str) -> None:
         st = browser.new_page(viewport={"width": PHONE[0], "height": PHONE[1]}, device_scale_factor=2)
         st.goto(url + f"room?code={code}")
         st.wait_for_selector("#student-send", timeout=180_000)
+        st.wait_for_function("(c) => document.querySelector('#student-code textarea, "
+                             "#student-code input')?.value === c", arg=code, timeout=60_000)
         st.locator("#student-name textarea, #student-name input").first.fill(name)
         st.locator("#student-prompt textarea").first.fill(prompt)
         st.click("#student-send")
@@ -164,6 +166,7 @@ def classroom(browser, url: str, out: str) -> None:
         try:
             wait_text(st, "#student-mine", "done|finished", timeout=300_000)
         except Exception:
+            print("[walkthrough] student page says:", text_of(st, "body")[:600], flush=True)
             st.screenshot(path=f"/tmp/walk-student-{i}.png")
             teacher.screenshot(path="/tmp/walk-teacher.png", full_page=True)
             raise
