@@ -90,8 +90,8 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
 
 
 def _freed(freed: Sequence[int], gpu: PoolLayout) -> list:
-    """A dotted outline around each block the step freed, and one label above the first (a
-    label per block would sit on the next row's tokens)."""
+    """A dotted outline around each block the step freed, and one label under the pool (a label
+    per block would sit on the next row's tokens)."""
     ids = [b for b in dict.fromkeys(freed) if 0 <= b < gpu.num_blocks]
     marks = rects(gpu, ids, "freed", palette.FREED, 2)
     if not marks:
@@ -99,9 +99,10 @@ def _freed(freed: Sequence[int], gpu: PoolLayout) -> list:
     marks[0].update(line={"dash": "dot"}, hoverinfo="name")
     words = [f"block {ids[0]} freed (dotted)" if len(ids) == 1 else f"{len(ids)} blocks freed (dotted)"]
     boxes = [gpu.box(b) for b in range(gpu.num_blocks)]
-    xy = [(max(r for _, r, _ in boxes), max(y for _, _, y in boxes) + HALF_H)]  # the pool's top right
+    # under the pool's bottom right: the pool's header line (top left) may run the whole width
+    xy = [(max(r for _, r, _ in boxes), min(y for _, _, y in boxes) - HALF_H)]
     marks.append(go.Scatter(**FAST, x=[x for x, _ in xy], y=[y for _, y in xy], mode="text",
-                            text=words, textposition="top left", name="freed label",
+                            text=words, textposition="bottom left", name="freed label",
                             textfont={"color": palette.FREED, "size": 11}, hoverinfo="skip",
                             showlegend=False))
     return marks

@@ -164,6 +164,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
                       showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
     bottom = -gpu.rows + 0.4
+    if any(t.name == "freed label" for t in traces):  # it sits under the pool's last row
+        bottom -= 0.7
     if cpu is not None:
         notes.append(dict(x=0, y=cpu.y0 + 0.55, text="CPU swap space", xanchor="left",
                           yanchor="bottom", showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
