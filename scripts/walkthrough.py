@@ -32,6 +32,8 @@ PROJECTOR, WIDE, PHONE = (1280, 720), (1440, 900), (390, 844)
 SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
            " return !!(gd?.layout?.meta && window.plAnimated === gd.layout.meta.anim); }")
 STEPS = ("lesson", "playground", "serving", "classroom")
+# no event under way: no Gradio progress tracker shows anywhere on the page
+IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 
 
 def text_of(pg, selector: str) -> str:
@@ -72,20 +74,25 @@ def landing(browser, url: str, out: str) -> None:
 def lesson(browser, url: str, out: str) -> None:
     """Lesson 3 as a teacher projects it: presenter mode on, Next (the → key) page by page."""
     pg = new_page(browser, PROJECTOR, url + "?lesson=03_fork_cow")
-    wait_text(pg, "#lesson-progress", "of")
+    wait_text(pg, "#lesson-progress", r"page \d+ of")
     pg.click("#presenter")
     pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
     page = 0
     while True:
         settle(pg)
+        pg.wait_for_function(IDLE, timeout=180_000)  # nothing under way: one key, one page
         pg.screenshot(path=os.path.join(out, f"presenter-lesson3-{page}.png"))
         progress = text_of(pg, "#lesson-progress")
+        print(f"[walkthrough] lesson 3, screen {page}: {progress}", flush=True)
         if "copy-on-write" in text_of(pg, "#event-log"):
             pg.screenshot(path=os.path.join(out, "presenter.png"))
         if "the end" in progress or page > 20:
             break
         pg.keyboard.press("ArrowRight")
-        wait_changed(pg, "#lesson-progress", progress)
+        # the next page is there (not Gradio's "processing | 1.3s" in the same element)
+        pg.wait_for_function("(b) => { const t = document.querySelector('#lesson-progress')?.innerText"
+                             " ?? ''; return /page \\d+ of/.test(t) && !t.includes('processing')"
+                             " && t !== b; }", arg=progress, timeout=180_000)
         page += 1
     pg.close()
     wide = new_page(browser, WIDE, url + "?lesson=03_fork_cow&step=3")

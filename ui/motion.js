@@ -1,6 +1,10 @@
 // PagedLab's picture in the page: clicks on blocks and table rows go to Python, and the last
 // step's change moves (viz/overlays.py names the traces). Loaded once in the page's <head>.
 (() => {
+  // Gradio may put the page's head into the document more than once: one copy of this script
+  // must run, or a clicker's key presses Next twice (it skipped lesson pages).
+  if (window.plMotion) return;
+  window.plMotion = true;
   const DURATION = 450; // ms: every motion ends within about half a second
   const reduced = () => document.body.classList.contains('pl-reduce-motion') ||
     window.matchMedia('(prefers-reduced-motion: reduce)').matches;

@@ -44,10 +44,13 @@ def lesson_page(browser, url: str, width: int, height: int):
 
 
 def press_next(pg, key: str = "ArrowRight") -> None:
+    pg.wait_for_function("() => ![...document.querySelectorAll('.progress-text')]"
+                         ".some((e) => e.offsetParent !== null)", timeout=180_000)  # one key, one page
     before = pg.evaluate(PROGRESS)
     pg.keyboard.press(key)
-    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return t !== '' && t !== b; }}",
-                         arg=before, timeout=180_000)
+    # the next page, not Gradio's "processing | 1.3s" shown in the same element meanwhile
+    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && "
+                         "!t.includes('processing') && t !== b; }", arg=before, timeout=180_000)
 
 
 def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_app):
