@@ -149,6 +149,11 @@ class LessonRun:
         eng = self.engine
         return eng.snapshot(), eng.engine_info(), eng.max_model_len
 
+    @property
+    def shown_snapshot(self) -> Snapshot:
+        """The snapshot of the page on screen (the intro's before the first page)."""
+        return self.current.snapshot if self.current is not None else self.intro_view()[0]
+
     def intro_markdown(self) -> str:
         return self._render(self.lesson.intro)
 

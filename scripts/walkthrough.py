@@ -95,28 +95,31 @@ def lesson(browser, url: str, out: str) -> None:
                              " && t !== b; }", arg=progress, timeout=180_000)
         page += 1
     pg.close()
-    wide = new_page(browser, WIDE, url + "?lesson=03_fork_cow&step=3")
-    wait_text(wide, "#lesson-progress", "3 of")
-    settle(wide)
-    wide.screenshot(path=os.path.join(out, "lesson.png"))
-    wide.close()
+    one_view(browser, WIDE, url + "?lesson=03_fork_cow&step=3", (), ("#lesson-progress", "3 of"),
+             os.path.join(out, "lesson.png"))
+
+
+def one_view(browser, size: tuple[int, int], url: str, clicks: tuple, until: tuple[str, str],
+             path: str, scale: float = 1) -> None:
+    """Open a page, click each (selector, what the event log then says), wait until `until`
+    (selector, pattern) holds, and save the settled view."""
+    pg = new_page(browser, size, url, scale)
+    for selector, said in clicks:
+        pg.click(selector)
+        wait_text(pg, "#event-log", said)
+    wait_text(pg, *until)
+    settle(pg)
+    pg.screenshot(path=path)
+    pg.close()
 
 
 def playground(browser, url: str, out: str) -> None:
-    pg = new_page(browser, WIDE, url)
-    for selector, said in (("#new-seq", "prefill"), ("#append", "wrote"), ("#fork", "forked"),
-                           ("#append", "copy-on-write")):
-        pg.click(selector)
-        wait_text(pg, "#event-log", said)
-    settle(pg)
-    pg.screenshot(path=os.path.join(out, "playground-cow.png"))
-    pg.close()
-    phone = new_page(browser, PHONE, url, scale=2)
-    phone.click("#new-seq")
-    wait_text(phone, "#event-log", "prefill")
-    settle(phone)
-    phone.screenshot(path=os.path.join(out, "phone.png"))
-    phone.close()
+    cow = (("#new-seq", "prefill"), ("#append", "wrote"), ("#fork", "forked"),
+           ("#append", "copy-on-write"))
+    one_view(browser, WIDE, url, cow, ("#event-log", "copy-on-write"),
+             os.path.join(out, "playground-cow.png"))
+    one_view(browser, PHONE, url, (("#new-seq", "prefill"),), ("#event-log", "prefill"),
+             os.path.join(out, "phone.png"), scale=2)
 
 
 def serving(browser, url: str, out: str) -> None:

@@ -55,7 +55,7 @@ def lesson_block(ls, b: int) -> tuple[str, object]:
     if run is None:
         return "Press Start: the lesson's engine is not running yet.", None
     eng = run.engine
-    snap = run.current.snapshot if run.current is not None else run.intro_view()[0]
+    snap = run.shown_snapshot
     if not 0 <= b < snap.num_blocks:
         return f"Block {b} is not in this lesson's pool of {snap.num_blocks} blocks.", None
     summary = describe_block(snap, eng.decode, snap.block_size, b)

@@ -99,7 +99,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             "system_prompt": sp or "", "max_students": st, "requests_per_student": ea,
             "max_prompt_chars": ch}))
         # "blocks for the class" starts at half this room's pool, not at a fixed number
-        half = max(1, room.engine.pool_size() // 2)
+        half = max(1, room.settings.num_blocks // 2)
         return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False),
                 gr.update(value=half))
 

@@ -52,8 +52,8 @@ def shards_update(session: Any, ls: Any = None) -> Any:
     if session.lesson_front:
         if run is None or run.engine.config.tensor_parallel_size == 1:
             return gr.update(visible=False)
-        snap = run.current.snapshot if run.current is not None else run.intro_view()[0]
-        return gr.update(value=shards_figure(snap, run.engine.engine_info()), visible=True)
+        return gr.update(value=shards_figure(run.shown_snapshot, run.engine.engine_info()),
+                         visible=True)
     if session.config.tensor_parallel_size == 1:
         return gr.update(visible=False)
     with session.lock:  # not while an operation (or its replay) is under way
