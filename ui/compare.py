@@ -9,20 +9,23 @@ import gradio as gr
 from engine import EngineConfig, LLMEngine
 from engine.core.baselines import POLICIES, reservation_fit, workload
 from lessons.helpers import admit
+from ui.limits import UserError, whole
 from ui.refusal import refused
 from viz.compare_figure import admitted_figure
 
 
 def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: int):
     try:
-        count, max_len, pool_tokens = int(count), int(max_len), int(pool_tokens)
-        block_size, seed = int(block_size), int(seed)
-        reqs = workload(count, seed, max_len)
-        num_blocks = pool_tokens // block_size
-        eng = LLMEngine(EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
-                                     enable_prefix_caching=False))
-    except (TypeError, ValueError, OverflowError) as err:
-        raise refused("compare", f"workload settings: {err}") from err
+        count = whole(count, "requests", 1, 10000)
+        max_len = whole(max_len, "max length", 8, 65536)
+        block_size = whole(block_size, "block size", 1, 128)
+        pool_tokens = whole(pool_tokens, "pool (token slots)", block_size, 1 << 20)
+        seed = whole(seed, "seed", 0, 2**31 - 1)
+    except UserError as err:
+        raise refused("compare", str(err)) from err
+    reqs = workload(count, seed, max_len)
+    eng = LLMEngine(EngineConfig(model=None, block_size=block_size,
+                                 num_gpu_blocks=pool_tokens // block_size, enable_prefix_caching=False))
     rows = [reservation_fit(reqs, pool_tokens, p) for p in POLICIES]
     paged = admit(eng, reqs)
     snap = eng.snapshot()
@@ -41,12 +44,11 @@ def compare_tab() -> None:
     """The Compare controls and results, inside the tab the page gives them."""
     gr.Markdown("Contiguous reservation against paging, on the same requests (dry engine).")
     with gr.Row():
-        count = gr.Number(value=200, precision=0, minimum=1, maximum=10000, label="requests")
-        max_len = gr.Number(value=2048, precision=0, minimum=8, maximum=65536, label="max length")
-        pool = gr.Number(value=32768, precision=0, minimum=16, maximum=1 << 20,
-                         label="pool (token slots)")
+        count = gr.Number(value=200, label="requests")
+        max_len = gr.Number(value=2048, label="max length")
+        pool = gr.Number(value=32768, label="pool (token slots)")
         bs = gr.Dropdown([1, 4, 8, 16, 32, 64, 128], value=16, label="block size")
-        seed = gr.Number(value=0, precision=0, minimum=0, label="seed")
+        seed = gr.Number(value=0, label="seed")
         go_btn = gr.Button("Compare", variant="primary")
     table = gr.Markdown()
     chart = gr.Plot()

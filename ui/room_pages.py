@@ -52,15 +52,15 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         with gr.Row():
             model = gr.Dropdown(list(MODELS), value="default", label="model")
             block_size = gr.Dropdown(list(BLOCK_SIZES), value=16, label="block size (tokens)")
-            num_blocks = gr.Number(value=64, precision=0, minimum=1, label="pool size (blocks)")
-            swap = gr.Number(value=64, precision=0, minimum=0, label="swap space (blocks)")
-            max_tokens = gr.Number(value=24, precision=0, minimum=1, label="max tokens per answer")
+            num_blocks = gr.Number(value=64, label="pool size (blocks)")
+            swap = gr.Number(value=64, label="swap space (blocks)")
+            max_tokens = gr.Number(value=24, label="max tokens per answer")
         with gr.Row():
             system = gr.Textbox(value=DEFAULT_SYSTEM, label="shared system prompt (every request starts "
                                 "with it: watch the prefix cache share its blocks)", scale=3)
-            students = gr.Number(value=80, precision=0, minimum=1, label="students")
-            each = gr.Number(value=5, precision=0, minimum=1, label="requests per student")
-            chars = gr.Number(value=300, precision=0, minimum=1, label="prompt length (characters)")
+            students = gr.Number(value=80, label="students")
+            each = gr.Number(value=5, label="requests per student")
+            chars = gr.Number(value=300, label="prompt length (characters)")
         open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
     # the projector: the picture first, the room's code and numbers beside it
     with gr.Row():
@@ -72,7 +72,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                                             ("clear", "Clear room"), ("prefix_off", "Prefix cache off"),
                                             ("prefix_on", "Prefix cache on"), ("restore", "Whole pool"))}
             with gr.Row():
-                shrink_to = gr.Number(value=32, precision=0, minimum=1, label="blocks for the class",
+                shrink_to = gr.Number(value=32, label="blocks for the class",
                                       min_width=120)  # half the room's pool once it is open
                 buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
                 said = gr.Markdown(elem_id="room-said")

@@ -55,7 +55,7 @@ def app_fns() -> dict:
     from ui.app import build_app
 
     demo = build_app(DRY)
-    return {f.name: f for f in demo.fns.values() if f.name.startswith("on_")}
+    return {f.name: f for f in demo.fns.values() if f.name.startswith("on_") or f.name == "compare"}
 
 
 def _click(fn, values: tuple, session: Session):
@@ -109,6 +109,29 @@ def test_a_bad_count_names_its_field_through_gradio(app_fns, name, values, messa
     """Gradio's own checks (precision=0 rounding 2.5 to 2, "Value 0 is less than minimum value 1")
     would answer first without naming the field: the boxes leave the check to the handler."""
     _refused(app_fns[name], values, message)
+
+
+def test_no_number_box_lets_gradio_answer_first(app_fns) -> None:
+    """Every number box of every page (Playground, Serving, Compare, the classroom's teacher
+    page) has no Gradio bounds or precision, so its handler's message names the field."""
+    boxes = {c for f in app_fns.values() for c in f.inputs if isinstance(c, gr.Number)}
+    labels = {b.label for b in boxes}
+    assert {"tokens", "requests", "pool size (blocks)", "blocks for the class"} <= labels, labels
+    for box in boxes:
+        assert (box.minimum, box.maximum, box.precision) == (None, None, None), box.label
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ((0, 2048, 32768, 16, 0), "requests must be a whole number from 1 to 10000"),
+    ((2.5, 2048, 32768, 16, 0), "requests must be a whole number"),
+    ((200, 4, 32768, 16, 0), "max length must be a whole number from 8 to 65536"),
+    ((200, 2048, 8, 16, 0), "pool (token slots) must be a whole number from 16 to"),
+    ((200, 2048, 32768, 16, -1), "seed must be a whole number from 0"),
+], ids=lambda v: str(v))
+def test_compare_names_the_field_it_refuses(app_fns, values, message) -> None:
+    with pytest.raises(gr.Error) as err:
+        app_fns["compare"].fn(*values)
+    assert message in err.value.message
 
 
 def test_a_whole_count_from_a_float_box_still_works(app_fns) -> None:
