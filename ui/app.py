@@ -159,7 +159,11 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 value.close()
 
         demo.unload(on_unload)
-        page.plot.change(tp_panel.shards_update, [page.state, page.lesson], [shards])
+        # the status line ("operation k of n", "lesson page k of n") changes with the view; the
+        # picture's own change event also fires whenever Plotly redraws it, and a follower
+        # answering it kept the page calling the server in a loop (lesson 10)
+        page.status.change(tp_panel.shards_update, [page.state, page.lesson], [shards],
+                           show_progress="hidden")
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
     # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
     demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)

@@ -124,7 +124,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         return (*show(session), gr.update(open=True), summary, b, figure)
 
     def on_follow(lyr, session: Session, r=None):
-        """The picture changed: describe the selected block as it is now (nothing if no block
+        """The view changed: describe the selected block as it is now (nothing if no block
         is selected or a lesson's engine is in front)."""
         b = session.selected_block
         if session.lesson_front or b is None or not 0 <= b < session.view().snapshot.num_blocks:
@@ -141,8 +141,9 @@ def inspector_panel(page: Page) -> Callable[[], None]:
 
     def wire() -> None:
         inspect.click(on_inspect, [block_id, layer, page.state, rank], [kv_plot])
-        page.plot.change(on_follow, [layer, page.state, rank], [note, kv_plot],
-                         show_progress="hidden")
+        # the status line, not the picture: see the shards picture in ui/app.py
+        page.status.change(on_follow, [layer, page.state, rank], [note, kv_plot],
+                           show_progress="hidden")
         click_go.click(on_click, [click_box, page.state, page.lesson],
                        [*page.outs, box, note, block_id, kv_plot], **page.quiet)
     return wire

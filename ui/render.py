@@ -23,7 +23,8 @@ def model_status(config: Any) -> str:
     name = MODEL_NAMES.get(config.model, config.model)
     if os.path.isabs(str(name)) or os.path.isdir(str(name)):  # a folder: its name, not the path
         name = os.path.basename(str(name).rstrip("/\\")) or name
-    return f"model: {name}"
+    ranks = getattr(config, "tensor_parallel_size", 1)
+    return f"model: {name}" + (f" on {ranks} ranks" if ranks > 1 else "")
 
 
 def token_text(engine: Any) -> Any:

@@ -41,8 +41,9 @@ def with_tp(config: EngineConfig, size: Any) -> EngineConfig:
 
 
 def shards_plot() -> gr.Plot:
-    return gr.Plot(label="tensor parallelism: one block table, N pools", visible=False,
-                   elem_id="shards-plot")
+    # the figure's title names it: Gradio's label would sit on top of that title
+    return gr.Plot(label="tensor parallelism: one block table, N pools", show_label=False,
+                   visible=False, elem_id="shards-plot")
 
 
 def shards_update(session: Any, ls: Any = None) -> Any:

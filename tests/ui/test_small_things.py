@@ -40,6 +40,8 @@ def test_status_line_names_any_other_model_as_given() -> None:
 
     cfg = EngineConfig(model="HuggingFaceTB/SmolLM2-360M-Instruct", block_size=4, num_gpu_blocks=8)
     assert model_status(cfg) == "model: HuggingFaceTB/SmolLM2-360M-Instruct"
+    tp = EngineConfig(model="default", tensor_parallel_size=3, block_size=4, num_gpu_blocks=8)
+    assert model_status(tp) == "model: SmolLM2-135M-Instruct on 3 ranks"
 
 
 
@@ -197,12 +199,14 @@ def test_the_served_app_logs_refused_input_in_one_line_each() -> None:
 
 # ---- the inspector follows its block -------------------------------------------------------------
 
-def test_the_inspector_is_rewritten_whenever_the_main_picture_changes(app_fns) -> None:
-    """Every operation, Back, Next and the timeline redraw the main picture: its change event
-    rewrites the inspector's note and K/V figure."""
-    picture = next(c for c in app_fns["on_new"].outputs if isinstance(c, gr.Plot))
+def test_the_inspector_is_rewritten_whenever_the_status_line_changes(app_fns) -> None:
+    """Every operation, Back, Next and the timeline rewrite the status line ("operation k of n"):
+    its change event rewrites the inspector's note and K/V figure. Not the picture's: that fires
+    again whenever Plotly redraws it, and the page kept calling the server in a loop."""
+    status = app_fns["on_new"].outputs[-1]
+    assert "status" in (status.elem_id or "")
     follow = app_fns["on_follow"]
-    assert (picture._id, "change") in follow.targets
+    assert (status._id, "change") in follow.targets
     click_outputs = app_fns["on_click"].outputs
     note = next(c for c in click_outputs if getattr(c, "elem_id", None) == "inspector-note")
     assert note in follow.outputs
@@ -225,3 +229,28 @@ def test_the_inspector_describes_a_freed_block_as_free_or_cached(app_fns) -> Non
     note, _ = follow(0, s)
     assert note.startswith("**Block 0**: cached: no sequence holds it (ref count 0)")
     assert "is evicted: `abcd`" in note and "seq 0" not in note
+
+
+@pytest.mark.slow
+def test_the_shards_picture_follows_a_tensor_parallel_session(tmp_path, monkeypatch) -> None:
+    """The shards picture draws a tensor-parallel session's view, hides behind a lesson without
+    tensor parallelism and comes back after it."""
+    from engine.tp.models import TINY_KV2, save_random_llama
+    from ui import tp_panel
+
+    path = str(save_random_llama(tmp_path / "kv2", TINY_KV2))
+    monkeypatch.setattr(limits, "ALLOWED_MODELS", (*limits.ALLOWED_MODELS, path))  # as --model
+    monkeypatch.setattr(limits, "TP_SIZES", (1, 2))  # two workers start faster than three
+    s = Session(EngineConfig(model=path, tensor_parallel_size=2, block_size=4, num_gpu_blocks=8,
+                             device="cpu", dtype="float32"))
+    try:
+        s.run(ops.AddSequence("abcdef"))
+        first = tp_panel.shards_update(s)
+        assert first["visible"] is True and "2 pools" in first["value"].layout.title.text
+        s.lesson_front = True  # a lesson without tensor parallelism in front: hidden
+        assert tp_panel.shards_update(s, None)["visible"] is False
+        s.lesson_front = False
+        shown = tp_panel.shards_update(s)
+        assert shown["visible"] is True and shown["value"] is not None
+    finally:
+        s.close()
