@@ -7,6 +7,7 @@ from typing import Any
 
 MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
 MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it further
+MAX_SPECULATIVE_TOKENS = 16  # draft slots per sequence and step
 
 
 def _positive_int(name: str, value: object, high: int) -> None:
@@ -37,6 +38,13 @@ class EngineConfig:
     # engine/core/in_flight.py). The same outputs; a step's finished requests are reported one step later.
     async_scheduling: bool = False
     tensor_parallel_size: int = 1  # worker processes sharing the heads (engine/tp/runtime.py)
+    # speculative decoding (engine/core/speculation.py): "ngram" proposes the k tokens that
+    # followed the last occurrence of a sequence's last n tokens (n from prompt_lookup_max down
+    # to prompt_lookup_min), verified in one pass; None: off
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
@@ -79,6 +87,24 @@ class EngineConfig:
         if self.tensor_parallel_size > 1 and self.model is None:
             raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
                              "mode has no model (use tensor_parallel_size=1 or load a model)")
+        self._check_speculation()
+
+    def _check_speculation(self) -> None:
+        if self.speculative_method not in (None, "ngram"):
+            raise ValueError(f"speculative_method must be None (off) or 'ngram', "
+                             f"got {self.speculative_method!r}")
+        if self.speculative_method is None:
+            return
+        _positive_int("num_speculative_tokens", self.num_speculative_tokens, MAX_SPECULATIVE_TOKENS)
+        _positive_int("prompt_lookup_min", self.prompt_lookup_min, 64)
+        _positive_int("prompt_lookup_max", self.prompt_lookup_max, 64)
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) must not exceed "
+                             f"prompt_lookup_max ({self.prompt_lookup_max})")
+        if self.tensor_parallel_size > 1:
+            raise ValueError("speculative decoding is not built for tensor parallelism yet: its "
+                             "workers return one row of logits per sequence (use "
+                             "tensor_parallel_size=1, or speculative_method=None)")
 
     @property
     def dry(self) -> bool:

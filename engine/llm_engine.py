@@ -142,7 +142,8 @@ class LLMEngine:
     def snapshot(self) -> Snapshot:
         k = self.kv
         counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
-                    "evictions": k.evictions}
+                    "evictions": k.evictions, "draft_tokens": k.draft_tokens,
+                    "accepted_tokens": k.accepted_tokens}
         mode = "dry" if self.config.dry else str(self.config.model)
         sched = self.scheduler
         last = self.last_step

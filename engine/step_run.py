@@ -27,23 +27,27 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
             rng: random.Random, last_picks: Any) -> Any:
     """Run the scheduled step; returns its scores (None when it computes nothing). Under async
     scheduling `last_picks` holds the tokens of the step before, still on the device."""
-    items = [(p.seq, p.start) for p in sched.prefills]
-    items += [(s, s.num_tokens - 1) for s in sched.decodes]
+    drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
+    items = [(p.seq, p.start, 1) for p in sched.prefills]
+    items += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
+              for k in (drafts.get(s.seq_id, 0),)]
     cow = [e.block_ids for e in events if e.kind == "cow"]
     for p in sched.prefills:
         events.append(_prefill_event(p, step))
     if sched.decodes:
         events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
     if runtime is None:
-        return DryScores(len(items), rng) if items else None
+        return DryScores(sum(m for _, _, m in items), rng) if items else None
     runtime.swap_out(sched.swap_out)
     runtime.swap_in(sched.swap_in)
     runtime.copy_blocks(cow)
     if not items:
         return None
-    batch = [(s.token_ids[n:], n, s.block_table) for s, n in items]
+    # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
+    batch = [(s.token_ids[n:], n, s.block_table) if m == 1 else (s.token_ids[n:], n, s.block_table, m)
+             for s, n, m in items]
     # async scheduling: a token still on the GPU is read there, from the last step's picks
-    feed = [(i, s.inflight_row) for i, (s, _) in enumerate(items) if s.inflight_step >= 0] \
+    feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(items) if s.inflight_step >= 0] \
         if last_picks is not None else None
     if feed:
         return runtime.execute(batch, feed=(feed, last_picks.tokens))
@@ -65,9 +69,10 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
             rows.setdefault(p.group.request_id, []).append((p.seq, row))
             fresh.add(p.group.request_id)
         row += 1
+    drafts = sched.drafts
     for seq in sched.decodes:
         rows.setdefault(seq.request_id, []).append((seq, row))
-        row += 1
+        row += 1 + drafts.get(seq.seq_id, 0)
     groups = registry.groups
     pending: list[Draw] = []
     counts: list[tuple[int, int]] = []  # (draws, top-k rows) per request, in rows' order
@@ -82,15 +87,16 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
             counts.append((0, len(seq_rows)))
             structural = True
         else:
-            mine = _draws(group, seq_rows, rid in fresh, seed, greedy_free)
+            mine = _draws(group, seq_rows, rid in fresh, seed, greedy_free, drafts)
             pending += mine
             counts.append((len(mine), 0))
             structural |= rid in fresh and group.params.n > 1
     counters = [c for _, _, c in pending if c is not None]
     us = iter(sample_uniforms(counters).tolist() if counters else ())
     draws = [SampleRequest(r, p, 0.0 if c is None else next(us)) for r, p, c in pending]
-    launched = Launched(step, rows, fresh, counts)
-    launched.overlap = (async_scheduling and not structural
+    launched = Launched(step, rows, fresh, counts, drafts=dict(drafts))
+    # a draft's verification decides the next step's lookup: read its picks now
+    launched.overlap = (async_scheduling and not structural and not drafts
                         and all(d.params.top_p >= 1.0 for d in draws)
                         and scores.can_overlap)
     if launched.overlap:
@@ -105,13 +111,20 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
 
 
 def _draws(group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bool, seed: int,
-           greedy_free: bool) -> list[Draw]:
+           greedy_free: bool, drafts: dict[int, int]) -> list[Draw]:
     """What each sequence of a sampling group draws from this step: its row, its params,
     and the counter its uniform number is hashed from, (seed, its index in the group, its
-    output position), or None for a greedy row (`pick` hashes the step's counters at once)."""
+    output position), or None for a greedy row (`pick` hashes the step's counters at once).
+    A sequence with k drafts draws k + 1 times, at its next k + 1 output positions: each pick
+    is the one the engine would make there without drafts."""
     params = group.params
+    # (sequence, row, j): the pick after j of its draft tokens, at output position + j
+    if drafts:
+        picks = [(s, r + j, j) for s, r in seq_rows for j in range(1 + drafts.get(s.seq_id, 0))]
+    else:
+        picks = [(s, r, 0) for s, r in seq_rows]
     if params.temperature == 0 and greedy_free:  # greedy: no uniform to draw
-        rows = [r for _, r in seq_rows] * (params.n if fresh else 1)  # n copies: forked after
+        rows = [r for _, r, _ in picks] * (params.n if fresh else 1)  # n copies: forked after
         return [(r, params, None) for r in rows]
     if group.seed is None:
         given = params.seed
@@ -124,11 +137,11 @@ def _draws(group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bo
         return [(row, params, (key, i, 0)) for i in range(params.n)]
     # the output position: under async scheduling a token may still be on its way
     if params.n == 1:
-        return [(r, params, (key, 0, len(s.output_ids) + (s.inflight_step >= 0)))
-                for s, r in seq_rows]
+        return [(r, params, (key, 0, len(s.output_ids) + j + (s.inflight_step >= 0)))
+                for s, r, j in picks]
     index = {s.seq_id: i for i, s in enumerate(group.seqs)}
-    return [(r, params, (key, index[s.seq_id], len(s.output_ids) + (s.inflight_step >= 0)))
-            for s, r in seq_rows]
+    return [(r, params, (key, index[s.seq_id], len(s.output_ids) + j + (s.inflight_step >= 0)))
+            for s, r, j in picks]
 
 
 def _prefill_event(p: PrefillItem, step: int) -> Event:

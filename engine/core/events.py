@@ -31,6 +31,8 @@ EVENT_KINDS = (
     "swap_out",    # blocks copied from the GPU pool to CPU swap space
     "swap_in",     # blocks copied back from CPU swap space
     "finish",      # a request finished
+    "draft",       # speculative decoding: slots reserved for proposed tokens (or all of them kept)
+    "reject",      # speculative decoding: rejected draft tokens' slots rolled back
 )
 
 

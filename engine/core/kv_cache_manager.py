@@ -13,11 +13,8 @@ from collections.abc import Callable
 from engine.core.block_pool import BlockPool, OutOfBlocks
 from engine.core.events import Event
 from engine.core.hashing import HashFn, hash_block
+from engine.core.invariants import InvariantError, check_pool
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
-
-
-class InvariantError(AssertionError):
-    """The bookkeeping contradicts itself. Always a bug in the engine."""
 
 
 class KVCacheManager:
@@ -40,6 +37,8 @@ class KVCacheManager:
         self.prefix_hit_blocks = 0
         self.cow_copies = 0
         self.evictions = 0
+        self.draft_tokens = 0  # speculative decoding: slots reserved for drafts, cumulative
+        self.accepted_tokens = 0  # drafts verified and kept
 
     # ---- capacity -------------------------------------------------------------------------
 
@@ -189,6 +188,48 @@ class KVCacheManager:
         cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
         return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)))]
 
+    # ---- speculative decoding: draft slots ---------------------------------------------------
+
+    def append_draft(self, seq: Sequence, draft: list[int], events: list[Event]) -> None:
+        """Write draft tokens after the sequence's last one, in slots of its blocks (new blocks
+        as needed; the caller counted them). Not hashed: a block that may hold a token the
+        model rejects must never serve a prefix hit. `settle_draft` decides each slot."""
+        had = set(seq.block_table)
+        start = seq.num_tokens
+        self._write(seq, draft, scratch := [], narrate_each=False, seal=False)
+        events += [e for e in scratch if e.kind != "allocate"]  # evictions; the draft names its blocks
+        new = tuple(b for b in seq.block_table if b not in had)
+        events.append(Event("draft", self.step, seq.seq_id, new, tuple(draft), facts=(start,),
+                            names=self.token_repr))
+        seq.num_draft = len(draft)
+        self.draft_tokens += len(draft)
+
+    def settle_draft(self, seq: Sequence, keep: int, accepted: int, events: list[Event]) -> None:
+        """After verification: keep the first `keep` draft tokens, give back the slots of the
+        rest (a block left holding none of the sequence's tokens returns to the free queue),
+        then hash the blocks the kept tokens filled. `accepted`: drafts that became output."""
+        k, seq.num_draft = seq.num_draft, 0
+        self.accepted_tokens += accepted
+        bs, end = self.block_size, seq.num_tokens - k + keep
+        if keep < k:
+            dropped = tuple(seq.token_ids[end:])
+            del seq.token_ids[end:]
+            freed = []
+            while len(seq.block_table) > -(-end // bs):
+                freed.append(b := seq.block_table.pop())
+                self.pool.decref(b, seq.seq_id)
+            if end % bs:  # the last block keeps its first slots
+                del self.pool.blocks[seq.block_table[-1]].token_ids[end % bs:]
+                self.pool.dirty.add(seq.block_table[-1])
+            events.append(Event("reject", self.step, seq.seq_id, tuple(freed), dropped,
+                                facts=(accepted, k), names=self.token_repr))
+        elif k:
+            events.append(Event("draft", self.step, seq.seq_id, (), tuple(seq.token_ids[end - k:]),
+                                form="draft_kept", names=self.token_repr))
+        if self.enable_prefix_caching:
+            for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
+                self._seal(seq, seq.block_table[i], events)
+
     # ---- swapping (preemption by swap, §4.5) -------------------------------------------------
 
     @staticmethod
@@ -266,7 +307,7 @@ class KVCacheManager:
         return hits
 
     def _write(self, seq: Sequence, token_ids: list[int], events: list[Event],
-               narrate_each: bool) -> None:
+               narrate_each: bool, seal: bool = True) -> None:
         bs = self.block_size
         blocks = self.pool.blocks
         dirty = self.pool.dirty
@@ -287,7 +328,7 @@ class KVCacheManager:
             dirty.add(block_id)
             if narrate_each:
                 events.append(self._append_event(sid, tok, block_id, offset))
-            if offset == bs - 1 and self.enable_prefix_caching and tok != IN_FLIGHT:
+            if offset == bs - 1 and seal and self.enable_prefix_caching and tok != IN_FLIGHT:
                 self._seal(seq, block_id, events)  # an in-flight token's block: when it lands
         if new_blocks and not narrate_each:
             events.append(Event("allocate", self.step, sid, tuple(new_blocks),
@@ -330,42 +371,8 @@ class KVCacheManager:
 
     def check_invariants(self, on_gpu: list[Sequence], on_cpu: list[Sequence] = ()) -> None:
         """Raise InvariantError on any contradiction between pools, tables and the hash map."""
-        self._check_pool(self.pool, on_gpu, "")
-        self._check_pool(self.cpu_pool, list(on_cpu), "cpu ")
+        check_pool(self.pool, on_gpu, self.block_size, "")
+        check_pool(self.cpu_pool, list(on_cpu), self.block_size, "cpu ")
         for h, b in self.pool.hash_to_block.items():
             if self.pool.blocks[b].block_hash != h:
                 raise InvariantError(f"hash map entry {h:x} points at block {b}, which holds another hash")
-
-    def _check_pool(self, pool: BlockPool, sequences: list[Sequence], where: str) -> None:
-        bs = self.block_size
-
-        def fail(msg: str) -> None:
-            raise InvariantError(where + msg)
-
-        refs = [0] * pool.num_blocks
-        owners: list[set[int]] = [set() for _ in range(pool.num_blocks)]
-        for seq in sequences:
-            table = seq.block_table
-            if len(table) != -(-seq.num_tokens // bs):
-                fail(f"seq {seq.seq_id}: {seq.num_tokens} tokens in {len(table)} blocks")
-            if len(set(table)) != len(table):
-                fail(f"seq {seq.seq_id}: a block appears twice in its table {table}")
-            for i, b in enumerate(table):
-                refs[b] += 1
-                owners[b].add(seq.seq_id)
-                if pool.blocks[b].token_ids != seq.token_ids[i * bs:(i + 1) * bs]:
-                    fail(f"seq {seq.seq_id}: block {b} does not hold its tokens {i * bs}..")
-        free, cached = set(pool.free_ids), set(pool.cached_ids)
-        if len(free) != len(pool.free_ids) or free & cached:
-            fail("free queue and cached LRU overlap or repeat a block")
-        for block in pool.blocks:
-            b = block.block_id
-            if block.ref_count != refs[b]:
-                fail(f"block {b}: ref count {block.ref_count}, but {refs[b]} table entries")
-            if set(block.owners) != owners[b]:
-                fail(f"block {b}: owners {sorted(block.owners)} != tables {sorted(owners[b])}")
-            state = block.state
-            if (state == "free") != (b in free) or (state == "cached") != (b in cached):
-                fail(f"block {b}: state {state} but queue membership disagrees")
-            if block.block_hash is not None and len(block.token_ids) != bs:
-                fail(f"block {b}: hashed but only {len(block.token_ids)} of {bs} slots filled")

@@ -23,6 +23,7 @@ class Launched:
     rows: dict[int, list[tuple[Sequence, int]]]  # request id -> (sequence, row of the step)
     fresh: set[int]  # requests whose prefill this step finished: their first token
     counts: list[tuple[int, int]]  # (draws, top-k rows) per request, in rows' order
+    drafts: dict[int, int] = field(default_factory=dict)  # seq id -> draft tokens to verify
     overlap: bool = False  # may land after the next step is launched
     picks: Any = None  # a device handle (pick_rows) under overlap
     tokens: list[tuple[int, float]] = field(default_factory=list)

@@ -125,7 +125,29 @@ def _preempt(e: Any) -> str:
             f"preempted by {how}")
 
 
+def _tokens(e: Any) -> str:
+    return " ".join((e.names or repr)(t) for t in e.token_ids)
+
+
+def _draft(e: Any) -> str:
+    k, start = len(e.token_ids), e.facts[0]
+    where = f" in new {blocks_str(e.block_ids)}" if e.block_ids else ""
+    return (f"seq {e.seq_id} drafts {plural(k, 'token')} by prompt lookup ({_tokens(e)}): slots "
+            f"for positions {start}–{start + k - 1} reserved{where}, not hashed until verified")
+
+
+def _reject(e: Any) -> str:
+    accepted, k = e.facts
+    freed = f"; {blocks_str(e.block_ids)} back in the free queue" if e.block_ids else ""
+    return (f"seq {e.seq_id}: the model kept {accepted} of {k} draft tokens; "
+            f"{plural(len(e.token_ids), 'slot')} rolled back ({_tokens(e)}){freed}")
+
+
 _SENTENCES: dict[str, Callable[[Any], str]] = {
+    "draft": _draft,
+    "draft_kept": lambda e: (f"seq {e.seq_id}: the model confirmed all {len(e.token_ids)} draft "
+                             f"tokens ({_tokens(e)}) and picked one more"),
+    "reject": _reject,
     "prefix_hit": lambda e: (f"seq {e.seq_id}: prefix cache hit on {blocks_str(e.block_ids)}: "
                              f"{e.facts[0]} of {e.facts[1]} prompt tokens need no compute"),
     "share": lambda e: (f"seq {e.seq_id} shares {blocks_str(e.block_ids)} with live sequences "

@@ -32,6 +32,13 @@ class RequestOutput:
     outputs: tuple[CompletionOutput, ...]  # best first (beams sorted by score)
     finished: bool
     num_preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
+    accepted_tokens: int = 0  # of them, verified and kept as output
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens (0 when nothing was drafted)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
 
 class LazyOutputs(Sequence):

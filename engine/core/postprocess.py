@@ -19,6 +19,7 @@ from engine.core.outputs import CompletionOutput, LazyOutputs, RequestOutput
 from engine.core.registry import Registry
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import IN_FLIGHT, SamplingParams, Sequence, SequenceGroup, SequenceStatus
+from engine.core.speculation import accepted_prefix
 
 Decode = Callable[[list[int]], str]
 
@@ -58,15 +59,15 @@ class Postprocessor:
                 done = self._beam_step(group, seq_rows, [next(tops) for _ in seq_rows], events)
             else:
                 done = self._sample_step(group, seq_rows, tokens, events, rid in launched.fresh,
-                                         launched.step)
+                                         launched)
             if done:
                 finished.append(self.finish_group(group, events))
         return finished
 
     def _sample_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
                      tokens: Iterator[tuple[int, float]], events: list[Event], fresh: bool,
-                     step: int) -> bool:
-        params = group.params
+                     launched: Launched) -> bool:
+        params, step, drafts = group.params, launched.step, launched.drafts
         if fresh and params.n > 1:  # parallel sampling: fork the prefilled sequence n - 1 times
             seq, row = seq_rows[0]
             for _ in range(params.n - 1):
@@ -74,6 +75,10 @@ class Postprocessor:
                 group.seqs.append(child)
                 seq_rows.append((child, row))
         for seq, _ in seq_rows:
+            if drafts and seq.seq_id in drafts:  # k + 1 picks: verify the draft
+                self._verify(group, seq, [next(tokens) for _ in range(1 + drafts[seq.seq_id])],
+                             events)
+                continue
             token, logprob = next(tokens)
             if seq.inflight_step == step:
                 seq.inflight_step = seq.inflight_row = -1
@@ -89,6 +94,30 @@ class Postprocessor:
                 self._end_seq(group, seq, reason, events)
         seqs = group.seqs  # one sequence: no list built to ask whether it is done
         return seqs[0].status is SequenceStatus.FINISHED if len(seqs) == 1 else not group.live()
+
+    def _verify(self, group: SequenceGroup, seq: Sequence, picks: list[tuple[int, float]],
+                events: list[Event]) -> None:
+        """Speculative decoding (engine/core/speculation.py): the draft tokens the picks confirm,
+        then the first pick that differs (or the bonus pick after them all), each token checked
+        for an end as without drafts. The last token taken waits as pending, in no slot; the
+        slots of every draft token after the kept ones are rolled back."""
+        draft = seq.token_ids[-seq.num_draft:]
+        accepted = accepted_prefix(draft, [t for t, _ in picks])
+        reason = None
+        taken = 0
+        for token, logprob in picks[:accepted + 1]:
+            seq.output_ids.append(token)
+            seq.cumulative_logprob += logprob
+            taken += 1
+            reason = self._finish_reason(seq, group.params)
+            if reason:
+                break
+        kept = min(accepted, taken)  # drafts that became output
+        group.accepted_tokens += kept
+        self.kv.settle_draft(seq, taken - 1, kept, events)
+        seq.pending_token = seq.output_ids[-1]
+        if reason:
+            self._end_seq(group, seq, reason, events)
 
     def _beam_step(self, group: SequenceGroup, seq_rows: list[tuple[Sequence, int]],
                    tops: list[list[tuple[int, float]]], events: list[Event]) -> bool:
@@ -176,17 +205,18 @@ class Postprocessor:
         to rebuild this step's view later; the rest is copied now. Holds the tokenizer's decode
         only: a step's result must not keep the bookkeeping (or an engine) alive."""
         captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
-                         for s in g.live()], g.num_preemptions) for g in self.scheduler.running]
+                         for s in g.live()], (g.num_preemptions, g.draft_tokens, g.accepted_tokens))
+                    for g in self.scheduler.running]
         decode = self.decode
 
         def build() -> list[RequestOutput]:
             outs = []
-            for group, seqs, preemptions in captured:
+            for group, seqs, counts in captured:
                 detokenize = detokenizer(decode, group.params.stop)
                 outs.append(RequestOutput(
                     group.request_id, group.prompt, tuple(group.prompt_ids),
                     tuple(CompletionOutput(i, tuple(s.output_ids[:n]), lp, reason, detokenize)
-                          for i, (s, n, lp, reason) in enumerate(seqs)), False, preemptions))
+                          for i, (s, n, lp, reason) in enumerate(seqs)), False, *counts))
             return outs
 
         return LazyOutputs(build)
@@ -204,7 +234,7 @@ def request_output(group: SequenceGroup, decode: Decode, finished: bool = False)
     outs = tuple(CompletionOutput(i, tuple(ids), lp, reason, detokenize)
                  for i, (ids, lp, reason) in enumerate(items))
     return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), outs,
-                         finished, group.num_preemptions)
+                         finished, group.num_preemptions, group.draft_tokens, group.accepted_tokens)
 
 
 def detokenizer(decode: Decode, stop: tuple[str, ...]) -> Callable[[tuple[int, ...]], str]:

@@ -32,6 +32,7 @@ from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
+from engine.core.speculation import propose_ngram
 
 
 @dataclass
@@ -56,10 +57,12 @@ class ScheduledStep:
     swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     preempted: list[SequenceGroup] = field(default_factory=list)
     aborted: list[SequenceGroup] = field(default_factory=list)
+    drafts: dict[int, int] = field(default_factory=dict)  # seq id -> draft tokens after its decode
 
     @property
     def num_tokens(self) -> int:
-        return len(self.decodes) + sum(p.num_new_tokens for p in self.prefills)
+        return (len(self.decodes) + sum(self.drafts.values())
+                + sum(p.num_new_tokens for p in self.prefills))
 
 
 class Scheduler:
@@ -145,7 +148,32 @@ class Scheduler:
                 else:
                     continue  # the token on its way is its last: nothing more to compute
                 decodes.append(seq)
+        if self.config.speculative_method:
+            self._draft(out)
         self._continue_prefills(chunked, out)
+
+    def _draft(self, out: ScheduledStep) -> None:
+        """Speculative decoding: a decoding sequence whose text a prompt lookup continues gets
+        slots for its draft after its pending token, all or nothing, while the free blocks and
+        the step's token budget last. Beams do not draft, nor does a sequence whose last token
+        is still on the GPU (async scheduling): its lookup would not know that token."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens - out.num_tokens
+        groups = {g.request_id: g for g in self.running}
+        for seq in out.decodes:
+            group = groups[seq.request_id]
+            room = group.params.max_tokens - len(seq.output_ids) - 1  # the last pick: no draft
+            k = min(cfg.num_speculative_tokens, room, budget)
+            if k <= 0 or group.params.beam_width > 1 or seq.inflight_step >= 0:
+                continue
+            draft = propose_ngram(seq.token_ids, k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
+            if not draft or self.kv.blocks_needed_to_append(seq, len(draft)) > \
+                    self.kv.pool.num_allocatable:
+                continue
+            self.kv.append_draft(seq, draft, out.events)
+            out.drafts[seq.seq_id] = len(draft)
+            group.draft_tokens += len(draft)
+            budget -= len(draft)
 
     def _continue_prefills(self, groups: list[SequenceGroup], out: ScheduledStep) -> None:
         """The next chunk of each prompt being prefilled, oldest first, as the budget allows."""

@@ -46,6 +46,9 @@ class Sequence:
     inflight_step: int = -1
     inflight_row: int = -1
     finish_reason: str | None = None  # "length" | "stop" | "eos"
+    # speculative decoding: draft tokens at the end of token_ids whose slots are reserved for
+    # this step's verification (0 between steps: the postprocess keeps or rolls back each one)
+    num_draft: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -125,6 +128,8 @@ class SequenceGroup:
     finished_beams: list[Sequence] = field(default_factory=list)  # beam hypotheses that ended
     finished_seqs: list[Sequence] = field(default_factory=list)
     num_preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: proposed for this request, cumulative
+    accepted_tokens: int = 0  # of them, verified and kept as output
     seed: int | None = None  # sampling: the scrambled seed (given, or from the engine's seed)
 
     @property

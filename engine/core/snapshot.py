@@ -50,6 +50,8 @@ class Metrics:
     cow_copies: int  # cumulative
     evictions: int  # cumulative
     num_tokens: int  # tokens in all sequences' caches
+    draft_tokens: int = 0  # speculative decoding: draft tokens given slots, cumulative
+    accepted_tokens: int = 0  # of them, verified and kept, cumulative
     extra: Mapping[str, float] = field(default_factory=dict)  # serving metrics, filled later
 
     @property

@@ -53,6 +53,7 @@ class ScheduledSeq:
     token_ids: list[int]  # the new tokens to compute (q_len >= 1)
     num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
     block_table: list[int]  # physical blocks holding num_computed + len(token_ids) tokens
+    num_logits: int = 1  # rows of logits: of the last new token, or of the last k + 1 (drafts)
 
 
 #: async scheduling: ([(index in the batch, row)], tokens): that sequence's one new token is
@@ -179,13 +180,16 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> torch.Tensor:
-        """One forward pass over the batch: float32 logits [num_seqs, vocab] of each sequence's
-        last new token, in batch order. New tokens' K/V are written into their slots."""
+        """One forward pass over the batch: float32 logits [rows, vocab] of each sequence's last
+        new token (its last num_logits tokens'), in batch order. New tokens' K/V are written into
+        their slots."""
         if not batch:
             raise ValueError("execute() needs at least one scheduled sequence")
         meta, input_ids, positions, last_rows = self.prepare(batch, feed is not None)
         if feed is not None:  # a fed sequence's one new token is its last row's
             _feed_into(input_ids[0], last_rows, feed)
+        if any(s.num_logits > 1 for s in batch):  # a draft's verification: a row per position
+            last_rows = _logit_rows(batch, last_rows.device)
         if self.lean is not None and not self._modules_only:
             logits = lean_forward(
                 self.lean, meta.ops, meta.kv_cache, input_ids[0], positions[0], meta.slot_mapping,
@@ -379,6 +383,16 @@ class ModelRunner:
             if not 0 <= block < self.cache.num_gpu_blocks:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
                                  f"(0..{self.cache.num_gpu_blocks - 1})")
+
+
+def _logit_rows(batch: list[ScheduledSeq], device: torch.device) -> torch.Tensor:
+    """The packed rows whose logits a step returns: each sequence's last num_logits tokens."""
+    rows: list[int] = []
+    end = 0
+    for seq in batch:
+        end += len(seq.token_ids)
+        rows.extend(range(end - seq.num_logits, end))
+    return torch.tensor(rows, dtype=torch.long).to(device)
 
 
 def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:

@@ -52,7 +52,7 @@ class Runtime:
         feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
-        batch = [ScheduledSeq(toks, n, table) for toks, n, table in items]
+        batch = [ScheduledSeq(*item) for item in items]  # (tokens, computed, table[, logits])
         return self.runner.execute_scores(batch, feed)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:

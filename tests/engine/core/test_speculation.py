@@ -1,0 +1,164 @@
+"""Speculative decoding's bookkeeping, in the dry mode (no model, so thousands of steps are
+cheap): what a prompt lookup drafts, and that drafts change no output and break no invariant
+whatever else runs beside them (primitives' fork and free, preemption by swap or recompute,
+chunked prefill, async scheduling, the prefix cache)."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
+from engine.core.speculation import accepted_prefix, propose_ngram
+from tests.engine.test_async_scheduling import run
+
+SPEC = {"speculative_method": "ngram", "num_speculative_tokens": 4}
+
+
+def test_a_lookup_drafts_what_followed_the_latest_earlier_occurrence() -> None:
+    #        0  1  2  3  4  5  6  7  8  9
+    text = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2]
+    assert propose_ngram(text, 3, 2, 4) == [3, 7, 1]  # [1, 2] last seen at 4: 3, 7, 1 followed
+    assert propose_ngram(text, 1, 2, 4) == [3]
+    assert propose_ngram([5, 6, 7, 8], 4, 2, 4) == []  # nothing repeats
+    assert propose_ngram([4, 4, 4], 4, 2, 2) == [4]  # an overlapping match: what is there
+
+
+def test_the_longest_matching_tail_wins() -> None:
+    # the last 3 tokens [1, 2, 3] occur once at 0 (followed by 8); [2, 3] alone last at 5 (by 6)
+    text = [1, 2, 3, 8, 9, 2, 3, 6, 1, 2, 3]
+    assert propose_ngram(text, 1, 2, 3) == [8]
+    assert propose_ngram(text, 1, 2, 2) == [6]
+
+
+def test_a_draft_is_kept_up_to_the_first_pick_that_differs() -> None:
+    assert accepted_prefix([5, 6, 7], [5, 6, 7, 8]) == 3
+    assert accepted_prefix([5, 6, 7], [5, 9, 7, 8]) == 1
+    assert accepted_prefix([5, 6, 7], [4, 6, 7, 8]) == 0
+
+
+def test_bad_speculation_settings_say_what_to_fix() -> None:
+    import pytest
+
+    for bad, match in [({"speculative_method": "eagle"}, "speculative_method"),
+                       ({**SPEC, "num_speculative_tokens": 0}, "num_speculative_tokens"),
+                       ({**SPEC, "num_speculative_tokens": 99}, "num_speculative_tokens"),
+                       ({**SPEC, "prompt_lookup_min": 5}, "must not exceed")]:
+        with pytest.raises(ValueError, match=match):
+            EngineConfig(model=None, num_gpu_blocks=8, **bad)
+
+
+REPETITIVE = st.builds(lambda unit, times, tail: unit * times + tail,
+                       st.text("abc", min_size=1, max_size=5), st.integers(1, 5),
+                       st.text("abcd", max_size=4))
+requests = st.lists(st.tuples(REPETITIVE, st.builds(
+    lambda m, t, n, beam, stop, seed: SamplingParams(
+        max_tokens=m, temperature=0.0 if beam > 1 else t, n=1 if beam > 1 else n,
+        beam_width=beam, stop=("q",) if stop else (), seed=seed),
+    st.integers(1, 14), st.sampled_from([0.0, 0.8]), st.sampled_from([1, 1, 2]),
+    st.just(1), st.booleans(), st.integers(0, 3))), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(work=requests, blocks=st.integers(10, 40), budget=st.sampled_from([6, 16, 2048]),
+       swap=st.booleans(), prefix=st.booleans(), overlap=st.booleans(), k=st.integers(1, 5),
+       shortest=st.sampled_from([1, 2]))
+def test_drafts_change_no_output(work, blocks, budget, swap, prefix, overlap, k, shortest) -> None:
+    """The dry model's picks depend on the output position only (greedy: the same token; sampled:
+    the request's random number there), so a draft is kept exactly when the engine without
+    drafts would have written that token: the outputs must be identical."""
+
+    def engine(spec: bool) -> LLMEngine:
+        return LLMEngine(EngineConfig(
+            model=None, block_size=4, num_gpu_blocks=blocks, max_num_batched_tokens=budget,
+            preemption_mode="swap" if swap else "recompute", num_cpu_blocks=64 if swap else 0,
+            enable_prefix_caching=prefix, async_scheduling=overlap,
+            **({"speculative_method": "ngram", "num_speculative_tokens": k,
+                "prompt_lookup_min": shortest} if spec else {})))
+
+    eng = engine(True)
+    assert run(eng, work) == run(engine(False), work)
+    m = eng.snapshot().metrics
+    assert 0 <= m.accepted_tokens <= m.draft_tokens
+
+
+def test_dry_drafts_reserve_slots_and_rejected_ones_give_blocks_back() -> None:
+    """Dry picks are random letters; a one-token lookup drafts often and is mostly wrong:
+    rejected slots are rolled back, blocks holding only rejected tokens go back to the pool."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=2, num_gpu_blocks=200, seed=1,
+                                 **{**SPEC, "prompt_lookup_min": 1}))
+    eng.add_request("abcdefghijklm", SamplingParams(max_tokens=150, temperature=0.9))
+    events, out = [], None
+    while out is None:
+        result = eng.step()
+        eng.check_invariants()
+        events += result.events
+        out = result.finished[0] if result.finished else None
+    m = eng.snapshot().metrics
+    drafts = [e for e in events if e.kind == "draft" and e.form != "draft_kept"]
+    rejects = [e for e in events if e.kind == "reject"]
+    assert len(drafts) > 20 and m.draft_tokens == sum(len(e.token_ids) for e in drafts)
+    assert 0 < m.accepted_tokens < m.draft_tokens == out.draft_tokens
+    assert any(e.block_ids for e in rejects)  # a block of rejected tokens only: freed
+    assert all(e.facts[0] < e.facts[1] for e in rejects)
+    assert "draft" in drafts[0].text and "rolled back" in rejects[0].text
+    assert len(out.outputs[0].token_ids) == 150
+    assert m.used_blocks == 0
+
+
+class SpeculationMachine(RuleBasedStateMachine):
+    """Requests that draft, beside primitives that fork and free, in pools small enough to
+    preempt; every invariant after every operation, and no draft slot outlives its step."""
+
+    @initialize(blocks=st.integers(6, 24), swap=st.booleans(), prefix=st.booleans(),
+                k=st.integers(1, 6), bs=st.sampled_from([1, 2, 4, 8]))
+    def setup(self, blocks, swap, prefix, k, bs):
+        self.eng = LLMEngine(EngineConfig(
+            model=None, block_size=bs, num_gpu_blocks=blocks, enable_prefix_caching=prefix,
+            preemption_mode="swap" if swap else "recompute", num_cpu_blocks=16 if swap else 0,
+            speculative_method="ngram", num_speculative_tokens=k, prompt_lookup_min=1,
+            max_num_batched_tokens=24))
+
+    @rule(prompt=REPETITIVE, m=st.integers(1, 20), t=st.sampled_from([0.0, 0.9]),
+          n=st.sampled_from([1, 2]))
+    def add_request(self, prompt, m, t, n):
+        try:
+            self.eng.add_request(prompt, SamplingParams(max_tokens=m, temperature=t, n=n))
+        except ValueError:
+            pass  # longer than the pool: refused, nothing changed (invariants say so)
+
+    @rule()
+    def step(self):
+        self.eng.step()
+
+    @rule(prompt=REPETITIVE)
+    def add_sequence(self, prompt):
+        try:
+            self.eng.add_sequence(prompt)
+        except (OutOfBlocks, ValueError):
+            pass  # the pool is full or too small: refused, nothing changed
+
+    @precondition(lambda self: self._primitives())
+    @rule(data=st.data())
+    def fork_or_free(self, data):
+        seq = data.draw(st.sampled_from(self._primitives()))
+        if data.draw(st.booleans()):
+            self.eng.fork(seq)
+        else:
+            self.eng.free(seq)
+
+    def _primitives(self) -> list[int]:
+        return sorted(s.seq_id for s in self.eng.seqs.values() if s.request_id is None)
+
+    @invariant()
+    def invariants_hold(self):
+        if hasattr(self, "eng"):
+            self.eng.check_invariants()
+            m = self.eng.snapshot().metrics
+            assert 0 <= m.accepted_tokens <= m.draft_tokens
+
+
+SpeculationMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=30,
+                                                deadline=None)
+TestSpeculationMachine = SpeculationMachine.TestCase
