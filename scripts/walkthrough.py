@@ -31,7 +31,11 @@ PROJECTOR, WIDE, PHONE = (1280, 720), (1440, 900), (390, 844)
 # the picture is drawn and its step's motion has been handled (ui/motion.js sets plAnimated)
 SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
            " return !!(gd?.layout?.meta && window.plAnimated === gd.layout.meta.anim); }")
-STEPS = ("lesson", "playground", "serving", "classroom")
+STEPS = ("lesson", "playground", "serving", "classroom", "speculation")
+# the picture shows a step that kept some draft tokens and rejected others
+DRAFTS_KEPT_AND_REJECTED = ("() => { const names = (document.querySelector('#pool-plot .js-plotly-plot')"
+                            "?._fullData ?? []).map((t) => t.name);"
+                            " return names.includes('draft kept') && names.includes('draft rejected'); }")
 # no event under way: no Gradio progress tracker shows anywhere on the page
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 
@@ -73,19 +77,38 @@ def landing(browser, url: str, out: str) -> None:
 
 def lesson(browser, url: str, out: str) -> None:
     """Lesson 3 as a teacher projects it: presenter mode on, Next (the → key) page by page."""
-    pg = new_page(browser, PROJECTOR, url + "?lesson=03_fork_cow")
+    play_lesson(browser, url, "03_fork_cow", os.path.join(out, "presenter-lesson3-{}.png"),
+                os.path.join(out, "presenter.png"),
+                "() => document.querySelector('#event-log')?.innerText.includes('copy-on-write')")
+    one_view(browser, WIDE, url + "?lesson=03_fork_cow&step=3", (), ("#lesson-progress", "3 of"),
+             os.path.join(out, "lesson.png"))
+
+
+def speculation(browser, url: str, out: str) -> None:
+    """Lesson 12 (speculative decoding) in presenter mode, page by page."""
+    play_lesson(browser, url, "12_speculative_decoding",
+                os.path.join(out, "presenter-lesson12-{}.png"),
+                os.path.join(out, "speculative-decoding.png"), DRAFTS_KEPT_AND_REJECTED)
+
+
+def play_lesson(browser, url: str, name: str, pages: str, telling: str, shows: str) -> None:
+    """Open a lesson at 1280 x 720 in presenter mode and press → page by page to its end,
+    saving each screen (`pages` formats the page number) and the first one where the JS
+    condition `shows` holds as `telling`."""
+    pg = new_page(browser, PROJECTOR, url + f"?lesson={name}")
     wait_text(pg, "#lesson-progress", r"page \d+ of")
     pg.click("#presenter")
     pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
-    page = 0
+    page, told = 0, False
     while True:
         settle(pg)
         pg.wait_for_function(IDLE, timeout=180_000)  # nothing under way: one key, one page
-        pg.screenshot(path=os.path.join(out, f"presenter-lesson3-{page}.png"))
+        pg.screenshot(path=pages.format(page))
         progress = text_of(pg, "#lesson-progress")
-        print(f"[walkthrough] lesson 3, screen {page}: {progress}", flush=True)
-        if "copy-on-write" in text_of(pg, "#event-log"):
-            pg.screenshot(path=os.path.join(out, "presenter.png"))
+        print(f"[walkthrough] {name}, screen {page}: {progress}", flush=True)
+        if not told and pg.evaluate(shows):
+            pg.screenshot(path=telling)
+            told = True
         if "the end" in progress or page > 20:
             break
         pg.keyboard.press("ArrowRight")
@@ -95,8 +118,6 @@ def lesson(browser, url: str, out: str) -> None:
                              " && t !== b; }", arg=progress, timeout=180_000)
         page += 1
     pg.close()
-    one_view(browser, WIDE, url + "?lesson=03_fork_cow&step=3", (), ("#lesson-progress", "3 of"),
-             os.path.join(out, "lesson.png"))
 
 
 def one_view(browser, size: tuple[int, int], url: str, clicks: tuple, until: tuple[str, str],
@@ -203,7 +224,7 @@ def main() -> None:
     proc = launch(["app.py"], port)
     url = f"http://127.0.0.1:{port}/"
     walks = {"landing": landing, "lesson": lesson, "playground": playground, "serving": serving,
-             "classroom": classroom}
+             "classroom": classroom, "speculation": speculation}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])

@@ -47,6 +47,7 @@
     };
     play('new block cover', [{ opacity: 1 }, { opacity: 0 }]); // the new block fades in
     play('evicted ghost', [{ opacity: 1 }, { opacity: 0 }]); // the evicted content fades out
+    play('rejected ghost', [{ opacity: 0.8 }, { opacity: 0 }]); // a rejected draft clears
     play('prefix hit flash', [{ opacity: 0 }, { opacity: 0.9 }, { opacity: 0 }, { opacity: 0.9 }, { opacity: 0 }]);
     play('new block', [{ opacity: 0 }, { opacity: 1 }]);
     const cow = traceNode(gd, 'copy-on-write'); // the arrow draws itself from source to copy

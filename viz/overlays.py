@@ -64,7 +64,7 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
             for a, b in zip(ids[::2], ids[1::2], strict=True):
                 gpu_id, cpu_id = (a, b) if e.kind == "swap_out" else (b, a)
                 swaps.append((gpu_id, cpu_id, e.kind == "swap_out"))
-        elif e.kind == "free":
+        elif e.kind in ("free", "reject"):  # a reject's blocks held only rejected drafts
             freed += e.block_ids
     if in_use is not None:
         held = set(in_use)

@@ -23,6 +23,8 @@ FREED = "#5f6670"  # a block the last step gave back
 RESERVED = "#d5d9df"  # blocks a teacher holds back from the class: grey, no owner colour
 COW = "#111111"
 SWAP = "#6a3d9a"
+DRAFT = "#7b3294"  # the slot of a draft token the model kept (speculative decoding)
+REJECTED = "#c51b7d"  # a rejected draft token, struck out in the slot it gave back
 SELECT = "#111111"
 
 # Machado, Oliveira & Fernandes (2009), deuteranopia at severity 1.0, on linear RGB

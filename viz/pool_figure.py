@@ -32,6 +32,7 @@ from engine.core.events import Event
 from engine.core.snapshot import Snapshot
 from viz import palette
 from viz.block_tables import links, table_heatmap
+from viz.draft_marks import draft_marks
 from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, block_ids, pool_heatmap
 from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
@@ -41,7 +42,7 @@ PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode on a 1280 x 720 
 FONT = "'Source Sans 3', 'Source Sans Pro', system-ui, sans-serif"
 
 
-def _legend(two_lines: bool = False) -> str:
+def _legend(two_lines: bool = False, drafts: bool = False) -> str:
     def swatch(colour: str, label: str, edge: str = "") -> str:
         return f"<span style='color:{edge or colour}'>■</span> {label}"
     owners = "".join(f"<span style='color:{c}'>■</span>" for c in palette.OWNERS[:4])
@@ -51,6 +52,9 @@ def _legend(two_lines: bool = False) -> str:
         f"<span style='color:{palette.NEW}'>▭</span> new", "➜ copy-on-write",
         f"<span style='color:{palette.PREFIX_HIT}'>▭</span> prefix hit",
         f"<span style='color:{palette.EVICT}'>▭</span> evicted"]
+    if drafts:  # the step verified drafts (speculative decoding)
+        parts += [f"<span style='color:{palette.DRAFT}'>⬚</span> draft kept",
+                  f"<span style='color:{palette.REJECTED}'><s>abc</s></span> draft rejected"]
     if two_lines:
         return " · ".join(parts[:5]) + "<br>" + " · ".join(parts[5:])
     return " · ".join(parts)
@@ -118,6 +122,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     in_use = [b.block_id for b in snap.blocks if b.state == "used"]
     traces += change_overlays([e for e in events if not reserved.intersection(e.block_ids)], gpu,
                               cpu, in_use)
+    traces += draft_marks(events, snap, gpu, token_text, kt)
     traces += reserved_region(gpu, sorted(reserved))
     if selected_block is not None and 0 <= selected_block < snap.num_blocks:
         chosen = [e for e in entries if e[3] == selected_block and not e[4]]
@@ -181,6 +186,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                         name="selected sequence", hoverinfo="skip", showlegend=False)
     top += 1.0 if waiting else 0.0  # room for the waiting line
     rows = top + 1.6 - bottom
+    legend = _legend(large, any(e.kind == "draft" for e in events))
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
@@ -190,7 +196,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
         title={"text": f"<b>engine step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
-                       f"<br><span style='font-size:{12 * k:.0f}px'>{_legend(large)}</span>",
+                       f"<br><span style='font-size:{12 * k:.0f}px'>{legend}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
                "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
     )

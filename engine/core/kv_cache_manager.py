@@ -221,11 +221,11 @@ class KVCacheManager:
             if end % bs:  # the last block keeps its first slots
                 del self.pool.blocks[seq.block_table[-1]].token_ids[end % bs:]
                 self.pool.dirty.add(seq.block_table[-1])
-            events.append(Event("reject", self.step, seq.seq_id, tuple(freed), dropped,
+            events.append(Event("reject", self.step, seq.seq_id, tuple(reversed(freed)), dropped,
                                 facts=(accepted, k), names=self.token_repr))
         elif k:
             events.append(Event("draft", self.step, seq.seq_id, (), tuple(seq.token_ids[end - k:]),
-                                form="draft_kept", names=self.token_repr))
+                                facts=(end - k,), form="draft_kept", names=self.token_repr))
         if self.enable_prefix_caching:
             for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
                 self._seal(seq, seq.block_table[i], events)

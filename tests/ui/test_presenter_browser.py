@@ -35,9 +35,9 @@ PICTURE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-pl
   const r = gd.getBoundingClientRect(); return {top: r.top, width: r.width}; }"""
 
 
-def lesson_page(browser, url: str, width: int, height: int):
+def lesson_page(browser, url: str, width: int, height: int, name: str = "03_fork_cow"):
     pg = browser.new_page(viewport={"width": width, "height": height})
-    pg.goto(url + "?lesson=03_fork_cow")
+    pg.goto(url + f"?lesson={name}")
     pg.wait_for_function(f"() => ({PROGRESS})().includes('of')", timeout=180_000)
     pg.click("#presenter")
     pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
@@ -107,4 +107,22 @@ def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
                 raise
     pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout",
                          timeout=60_000)
+    pg.close()
+
+
+def test_lesson_12_plays_to_its_end_and_draws_its_drafts(browser, served_app):
+    """Speculative decoding on a projector: every page by the → key; the page where the model
+    rejects a guess draws the kept and the rejected draft slots."""
+    pg = lesson_page(browser, served_app, 1280, 720, "12_speculative_decoding")
+    seen: set[str] = set()
+    for _ in range(12):
+        if "the end" in pg.evaluate(PROGRESS):
+            break
+        press_next(pg)
+        pg.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot')?._fullData",
+                             timeout=120_000)
+        seen |= set(pg.evaluate("() => document.querySelector('#pool-plot .js-plotly-plot')"
+                                "._fullData.map((t) => t.name)"))
+    assert "the end" in pg.evaluate(PROGRESS)
+    assert {"draft kept", "draft rejected"} <= seen, seen
     pg.close()

@@ -1,0 +1,99 @@
+"""Speculative decoding in the picture: the step's draft slots.
+
+A draft's kept tokens are ordinary tokens now; their slots get a dashed outline for the step that
+kept them. The rejected ones' slots are empty again (a block that held only rejected tokens went
+back to the pool, drawn as freed); each shows its rejected token struck out, and an invisible
+twin that the page fades out (ui/motion.js: "rejected ghost"), so the guess visibly clears.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import plotly.graph_objects as go
+
+from engine.core.events import Event
+from engine.core.snapshot import Snapshot
+from viz import palette
+from viz.pool_cells import FAST
+from viz.pool_layout import LABEL_W, PoolLayout
+
+HALF_H = 0.44
+
+
+def draft_slots(events: Sequence[Event], snap: Snapshot) -> tuple[list, list]:
+    """(kept, rejected) slots of the step's drafts, as (block, slot, token)."""
+    drafts = {e.seq_id: e for e in events if e.kind == "draft" and not e.form}
+    rejects = {e.seq_id: e for e in events if e.kind == "reject"}
+    bs = snap.block_size
+    kept: list = []
+    rejected: list = []
+    for sid, d in drafts.items():
+        seq = snap.sequences.get(sid)
+        if seq is None:  # finished in the same step: its blocks are drawn as freed
+            continue
+        r = rejects.get(sid)
+        keep = len(d.token_ids) - (len(r.token_ids) if r else 0)
+        table = list(seq.block_table) + list(r.block_ids if r else ())  # as during the step
+        for j, tok in enumerate(d.token_ids):
+            p = d.facts[0] + j
+            if p // bs < len(table):
+                (kept if j < keep else rejected).append((table[p // bs], p % bs, tok))
+    return kept, rejected
+
+
+def draft_marks(events: Sequence[Event], snap: Snapshot, gpu: PoolLayout,
+                token_text: Callable[[int], str], scale: float = 1.0) -> list:
+    """The marks of the step's kept and rejected draft slots (token-level pictures only)."""
+    if not gpu.token_level or not any(e.kind == "draft" for e in events):
+        return []
+    kept, rejected = draft_slots(events, snap)
+    kept = [s for s in kept if gpu.where(s[0]) is not None]
+    rejected = [s for s in rejected if gpu.where(s[0]) is not None]
+    out = _outline(gpu, kept, "draft kept", palette.DRAFT, "dash")
+    out += _outline(gpu, rejected, "draft rejected", palette.REJECTED, "dot")
+    if rejected:
+        out += _outline(gpu, rejected, "rejected ghost", palette.REJECTED, None, fill=True)
+    # struck-out text, except in the first rejected slot: the pending token is drawn there
+    gone = [(b, s, t) for b, s, t in rejected if (b, s) not in _pending_slots(events, snap)]
+    if gone:
+        xs, ys = zip(*(_centre(gpu, b, s) for b, s, _ in gone), strict=True)
+        out.append(go.Scatter(**FAST, x=xs, y=ys, mode="text", name="rejected tokens",
+                              text=[f"<s>{token_text(t)}</s>" for _, _, t in gone],
+                              textfont={"color": palette.REJECTED, "size": 10 * scale},
+                              hoverinfo="skip", showlegend=False))
+    return out
+
+
+def _pending_slots(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, int]]:
+    """(block, slot) where a drafting sequence's pending token now waits."""
+    bs = snap.block_size
+    out = set()
+    for e in events:
+        seq = snap.sequences.get(e.seq_id) if e.kind == "reject" else None
+        if seq is not None and seq.num_tokens % bs:
+            out.add((seq.block_table[-1], seq.num_tokens % bs))
+    return out
+
+
+def _centre(gpu: PoolLayout, block: int, slot: int) -> tuple[float, float]:
+    left, _, y = gpu.box(block)
+    return left + LABEL_W + slot + 0.5, y
+
+
+def _outline(gpu: PoolLayout, slots: list, name: str, colour: str, dash: str | None,
+             fill: bool = False) -> list:
+    xs: list = []
+    ys: list = []
+    for b, s, _ in slots:
+        x, y = _centre(gpu, b, s)
+        xs += [x - 0.46, x + 0.46, x + 0.46, x - 0.46, x - 0.46, None]
+        ys += [y - HALF_H, y - HALF_H, y + HALF_H, y + HALF_H, y - HALF_H, None]
+    if not xs:
+        return []
+    if fill:  # the twin the page fades out; invisible in a static image
+        style = {"fill": "toself", "fillcolor": colour, "line": {"width": 0}, "opacity": 0.0}
+    else:
+        style = {"line": {"color": colour, "width": 2, "dash": dash}}
+    return [go.Scatter(**FAST, x=xs, y=ys, mode="lines", name=name, hoverinfo="name",
+                       showlegend=False, **style)]
