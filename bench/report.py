@@ -191,6 +191,43 @@ def house_rows(v4: dict, close: dict) -> list[tuple[str, str, bool | None]]:
     ]
 
 
+def speculation_rows(cpu: dict, verify: dict, e2e: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 21: prompt lookup's acceptance with the real model (CPU), and on the H100 what a
+    verification step costs against a decode step and what whole runs gained or lost."""
+    def cpu_line(workload: str) -> str:
+        rows = [r for r in cpu["rows"] if r["workload"].startswith(workload)]
+        base = next(r for r in rows if r["k"] == 0)
+        return "; ".join(
+            f"k = {r['k']}: {r['tokens_per_step']:.2f} tokens a step, {r['acceptance']:.0%} kept, "
+            f"{r['seconds']:.1f} s (off: {base['seconds']:.1f} s)" for r in rows if r["k"]) + (
+            "; same tokens as without: " + ("yes" if all(r["same_tokens_as_k0"] for r in rows)
+                                           else "no"))
+    out = [(f"2-core CPU, SmolLM2 (real weights), greedy, lookup pays ({cpu['max_tokens']} tokens "
+            "a request; a copy-edit, code, a list)", cpu_line("lookup pays"), None),
+           ("the same, prose to continue (lookup does not pay)", cpu_line("lookup does not"), None)]
+    for label, v in verify.items():
+        ratios = ", ".join(f"{r['batch']}: " + " / ".join(f"{x['cost_vs_decode']:.1f}×"
+                                                          for x in r["verify"])
+                           for r in v["rows"])
+        ks = "/".join(str(x["k"]) for x in v["rows"][0]["verify"])
+        out.append((f"H100, {label}: a verification step (k + 1 = {ks} + 1 tokens a sequence, "
+                    f"context {v['rows'][0]['context']}) / a decode step, by batch",
+                    ratios + " (decode runs as a CUDA graph, verification eagerly)", None))
+    for label, e in e2e.items():
+        rows = {(r["workload"].split(" ")[0], r["k"]): r for r in e["rows"]}
+        g0, g4 = rows[("greedy", 0)], rows[("greedy", 4)]
+        s0, s4 = rows[("sampled", 0)], rows[("sampled", 4)]
+        out.append((f"H100, {label}, {g0['requests']} requests, whole runs, k = 4: tokens/s with / "
+                    "without drafts",
+                    f"drafts kept ({g4['acceptance'] or 0:.0%}): {g4['tokens_per_s']:,.0f} vs "
+                    f"{g0['tokens_per_s']:,.0f} ({g4['tokens_per_s'] / g0['tokens_per_s']:.2f}×), "
+                    f"{g4['steps']} vs {g0['steps']} steps; no draft found (sampled): "
+                    f"{s4['tokens_per_s']:,.0f} vs {s0['tokens_per_s']:,.0f} "
+                    f"({s4['tokens_per_s'] / s0['tokens_per_s']:.2f}×); greedy tokens equal to "
+                    f"without drafts: {'yes' if g4['same_tokens_as_k0'] else 'no (bf16)'}", None))
+    return out
+
+
 def table() -> str:
     k, e = load("kernels.json"), load("engine_throughput.json")
     lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
@@ -219,6 +256,19 @@ def table() -> str:
               f"{v4['host_cpu']}) and `close_reuse.json`.",
               "", "| target | measured | met |", "| --- | --- | --- |"]
     for name, value, met in house_rows(v4, load("close_reuse.json")):
+        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    lines += ["", "Speculative decoding by prompt lookup (issue 21): from "
+              "`bench/results/speculative_cpu.json` (this 2-core CPU, the real model) and "
+              "`spec_verify_*.json`, `spec_e2e_*.json` (H100, bf16, random weights in SmolLM2's "
+              "and a Llama-3.2-1B-like shape: 16 layers, hidden 2048, 32 / 8 heads, vocabulary "
+              "128,256). On the GPU a random model's greedy output loops, which lookup drafts "
+              "perfectly: the best case; sampling from it at temperature 1 finds nothing to draft.",
+              "", "| what | measured | met |", "| --- | --- | --- |"]
+    verify = {"SmolLM2 shapes": load("spec_verify_smollm2.json"),
+              "Llama-1B shape": load("spec_verify_llama1b.json")}
+    e2e = {"SmolLM2 shapes": load("spec_e2e_smollm2.json"),
+           "Llama-1B shape": load("spec_e2e_llama1b.json")}
+    for name, value, met in speculation_rows(load("speculative_cpu.json"), verify, e2e):
         lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
     return "\n".join(lines)
 

@@ -18,18 +18,27 @@ the engine without drafts.
 
 from __future__ import annotations
 
+from array import array
+
 
 def propose_ngram(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
     """Up to k tokens that followed the latest earlier occurrence of the last n tokens, for the
-    largest n from n_max down to n_min that occurs; [] when none does."""
+    largest n from n_max down to n_min that occurs; [] when none does.
+
+    It runs for every decoding sequence every step, so the search is bytes.rfind over the
+    tokens packed as 4-byte integers (in C), not a Python loop over the text."""
     size = len(tokens)
+    if size <= n_min:
+        return []
+    earlier = array("i", tokens[:size - 1]).tobytes()  # an occurrence must end before the tail
     for n in range(min(n_max, size - 1), n_min - 1, -1):
-        tail = tokens[size - n:]
-        first = tail[0]
-        # latest occurrence first: repetition in the recent past is the likeliest to continue
-        for start in range(size - n - 1, -1, -1):
-            if tokens[start] == first and tokens[start:start + n] == tail:
+        tail = array("i", tokens[size - n:]).tobytes()
+        end = len(earlier)
+        while (at := earlier.rfind(tail, 0, end)) >= 0:
+            if at % 4 == 0:  # on a token boundary
+                start = at // 4
                 return tokens[start + n:start + n + k]
+            end = at + len(tail) - 1
     return []
 
 

@@ -32,6 +32,24 @@ def test_the_longest_matching_tail_wins() -> None:
     assert propose_ngram(text, 1, 2, 2) == [6]
 
 
+def _lookup_by_hand(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
+    for n in range(min(n_max, len(tokens) - 1), n_min - 1, -1):
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start:start + n] == tokens[len(tokens) - n:]:
+                return tokens[start + n:start + n + k]
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from([0, 1, 2, 256, 65536, 2**31 - 1, -1]), max_size=40),
+       k=st.integers(1, 6), n_min=st.integers(1, 3), extra=st.integers(0, 3))
+def test_the_lookup_finds_what_a_search_by_hand_finds(tokens, k, n_min, extra) -> None:
+    """The packed-bytes search agrees with the obvious loop (ids whose bytes could match across
+    token boundaries included)."""
+    assert propose_ngram(tokens, k, n_min, n_min + extra) == \
+        _lookup_by_hand(tokens, k, n_min, n_min + extra)
+
+
 def test_a_draft_is_kept_up_to_the_first_pick_that_differs() -> None:
     assert accepted_prefix([5, 6, 7], [5, 6, 7, 8]) == 3
     assert accepted_prefix([5, 6, 7], [5, 9, 7, 8]) == 1
