@@ -101,10 +101,6 @@ class EngineConfig:
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) must not exceed "
                              f"prompt_lookup_max ({self.prompt_lookup_max})")
-        if self.tensor_parallel_size > 1:
-            raise ValueError("speculative decoding is not built for tensor parallelism yet: its "
-                             "workers return one row of logits per sequence (use "
-                             "tensor_parallel_size=1, or speculative_method=None)")
 
     @property
     def dry(self) -> bool:

@@ -208,18 +208,21 @@ class TPRuntime:
     # ---- Runtime's interface --------------------------------------------------------------------
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> RemoteScores:
-        """items: (tokens to compute, tokens already in the cache, block table) per sequence.
-        No `feed`: the picks of these scores come back over the wire (`can_overlap` is False),
-        so no step starts before the host has its tokens."""
+        """items: (tokens to compute, tokens already in the cache, block table[, rows of
+        logits]) per sequence. No `feed`: the picks of these scores come back over the wire
+        (`can_overlap` is False), so no step starts before the host has its tokens."""
         if feed:
             raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
                              "scores never overlap (RemoteScores.can_overlap is False)")
-        items = [(list(map(int, t)), int(n), list(map(int, b))) for t, n, b in items]
+        # (tokens, computed, table, rows of logits): a draft's verification wants k + 1 rows
+        items = [(list(map(int, it[0])), int(it[1]), list(map(int, it[2])),
+                  int(it[3]) if len(it) > 3 else 1) for it in items]
+        rows = sum(it[3] for it in items)
 
         def run() -> torch.Tensor:
             sent = self._send({"cmd": "execute", "items": items})
-            picks = self._receive(0, torch.empty((len(items), 2), dtype=torch.float64))
-            self._count(sent, picks, sum(len(t) for t, _, _ in items))
+            picks = self._receive(0, torch.empty((rows, 2), dtype=torch.float64))
+            self._count(sent, picks, sum(len(it[0]) for it in items))
             return picks
 
         picks = self._call(run)

@@ -177,16 +177,16 @@ class _Worker:
                 k, v = self.cache.read_block(msg["layer"], msg["block"])
                 self.reply.broadcast(torch.stack([k, v]).contiguous(), 1).wait()
 
-    def _execute(self, items: list[tuple[list[int], int, list[int]]]) -> None:
+    def _execute(self, items: list[tuple[list[int], int, list[int], int]]) -> None:
         from engine.runtime.model_runner import ScheduledSeq
 
-        scores = self.runner.execute_scores([ScheduledSeq(t, n, b) for t, n, b in items])
+        scores = self.runner.execute_scores([ScheduledSeq(*it) for it in items])
         if self.rank == 0:
             # The greedy pick of every row is all most steps need: 16 bytes a row instead of the
             # vocabulary's logits; those stay here until the engine asks ("logits").
-            self.last, self.last_rows = scores, len(items)
-            picks = torch.tensor([scores.greedy(i) for i in range(len(items))],
-                                 dtype=torch.float64)
+            rows = sum(it[3] for it in items)
+            self.last, self.last_rows = scores, rows
+            picks = torch.tensor([scores.greedy(i) for i in range(rows)], dtype=torch.float64)
             self.reply.broadcast(picks, 1).wait()
 
 

@@ -134,6 +134,26 @@ def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
     assert info["tp last step: all-reduces"] == 2 * 30
 
 
+def test_tp3_speculative_greedy_matches_one_process_without_drafts(default_model):
+    """Drafts under tensor parallelism: worker 0 returns a pick for each of a draft's k + 1
+    rows; the kept tokens equal those of one process without drafts."""
+    repeats = ("The cat sat on the mat and looked at the dog. The cat sat on the mat and "
+               "looked at the dog. The cat sat on the")
+    cfg = dict(model="default", device="cpu", dtype="float32", block_size=4, num_gpu_blocks=48)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in LLMEngine(EngineConfig(**cfg)).generate(
+        [repeats, PROMPTS[0]], params)]
+    eng = LLMEngine(EngineConfig(**cfg, tensor_parallel_size=3, speculative_method="ngram",
+                                 num_speculative_tokens=4))
+    try:
+        outs = eng.generate([repeats, PROMPTS[0]], params)
+        eng.check_invariants()
+        assert [o.outputs[0].token_ids for o in outs] == want
+        assert outs[0].accepted_tokens > 0
+    finally:
+        eng.close()
+
+
 def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path):
     with pytest.raises(ValueError, match=r"3 KV heads.*Valid sizes: 1, 3"):
         LLMEngine(EngineConfig(model="default", tensor_parallel_size=2, device="cpu"))
