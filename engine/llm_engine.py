@@ -222,6 +222,8 @@ class LLMEngine:
             "preemption": cfg.preemption_mode,
             "max tokens per sequence": self.max_model_len,
             "tensor_parallel_size": cfg.tensor_parallel_size,
+            "speculative decoding": (f"{cfg.speculative_method}, up to {cfg.num_speculative_tokens} "
+                                     "draft tokens" if cfg.speculative_method else "off"),
         }
         if self.runtime is not None:
             info.update(self.runtime.info())

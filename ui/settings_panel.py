@@ -4,6 +4,7 @@ reproduces the session; and the engine's description."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -59,6 +60,18 @@ def engine_config(mode: str, block_size: Any, num_blocks: Any, prefix: bool, dev
     return config
 
 
+#: the draft lengths the Settings offer (0: speculative decoding off)
+DRAFT_CHOICES = (0, 2, 4, 8)
+
+
+def with_drafts(config: EngineConfig, k: Any) -> EngineConfig:
+    """The config with prompt-lookup speculative decoding of up to k draft tokens (0: off)."""
+    k = limits.whole(0 if k is None else k, "draft tokens", 0, max(DRAFT_CHOICES))
+    if not k:
+        return config
+    return dataclasses.replace(config, speculative_method="ngram", num_speculative_tokens=k)
+
+
 def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[], None]:
     mode = gr.Dropdown(list(MODES), value=default_mode, label="engine")
     with gr.Row():
@@ -67,6 +80,8 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
         num_blocks = gr.Number(value=first.config.num_gpu_blocks, label="pool size (blocks)",
                                min_width=90)  # no Gradio bounds: the check names the field
     tp = tp_panel.tp_setting()
+    spec = gr.Dropdown(list(DRAFT_CHOICES), value=0, min_width=90,
+                       label="speculative decoding: draft tokens by prompt lookup (0 = off)")
     with gr.Row():
         prefix = gr.Checkbox(value=True, label="prefix caching", min_width=100)
         apply = gr.Button("Apply (new session)", min_width=100)
@@ -79,8 +94,9 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
         info = gr.JSON(label="engine")
 
     @guard
-    def on_apply(m, bs, nb, pf, session: Session, n=1):
-        return show(Session(tp_panel.with_tp(engine_config(m, bs, nb, pf, page.device), n)))
+    def on_apply(m, bs, nb, pf, session: Session, n=1, k=0):
+        config = with_drafts(tp_panel.with_tp(engine_config(m, bs, nb, pf, page.device), n), k)
+        return show(Session(config))
 
     def on_export(session: Session):
         _prune_exports()
@@ -99,7 +115,8 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
 
     def wire() -> None:
         outs, quiet = page.outs, page.quiet
-        apply.click(on_apply, [mode, block_size, num_blocks, prefix, page.state, tp], outs, **quiet)
+        apply.click(on_apply, [mode, block_size, num_blocks, prefix, page.state, tp, spec], outs,
+                    **quiet)
         export.click(on_export, [page.state], [export_file, link])
         import_file.upload(on_import, [import_file, page.state], outs, **quiet)
         info_box.expand(lambda s: s.engine.engine_info(), [page.state], [info])

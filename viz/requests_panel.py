@@ -93,6 +93,8 @@ def _live(req: RequestState, added: AddRequest | None, snap: Snapshot, decode: D
 def _finished(out: RequestOutput, added: AddRequest | None, decode: Decode) -> str:
     label, score_name = _kind(added, len(out.outputs))
     extra = f" (preempted {out.num_preemptions}×)" if out.num_preemptions else ""
+    if out.draft_tokens:
+        extra += f" (drafts: {out.accepted_tokens} of {out.draft_tokens} kept)"
     prompt = _prompt(added, out.prompt_token_ids, decode)
     rows = []
     for c in out.outputs:
