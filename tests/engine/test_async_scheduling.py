@@ -29,15 +29,18 @@ def run(eng: LLMEngine, work: list[tuple[object, SamplingParams]], check: bool =
     return done
 
 
-requests = st.lists(st.tuples(
-    st.text("abcdef", min_size=1, max_size=30),
-    st.builds(lambda m, t, n, beam, stop, seed: SamplingParams(
-        max_tokens=m, temperature=0.0 if beam > 1 else t, n=1 if beam > 1 else n,
-        beam_width=beam, stop=("q",) if stop else (), seed=seed),
-        # no beams here: the dry mode draws beam candidates from one RNG shared by the batch,
-        # so they depend on which steps the groups share (the real-model test has beams)
-        st.integers(1, 12), st.sampled_from([0.0, 0.8]), st.sampled_from([1, 1, 3]),
-        st.just(1), st.booleans(), st.integers(0, 3))), min_size=1, max_size=8)
+def dry_sampling(max_tokens: int, n: list[int]) -> st.SearchStrategy[SamplingParams]:
+    """Greedy or sampled (n of them), with or without a stop string, seeded or not. No beams:
+    the dry mode draws beam candidates from one RNG shared by the batch, so they depend on which
+    steps the groups share (the real-model test has beams)."""
+    return st.builds(lambda m, t, k, stop, seed: SamplingParams(
+        max_tokens=m, temperature=t, n=k, stop=("q",) if stop else (), seed=seed),
+        st.integers(1, max_tokens), st.sampled_from([0.0, 0.8]), st.sampled_from(n),
+        st.booleans(), st.integers(0, 3))
+
+
+requests = st.lists(st.tuples(st.text("abcdef", min_size=1, max_size=30),
+                              dry_sampling(12, [1, 1, 3])), min_size=1, max_size=8)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
 from engine.core.speculation import accepted_prefix, propose_ngram
-from tests.engine.test_async_scheduling import run
+from tests.engine.test_async_scheduling import dry_sampling, run
 
 SPEC = {"speculative_method": "ngram", "num_speculative_tokens": 4}
 
@@ -70,12 +70,7 @@ def test_bad_speculation_settings_say_what_to_fix() -> None:
 REPETITIVE = st.builds(lambda unit, times, tail: unit * times + tail,
                        st.text("abc", min_size=1, max_size=5), st.integers(1, 5),
                        st.text("abcd", max_size=4))
-requests = st.lists(st.tuples(REPETITIVE, st.builds(
-    lambda m, t, n, beam, stop, seed: SamplingParams(
-        max_tokens=m, temperature=0.0 if beam > 1 else t, n=1 if beam > 1 else n,
-        beam_width=beam, stop=("q",) if stop else (), seed=seed),
-    st.integers(1, 14), st.sampled_from([0.0, 0.8]), st.sampled_from([1, 1, 2]),
-    st.just(1), st.booleans(), st.integers(0, 3))), min_size=1, max_size=6)
+requests = st.lists(st.tuples(REPETITIVE, dry_sampling(14, [1, 1, 2])), min_size=1, max_size=6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
