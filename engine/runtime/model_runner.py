@@ -27,6 +27,7 @@ through static buffers and, on a GPU, CUDA graphs (decode_graphs.py).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -189,7 +190,9 @@ class ModelRunner:
         if feed is not None:  # a fed sequence's one new token is its last row's
             _feed_into(input_ids[0], last_rows, feed)
         if any(s.num_logits > 1 for s in batch):  # a draft's verification: a row per position
-            last_rows = _logit_rows(batch, last_rows.device)
+            ends = itertools.accumulate(len(s.token_ids) for s in batch)
+            last_rows = torch.tensor([r for s, e in zip(batch, ends, strict=True)
+                                      for r in range(e - s.num_logits, e)]).to(last_rows.device)
         if self.lean is not None and not self._modules_only:
             logits = lean_forward(
                 self.lean, meta.ops, meta.kv_cache, input_ids[0], positions[0], meta.slot_mapping,
@@ -383,16 +386,6 @@ class ModelRunner:
             if not 0 <= block < self.cache.num_gpu_blocks:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
                                  f"(0..{self.cache.num_gpu_blocks - 1})")
-
-
-def _logit_rows(batch: list[ScheduledSeq], device: torch.device) -> torch.Tensor:
-    """The packed rows whose logits a step returns: each sequence's last num_logits tokens."""
-    rows: list[int] = []
-    end = 0
-    for seq in batch:
-        end += len(seq.token_ids)
-        rows.extend(range(end - seq.num_logits, end))
-    return torch.tensor(rows, dtype=torch.long).to(device)
 
 
 def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:
