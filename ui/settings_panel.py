@@ -81,7 +81,8 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
                                min_width=90)  # no Gradio bounds: the check names the field
     tp = tp_panel.tp_setting()
     spec = gr.Dropdown(list(DRAFT_CHOICES), value=0, min_width=90,
-                       label="speculative decoding: draft tokens by prompt lookup (0 = off)")
+                       label="speculative decoding (draft tokens)",
+                       info="0 = off; a prompt lookup guesses up to this many (lesson 12)")
     with gr.Row():
         prefix = gr.Checkbox(value=True, label="prefix caching", min_width=100)
         apply = gr.Button("Apply (new session)", min_width=100)
