@@ -47,8 +47,9 @@ def _holding(pool: Any) -> list[int]:
 
 def can_take(engine: Any) -> bool:
     """Between settled operations, on a runtime that can save its blocks (not tensor parallel,
-    whose bytes live in worker processes)."""
-    settled = engine._flight.launched is None
+    whose bytes live in worker processes), while the CPU tier holds nothing (its bytes are not
+    saved: a restore from the start replays them)."""
+    settled = engine._flight.launched is None and not len(engine.kv.tier)
     return settled and (engine.runtime is None or hasattr(engine.runtime, "save_blocks"))
 
 

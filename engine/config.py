@@ -41,6 +41,9 @@ class EngineConfig:
     # speculative decoding (engine/core/speculation.py): "ngram" proposes the k tokens that
     # followed the last occurrence of a sequence's last n tokens (n from prompt_lookup_max down
     # to prompt_lookup_min), verified in one pass; None: off
+    # a CPU tier for the prefix cache (engine/core/offload_tier.py): cached blocks evicted from
+    # the GPU pool keep their K/V in this many CPU blocks, and a prefix hit there copies them back
+    num_offload_blocks: int = 0
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 2
@@ -87,6 +90,13 @@ class EngineConfig:
         if self.tensor_parallel_size > 1 and self.model is None:
             raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
                              "mode has no model (use tensor_parallel_size=1 or load a model)")
+        if isinstance(self.num_offload_blocks, bool) or not isinstance(self.num_offload_blocks, int) \
+                or not 0 <= self.num_offload_blocks <= 1 << 20:
+            raise ValueError(f"num_offload_blocks must be between 0 and {1 << 20}, "
+                             f"got {self.num_offload_blocks!r}")
+        if self.num_offload_blocks and self.tensor_parallel_size > 1:
+            raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
+                             "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")
         self._check_speculation()
 
     def _check_speculation(self) -> None:

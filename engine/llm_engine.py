@@ -74,7 +74,8 @@ class LLMEngine:
         # of this engine (events outlive steps; pointing back would keep the KV pool alive)
         token_repr = TokenNames(self.tokenizer.decode)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                 token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks)
+                                 token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks,
+                                 num_offload_blocks=config.num_offload_blocks)
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
         self.seqs: dict[int, Sequence] = self.registry.seqs
         self.groups: dict[int, SequenceGroup] = self.registry.groups
@@ -143,7 +144,8 @@ class LLMEngine:
         k = self.kv
         counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
                     "evictions": k.evictions, "draft_tokens": k.draft_tokens,
-                    "accepted_tokens": k.accepted_tokens}
+                    "accepted_tokens": k.accepted_tokens, "offloaded_blocks": k.tier.offloaded_blocks,
+                    "offload_hit_blocks": k.tier.hit_blocks}
         mode = "dry" if self.config.dry else str(self.config.model)
         sched = self.scheduler
         last = self.last_step
@@ -218,6 +220,7 @@ class LLMEngine:
             "block size": cfg.block_size,
             "gpu blocks": self.kv.pool.num_blocks,
             "cpu swap blocks": self.kv.cpu_pool.num_blocks,
+            "cpu tier blocks (prefix cache)": self.kv.tier.num_blocks,
             "prefix caching": cfg.enable_prefix_caching,
             "preemption": cfg.preemption_mode,
             "max tokens per sequence": self.max_model_len,
@@ -423,7 +426,7 @@ class LLMEngine:
     def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
         """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
         the model on the sequence's tokens from num_computed on, keep the greedy next token."""
-        self.runtime.copy_blocks([e.block_ids for e in events if e.kind == "cow"])
+        step_run.move_blocks(self.runtime, events)
         scores = self.runtime.execute([(seq.token_ids[num_computed:], num_computed, seq.block_table)])
         token, logprob = scores.greedy(0)
         seq.pending_token = token

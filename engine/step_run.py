@@ -31,16 +31,13 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
     items = [(p.seq, p.start, 1) for p in sched.prefills]
     items += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
               for k in (drafts.get(s.seq_id, 0),)]
-    cow = [e.block_ids for e in events if e.kind == "cow"]
     for p in sched.prefills:
         events.append(_prefill_event(p, step))
     if sched.decodes:
         events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
     if runtime is None:
         return DryScores(sum(m for _, _, m in items), rng) if items else None
-    runtime.swap_out(sched.swap_out)
-    runtime.swap_in(sched.swap_in)
-    runtime.copy_blocks(cow)
+    move_blocks(runtime, events, sched)
     if not items:
         return None
     # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
@@ -52,6 +49,19 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
     if feed:
         return runtime.execute(batch, feed=(feed, last_picks.tokens))
     return runtime.execute(batch)
+
+
+def move_blocks(runtime: Any, events: list[Event], sched: ScheduledStep | None = None) -> None:
+    """The copies a step makes before its forward pass, in the one safe order: blocks evicted
+    into the CPU tier first (nothing has overwritten them yet), then swaps, then blocks copied
+    back from the tier, then copy-on-write copies (their sources may have just come back)."""
+    runtime.offload([(e.block_ids[0], e.facts[0]) for e in events if e.kind == "offload"])
+    if sched is not None:
+        runtime.swap_out(sched.swap_out)
+        runtime.swap_in(sched.swap_in)
+    runtime.load([(slot, b) for e in events if e.kind == "load"
+                  for slot, b in zip(e.facts[0], e.block_ids, strict=True)])
+    runtime.copy_blocks([e.block_ids for e in events if e.kind == "cow"])
 
 
 def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed: int,

@@ -33,6 +33,8 @@ EVENT_KINDS = (
     "finish",      # a request finished
     "draft",       # speculative decoding: slots reserved for proposed tokens (or all of them kept)
     "reject",      # speculative decoding: rejected draft tokens' slots rolled back
+    "offload",     # an evicted cached block's K/V copied to the CPU tier of the prefix cache
+    "load",        # a prompt's blocks copied back from the CPU tier instead of recomputed
 )
 
 

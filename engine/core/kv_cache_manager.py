@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.core.block_pool import BlockPool, OutOfBlocks
+from engine.core.draft_slots import DraftSlots
 from engine.core.events import Event
 from engine.core.hashing import HashFn, hash_block
 from engine.core.invariants import InvariantError, check_pool
+from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
 
 
-class KVCacheManager:
+class KVCacheManager(DraftSlots):
     def __init__(
         self,
         num_blocks: int,
@@ -26,8 +28,11 @@ class KVCacheManager:
         hash_fn: HashFn = hash_block,
         token_repr: Callable[[int], str] = repr,
         num_cpu_blocks: int = 0,
+        num_offload_blocks: int = 0,
     ) -> None:
         self.pool = BlockPool(num_blocks, block_size)
+        self.tier = OffloadTier(num_offload_blocks)  # the prefix cache's CPU tier
+        self._loading: tuple[int, set[int]] = (-1, set())  # (step, tier slots its loads read)
         self.cpu_pool = BlockPool(num_cpu_blocks, block_size)  # swap space; never hashed
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -77,7 +82,9 @@ class KVCacheManager:
             raise ValueError("a prompt needs at least one token")
         bs = self.block_size
         hits = self._match_prefix(prompt)
-        end = len(prompt) if max_new is None else min(len(prompt), len(hits) * bs + max_new)
+        loads = self._match_tier(prompt, hits)
+        served = len(hits) + len(loads)
+        end = len(prompt) if max_new is None else min(len(prompt), served * bs + max_new)
         cached_hits = sum(1 for b, _ in hits if self.pool.blocks[b].ref_count == 0)
         self._require(
             -(-end // bs) - len(hits),
@@ -104,6 +111,8 @@ class KVCacheManager:
                                 facts=(n_hit, len(prompt))))
             if live:
                 events.append(Event("share", self.step, sid, tuple(live)))
+        if loads:
+            self._load(seq, prompt, loads, events)
         self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
         return events
@@ -188,47 +197,41 @@ class KVCacheManager:
         cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
         return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)))]
 
-    # ---- speculative decoding: draft slots ---------------------------------------------------
+    # ---- the CPU tier of the prefix cache (num_offload_blocks) -------------------------------
 
-    def append_draft(self, seq: Sequence, draft: list[int], events: list[Event]) -> None:
-        """Write draft tokens after the sequence's last one, in slots of its blocks (new blocks
-        as needed; the caller counted them). Not hashed: a block that may hold a token the
-        model rejects must never serve a prefix hit. `settle_draft` decides each slot."""
-        had = set(seq.block_table)
-        start = seq.num_tokens
-        self._write(seq, draft, scratch := [], narrate_each=False, seal=False)
-        events += [e for e in scratch if e.kind != "allocate"]  # evictions; the draft names its blocks
-        new = tuple(b for b in seq.block_table if b not in had)
-        events.append(Event("draft", self.step, seq.seq_id, new, tuple(draft), facts=(start,),
-                            names=self.token_repr))
-        seq.num_draft = len(draft)
-        self.draft_tokens += len(draft)
+    def _match_tier(self, prompt: list[int], hits: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        if not self.enable_prefix_caching:
+            return []
+        return self.tier.match(prompt, hits[-1][1] if hits else None, len(hits), self.block_size,
+                               self.hash_fn)
 
-    def settle_draft(self, seq: Sequence, keep: int, accepted: int, events: list[Event]) -> None:
-        """After verification: keep the first `keep` draft tokens, give back the slots of the
-        rest (a block left holding none of the sequence's tokens returns to the free queue),
-        then hash the blocks the kept tokens filled. `accepted`: drafts that became output."""
-        k, seq.num_draft = seq.num_draft, 0
-        self.accepted_tokens += accepted
-        bs, end = self.block_size, seq.num_tokens - k + keep
-        if keep < k:
-            dropped = tuple(seq.token_ids[end:])
-            del seq.token_ids[end:]
-            freed = []
-            while len(seq.block_table) > -(-end // bs):
-                freed.append(b := seq.block_table.pop())
-                self.pool.decref(b, seq.seq_id)
-            if end % bs:  # the last block keeps its first slots
-                del self.pool.blocks[seq.block_table[-1]].token_ids[end % bs:]
-                self.pool.dirty.add(seq.block_table[-1])
-            events.append(Event("reject", self.step, seq.seq_id, tuple(reversed(freed)), dropped,
-                                facts=(accepted, k), names=self.token_repr))
-        elif k:
-            events.append(Event("draft", self.step, seq.seq_id, (), tuple(seq.token_ids[end - k:]),
-                                facts=(end - k,), form="draft_kept", names=self.token_repr))
-        if self.enable_prefix_caching:
-            for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
-                self._seal(seq, seq.block_table[i], events)
+    def _load(self, seq: Sequence, prompt: list[int], loads: list[tuple[int, int]],
+              events: list[Event]) -> None:
+        """Blocks the tier holds become the sequence's next blocks: a GPU block each (the
+        caller counted them), hashed again, their K/V copied back before the model runs."""
+        bs, sid = self.block_size, seq.seq_id
+        self._pinned().update(slot for slot, _ in loads)  # no offload may overwrite them now
+        blocks = []
+        for _, h in loads:
+            i = len(seq.block_table)
+            block_id = self._allocate(sid, events, narrate=False)
+            chunk = prompt[i * bs:(i + 1) * bs]
+            self.pool.blocks[block_id].token_ids = list(chunk)
+            self.pool.register_hash(block_id, h)
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(h)
+            seq.token_ids += chunk
+            blocks.append(block_id)
+        seq.num_cached_tokens += len(loads) * bs
+        self.tier.hit_blocks += len(loads)
+        events.append(Event("load", self.step, sid, tuple(blocks),
+                            facts=(tuple(slot for slot, _ in loads), len(loads) * bs)))
+
+    def _pinned(self) -> set[int]:
+        """The tier slots this step's loads read (the runtime offloads first, then loads)."""
+        if self._loading[0] != self.step:
+            self._loading = (self.step, set())
+        return self._loading[1]
 
     # ---- swapping (preemption by swap, §4.5) -------------------------------------------------
 
@@ -339,10 +342,17 @@ class KVCacheManager:
         return Event("append", self.step, sid, (block_id,), (tok,), offset, (), "", self.token_repr)
 
     def _allocate(self, sid: int, events: list[Event], narrate: bool) -> int:
-        block_id, evicted_hash = self.pool.allocate(sid)
+        pool = self.pool
+        evicting = None if pool.free_ids or not pool.cached_ids else next(iter(pool.cached_ids))
+        tokens = list(pool.blocks[evicting].token_ids) if evicting is not None else []
+        block_id, evicted_hash = pool.allocate(sid)
         if evicted_hash is not None:
             self.evictions += 1
             events.append(Event("evict", self.step, sid, (block_id,)))
+            slot = self.tier.store(evicted_hash, tokens, self._pinned())
+            if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
+                events.append(Event("offload", self.step, sid, (block_id,),
+                                    facts=(slot, evicted_hash & 0xFFFF)))
         if narrate:
             events.append(Event("allocate", self.step, sid, (block_id,)))
         return block_id
@@ -373,6 +383,8 @@ class KVCacheManager:
         """Raise InvariantError on any contradiction between pools, tables and the hash map."""
         check_pool(self.pool, on_gpu, self.block_size, "")
         check_pool(self.cpu_pool, list(on_cpu), self.block_size, "cpu ")
+        if problem := self.tier.check():
+            raise InvariantError(problem)
         for h, b in self.pool.hash_to_block.items():
             if self.pool.blocks[b].block_hash != h:
                 raise InvariantError(f"hash map entry {h:x} points at block {b}, which holds another hash")

@@ -148,6 +148,11 @@ _SENTENCES: dict[str, Callable[[Any], str]] = {
     "draft_kept": lambda e: (f"seq {e.seq_id}: the model confirmed all {len(e.token_ids)} draft "
                              f"tokens ({_tokens(e)}) and picked one more"),
     "reject": _reject,
+    "offload": lambda e: (f"block {e.block_ids[0]}'s K/V (hash {e.facts[1]:04x}…) copied to CPU "
+                          f"tier slot {e.facts[0]} before its reuse"),
+    "load": lambda e: (f"seq {e.seq_id}: {plural(len(e.block_ids), 'prompt block')} found in the "
+                       f"CPU tier, copied back into {blocks_str(e.block_ids)}: "
+                       f"{e.facts[1]} tokens need no compute"),
     "prefix_hit": lambda e: (f"seq {e.seq_id}: prefix cache hit on {blocks_str(e.block_ids)}: "
                              f"{e.facts[0]} of {e.facts[1]} prompt tokens need no compute"),
     "share": lambda e: (f"seq {e.seq_id} shares {blocks_str(e.block_ids)} with live sequences "

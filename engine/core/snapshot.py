@@ -52,6 +52,8 @@ class Metrics:
     num_tokens: int  # tokens in all sequences' caches
     draft_tokens: int = 0  # speculative decoding: draft tokens given slots, cumulative
     accepted_tokens: int = 0  # of them, verified and kept, cumulative
+    offloaded_blocks: int = 0  # cached blocks evicted into the CPU tier, cumulative
+    offload_hit_blocks: int = 0  # prompt blocks copied back from the CPU tier, cumulative
     extra: Mapping[str, float] = field(default_factory=dict)  # serving metrics, filled later
 
     @property

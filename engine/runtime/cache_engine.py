@@ -57,6 +57,7 @@ class CacheEngine:
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         *,
+        num_offload_blocks: int = 0,
         memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
         cpu_pool_bytes: int = DEFAULT_CPU_POOL_BYTES,
         profile_tokens: int = DEFAULT_PROFILE_TOKENS,
@@ -98,11 +99,15 @@ class CacheEngine:
         pin = self.device.type == "cuda"
         self.cpu_cache = torch.zeros(self._pool_shape(num_cpu_blocks), dtype=dtype,
                                      pin_memory=pin)
+        # the prefix cache's CPU tier: evicted cached blocks, copied back on a prefix hit
+        self.num_offload_blocks = num_offload_blocks
+        self.tier_cache = torch.zeros(self._pool_shape(num_offload_blocks), dtype=dtype,
+                                      pin_memory=pin)
 
     def close(self) -> None:
         """Free the pool and the swap space now (idempotent): the tensors go as soon as nothing
         else holds them, with no garbage collection needed. The sizes stay readable."""
-        self.kv_cache = self.cpu_cache = None
+        self.kv_cache = self.cpu_cache = self.tier_cache = None
 
     @property
     def closed(self) -> bool:
@@ -188,6 +193,20 @@ class CacheEngine:
         self.ops.swap_blocks(self.cpu_cache, self.kv_cache, src, dst)
 
     @torch.inference_mode()
+    def offload(self, pairs: list[tuple[int, int]]) -> None:
+        """Device block -> CPU tier slot for every (gpu_id, slot)."""
+        if pairs:
+            src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_offload_blocks, None)
+            self.ops.swap_blocks(self.kv_cache, self.tier_cache, src, dst)
+
+    @torch.inference_mode()
+    def load(self, pairs: list[tuple[int, int]]) -> None:
+        """CPU tier slot -> device block for every (slot, gpu_id)."""
+        if pairs:
+            src, dst = self._ids(pairs, self.num_offload_blocks, self.num_gpu_blocks, None)
+            self.ops.swap_blocks(self.tier_cache, self.kv_cache, src, dst)
+
+    @torch.inference_mode()
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> dict[str, Any]:
         """A copy of these blocks' K/V in every layer (engine/checkpoint.py)."""
         saved: dict[str, Any] = {"gpu_ids": list(gpu_ids), "cpu_ids": list(cpu_ids)}
@@ -216,8 +235,10 @@ class CacheEngine:
             raise ValueError(f"block id must be in 0..{count - 1}, got {block_id}")
         if cpu and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # a swap out writes host memory asynchronously
-        k = cache[layer, 0, block_id].to("cpu", torch.float32)
-        v = cache[layer, 1, block_id].to("cpu", torch.float32)
+        # copies: on a float32 CPU pool `.to` alone returns a view, which changes when the block
+        # is written again
+        k = cache[layer, 0, block_id].to("cpu", torch.float32, copy=True)
+        v = cache[layer, 1, block_id].to("cpu", torch.float32, copy=True)
         return k, v
 
     @staticmethod

@@ -137,6 +137,14 @@ class ModelRuntime(Protocol):
         """CPU block -> device block for every (cpu id, gpu id)."""
         ...
 
+    def offload(self, pairs: list[tuple[int, int]]) -> None:
+        """Device block -> CPU tier slot for every (gpu id, slot): a cached block's K/V kept."""
+        ...
+
+    def load(self, pairs: list[tuple[int, int]]) -> None:
+        """CPU tier slot -> device block for every (slot, gpu id): a prefix copied back."""
+        ...
+
     def read_block(self, block_id: int, layer: int, rank: int | None = None
                    ) -> tuple[Any, Any]:
         """(K, V) of one block in one layer as CPU float32 tensors [block_size, kv_heads,

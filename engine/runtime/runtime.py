@@ -35,6 +35,7 @@ class Runtime:
         self.cache = CacheEngine(
             self.loaded, config.num_gpu_blocks, config.block_size, config.num_cpu_blocks,
             device=self.loaded.device, dtype=self.loaded.dtype,
+            num_offload_blocks=config.num_offload_blocks,
         )
         self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512))
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
@@ -66,6 +67,14 @@ class Runtime:
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()
         self.cache.swap_in(pairs)
+
+    def offload(self, pairs: list[tuple[int, int]]) -> None:
+        self._check_open()
+        self.cache.offload(pairs)
+
+    def load(self, pairs: list[tuple[int, int]]) -> None:
+        self._check_open()
+        self.cache.load(pairs)
 
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
         """The K/V bytes of these pool and swap-space blocks, for a checkpoint."""

@@ -271,6 +271,12 @@ class TPRuntime:
         if pairs:
             self._pending.append(("swap_in", [tuple(p) for p in pairs]))
 
+    def offload(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:  # EngineConfig refuses a CPU tier with tensor parallelism
+            raise ValueError("the CPU tier is not built for tensor parallelism")
+
+    load = offload
+
     def read_block(self, block_id: int, layer: int, rank: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) of one block in one layer, float32 `[block_size, kv_heads, head_dim]`: every

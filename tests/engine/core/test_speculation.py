@@ -74,7 +74,7 @@ requests = st.lists(st.tuples(REPETITIVE, dry_sampling(14, [1, 1, 2])), min_size
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(work=requests, blocks=st.integers(10, 40), budget=st.sampled_from([6, 16, 2048]),
+@given(work=requests, blocks=st.integers(12, 40), budget=st.sampled_from([6, 16, 2048]),
        swap=st.booleans(), prefix=st.booleans(), overlap=st.booleans(), k=st.integers(1, 5),
        shortest=st.sampled_from([1, 2]))
 def test_drafts_change_no_output(work, blocks, budget, swap, prefix, overlap, k, shortest) -> None:
@@ -125,10 +125,11 @@ class SpeculationMachine(RuleBasedStateMachine):
     preempt; every invariant after every operation, and no draft slot outlives its step."""
 
     @initialize(blocks=st.integers(6, 24), swap=st.booleans(), prefix=st.booleans(),
-                k=st.integers(1, 6), bs=st.sampled_from([1, 2, 4, 8]))
-    def setup(self, blocks, swap, prefix, k, bs):
+                k=st.integers(1, 6), bs=st.sampled_from([1, 2, 4, 8]), tier=st.sampled_from([0, 2, 8]))
+    def setup(self, blocks, swap, prefix, k, bs, tier):
         self.eng = LLMEngine(EngineConfig(
             model=None, block_size=bs, num_gpu_blocks=blocks, enable_prefix_caching=prefix,
+            num_offload_blocks=tier,
             preemption_mode="swap" if swap else "recompute", num_cpu_blocks=16 if swap else 0,
             speculative_method="ngram", num_speculative_tokens=k, prompt_lookup_min=1,
             max_num_batched_tokens=24))

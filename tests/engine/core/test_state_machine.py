@@ -18,10 +18,11 @@ class EngineMachine(RuleBasedStateMachine):
         num_blocks=st.integers(1, 24),
         prefix=st.booleans(),
         seed=st.integers(0, 3),
+        tier=st.sampled_from([0, 0, 1, 3, 8]),
     )
-    def setup(self, block_size, num_blocks, prefix, seed):
+    def setup(self, block_size, num_blocks, prefix, seed, tier):
         self.cfg = EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
-                                enable_prefix_caching=prefix, seed=seed)
+                                enable_prefix_caching=prefix, seed=seed, num_offload_blocks=tier)
         self.eng = LLMEngine(self.cfg)
 
     def attempt(self, fn, *args, **kw):

@@ -1,0 +1,67 @@
+"""Speculative decoding's slots in the block tables: a draft written after a sequence's last
+token (not hashed: the model may reject it), then settled after verification (rejected slots
+rolled back, a block of rejected tokens only freed, blocks the kept tokens filled hashed).
+
+A part of `KVCacheManager` (engine/core/kv_cache_manager.py), which it extends: it uses the
+manager's pool, its `_write` and `_seal`, and counts into its `draft_tokens` and
+`accepted_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.events import Event
+from engine.core.sequence import Sequence
+
+
+class DraftSlots:
+    """The draft-slot operations of the KV cache manager."""
+
+    pool: Any
+    block_size: int
+    enable_prefix_caching: bool
+    step: int
+    token_repr: Any
+    draft_tokens: int
+    accepted_tokens: int
+
+    def append_draft(self, seq: Sequence, draft: list[int], events: list[Event]) -> None:
+        """Write draft tokens after the sequence's last one, in slots of its blocks (new blocks
+        as needed; the caller counted them). Not hashed: a block that may hold a token the
+        model rejects must never serve a prefix hit. `settle_draft` decides each slot."""
+        had = set(seq.block_table)
+        start = seq.num_tokens
+        self._write(seq, draft, scratch := [], narrate_each=False, seal=False)
+        events += [e for e in scratch if e.kind != "allocate"]  # evictions; the draft names its blocks
+        new = tuple(b for b in seq.block_table if b not in had)
+        events.append(Event("draft", self.step, seq.seq_id, new, tuple(draft), facts=(start,),
+                            names=self.token_repr))
+        seq.num_draft = len(draft)
+        self.draft_tokens += len(draft)
+
+    def settle_draft(self, seq: Sequence, keep: int, accepted: int, events: list[Event]) -> None:
+        """After verification: keep the first `keep` draft tokens, give back the slots of the
+        rest (a block left holding none of the sequence's tokens returns to the free queue),
+        then hash the blocks the kept tokens filled. `accepted`: drafts that became output."""
+        k, seq.num_draft = seq.num_draft, 0
+        self.accepted_tokens += accepted
+        bs, end = self.block_size, seq.num_tokens - k + keep
+        if keep < k:
+            dropped = tuple(seq.token_ids[end:])
+            del seq.token_ids[end:]
+            freed = []
+            while len(seq.block_table) > -(-end // bs):
+                freed.append(b := seq.block_table.pop())
+                self.pool.decref(b, seq.seq_id)
+            if end % bs:  # the last block keeps its first slots
+                del self.pool.blocks[seq.block_table[-1]].token_ids[end % bs:]
+                self.pool.dirty.add(seq.block_table[-1])
+            events.append(Event("reject", self.step, seq.seq_id, tuple(reversed(freed)), dropped,
+                                facts=(accepted, k), names=self.token_repr))
+        elif k:
+            events.append(Event("draft", self.step, seq.seq_id, (), tuple(seq.token_ids[end - k:]),
+                                facts=(end - k,), form="draft_kept", names=self.token_repr))
+        if self.enable_prefix_caching:
+            for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
+                self._seal(seq, seq.block_table[i], events)

@@ -1,0 +1,82 @@
+"""A CPU tier for the prefix cache (vLLM's offloading connector, LMCache): a full, hashed block
+evicted from the GPU pool keeps its K/V here, and a later prompt whose prefix misses the GPU pool
+but hits the tier copies the block back instead of recomputing it.
+
+The tier holds `num_blocks` slots of CPU memory, each one block's K/V in every layer, found by
+the block's chained hash (the tokens are kept too: a hash collision must not serve a wrong
+block). Least recently used first out: storing into a full tier overwrites the slot of the entry
+used longest ago; a hit makes an entry the most recent. A block copied back stays in the tier
+(its bytes are still right), so a prefix evicted again costs no second copy. Torch-free: the
+bytes move in the runtime (`offload` / `load`), driven by the events this bookkeeping causes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+
+class OffloadTier:
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.free_slots: deque[int] = deque(range(num_blocks))
+        self.entries: OrderedDict[int, tuple[int, tuple[int, ...]]] = OrderedDict()  # hash -> (slot, tokens)
+        self.offloaded_blocks = 0  # blocks copied in, cumulative
+        self.hit_blocks = 0  # blocks copied back for a prefix, cumulative
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def store(self, block_hash: int, token_ids: list[int], pinned: set[int] = frozenset()
+              ) -> int | None:
+        """The slot to copy an evicted block into (the least recently used entry's when the tier
+        is full, but never a `pinned` one: a load reads it this step), or None when there is no
+        such slot or the tier holds this block already (then it only becomes the most recent)."""
+        if not self.num_blocks:
+            return None
+        if block_hash in self.entries:
+            self.entries.move_to_end(block_hash)
+            return None
+        if self.free_slots:
+            slot = self.free_slots.popleft()
+        else:
+            victim = next((h for h, (s, _) in self.entries.items() if s not in pinned), None)
+            if victim is None:
+                return None
+            slot, _ = self.entries.pop(victim)
+        self.entries[block_hash] = (slot, tuple(token_ids))
+        self.offloaded_blocks += 1
+        return slot
+
+    def find(self, block_hash: int, token_ids: list[int]) -> int | None:
+        """The slot holding exactly these tokens under this hash (now the most recent), or None."""
+        entry = self.entries.get(block_hash)
+        if entry is None or list(entry[1]) != list(token_ids):
+            return None
+        self.entries.move_to_end(block_hash)
+        return entry[0]
+
+    def match(self, prompt: list[int], parent: int | None, start: int, block_size: int,
+              hash_fn: Callable[[int | None, list[int]], int]) -> list[tuple[int, int]]:
+        """The prompt's full blocks from block `start` on (chained from `parent`, the hash of
+        the block before) that the tier holds, as (slot, hash), up to the first miss; at least
+        one prompt token is left to compute."""
+        found: list[tuple[int, int]] = []
+        for i in range(start, (len(prompt) - 1) // block_size):
+            chunk = prompt[i * block_size:(i + 1) * block_size]
+            h = hash_fn(parent, chunk)
+            slot = self.find(h, chunk)
+            if slot is None:
+                break
+            found.append((slot, h))
+            parent = h
+        return found
+
+    def check(self) -> str | None:
+        """What is inconsistent (slots used twice, lost or out of range), or None."""
+        used = [slot for slot, _ in self.entries.values()]
+        if len(set(used)) != len(used) or set(used) & set(self.free_slots):
+            return "a tier slot is held twice"
+        if len(used) + len(self.free_slots) != self.num_blocks:
+            return f"tier slots: {len(used)} held + {len(self.free_slots)} free != {self.num_blocks}"
+        return None

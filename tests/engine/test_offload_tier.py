@@ -1,0 +1,74 @@
+"""The prefix cache's CPU tier (EngineConfig.num_offload_blocks): a cached block evicted from a
+small GPU pool keeps its K/V in CPU memory; a later prompt with that prefix copies it back (a
+real copy: the bytes equal those computed the first time) and prefills only the rest, with the
+same tokens as an engine that recomputes it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.core.offload_tier import OffloadTier
+
+SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
+FILLERS = ["Once upon a time there was a dragon who lived in a cave by the sea and guarded gold",
+           "The history of the bicycle begins in the early nineteenth century when inventors"]
+PARAMS = SamplingParams(max_tokens=6, ignore_eos=True)
+
+
+def _serve(eng: LLMEngine) -> tuple[list, list]:
+    """A system-prompt request, two others that push its blocks out, then the system prompt
+    again; returns the outputs and the last request's events."""
+    outs = [eng.generate(SYSTEM + "What is the capital of France?", PARAMS)[0]]
+    outs += [eng.generate(f, PARAMS)[0] for f in FILLERS]
+    events = []
+    rid = eng.add_request(SYSTEM + "What is the capital of Spain?", PARAMS)
+    while not any(o.request_id == rid for o in outs):
+        res = eng.step()
+        events += res.events
+        outs += res.finished
+        eng.check_invariants()
+    return [o.outputs[0].token_ids for o in outs], events
+
+
+@pytest.mark.model
+def test_an_evicted_prefix_comes_back_from_the_tier(default_model) -> None:
+    cfg = dict(model="default", device="cpu", dtype="float32", block_size=4, num_gpu_blocks=12)
+    plain, plain_events = _serve(LLMEngine(EngineConfig(**cfg)))
+    eng = LLMEngine(EngineConfig(**cfg, num_offload_blocks=32))
+    # the system prompt's full blocks as computed the first time, by their tokens
+    first = eng.add_sequence(SYSTEM)
+    snap = eng.snapshot()
+    computed_kv = {tuple(snap.blocks[b].token_ids): eng.inspect_block(b, 3)
+                   for b in eng.block_table(first) if snap.blocks[b].num_filled == 4}
+    eng.free(first)
+    got, events = _serve(eng)
+    assert got == plain  # the same tokens as recomputing the prefix
+    m = eng.snapshot().metrics
+    assert m.offloaded_blocks > 0 and m.offload_hit_blocks > 0
+    loads = [e for e in events if e.kind == "load"]
+    assert loads and "found in the CPU tier" in loads[0].text
+    computed = next(e for e in events if e.kind == "prefill").facts[5]
+    plain_computed = next(e for e in plain_events if e.kind == "prefill").facts[5]
+    assert computed <= plain_computed - 4 * len(loads[0].block_ids)  # the rest only
+    snap = eng.snapshot()
+    compared = 0
+    for b in loads[0].block_ids:  # a real copy: the bytes computed the first time
+        k, v = computed_kv.get(tuple(snap.blocks[b].token_ids), (None, None))
+        if k is not None:
+            k2, v2 = eng.inspect_block(b, 3)
+            assert torch.equal(k, k2) and torch.equal(v, v2)
+            compared += 1
+    assert compared > 0
+
+
+def test_the_tier_is_least_recently_used_and_keeps_pinned_slots() -> None:
+    tier = OffloadTier(2)
+    assert tier.store(10, [1, 2]) == 0 and tier.store(11, [3, 4]) == 1
+    assert tier.store(10, [1, 2]) is None  # held already: only freshened
+    assert tier.find(10, [1, 2]) == 0 and tier.find(10, [9, 9]) is None  # tokens must match
+    assert tier.store(12, [5, 6]) == 1  # 11 was the least recently used
+    assert tier.find(11, [3, 4]) is None
+    assert tier.store(13, [7, 8], pinned={0, 1}) is None  # both slots read by loads this step
+    assert tier.check() is None and tier.offloaded_blocks == 3
