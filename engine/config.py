@@ -10,6 +10,12 @@ MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it furt
 MAX_SPECULATIVE_TOKENS = 16  # draft slots per sequence and step
 
 
+def _block_count(name: str, value: object) -> None:
+    """A number of CPU blocks (swap space, the prefix cache's tier): 0 (none) up to 2**20."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 20:
+        raise ValueError(f"{name} must be between 0 and {1 << 20}, got {value!r}")
+
+
 def _positive_int(name: str, value: object, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be a whole number, got {value!r}")
@@ -58,11 +64,7 @@ class EngineConfig:
                 raise ValueError("the dry mode needs num_gpu_blocks (there is no memory to size from)")
         else:
             _positive_int("num_gpu_blocks", self.num_gpu_blocks, 1 << 20)
-        if isinstance(self.num_cpu_blocks, bool) or not isinstance(self.num_cpu_blocks, int) or (
-            not 0 <= self.num_cpu_blocks <= 1 << 20
-        ):
-            raise ValueError(f"num_cpu_blocks must be between 0 and {1 << 20}, "
-                             f"got {self.num_cpu_blocks!r}")
+        _block_count("num_cpu_blocks", self.num_cpu_blocks)
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching must be True or False, "
                              f"got {self.enable_prefix_caching!r}")
@@ -90,10 +92,7 @@ class EngineConfig:
         if self.tensor_parallel_size > 1 and self.model is None:
             raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
                              "mode has no model (use tensor_parallel_size=1 or load a model)")
-        if isinstance(self.num_offload_blocks, bool) or not isinstance(self.num_offload_blocks, int) \
-                or not 0 <= self.num_offload_blocks <= 1 << 20:
-            raise ValueError(f"num_offload_blocks must be between 0 and {1 << 20}, "
-                             f"got {self.num_offload_blocks!r}")
+        _block_count("num_offload_blocks", self.num_offload_blocks)
         if self.num_offload_blocks and self.tensor_parallel_size > 1:
             raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")

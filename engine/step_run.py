@@ -55,13 +55,23 @@ def move_blocks(runtime: Any, events: list[Event], sched: ScheduledStep | None =
     """The copies a step makes before its forward pass, in the one safe order: blocks evicted
     into the CPU tier first (nothing has overwritten them yet), then swaps, then blocks copied
     back from the tier, then copy-on-write copies (their sources may have just come back)."""
-    runtime.offload([(e.block_ids[0], e.facts[0]) for e in events if e.kind == "offload"])
+    offload: list[tuple[int, int]] = []
+    load: list[tuple[int, int]] = []
+    cow: list[tuple[int, ...]] = []
+    for e in events:  # one pass: a step at scale has an event per sequence
+        kind = e.kind
+        if kind == "cow":
+            cow.append(e.block_ids)
+        elif kind == "offload":
+            offload.append((e.block_ids[0], e.facts[0]))
+        elif kind == "load":
+            load += zip(e.facts[0], e.block_ids, strict=True)
+    runtime.offload(offload)
     if sched is not None:
         runtime.swap_out(sched.swap_out)
         runtime.swap_in(sched.swap_in)
-    runtime.load([(slot, b) for e in events if e.kind == "load"
-                  for slot, b in zip(e.facts[0], e.block_ids, strict=True)])
-    runtime.copy_blocks([e.block_ids for e in events if e.kind == "cow"])
+    runtime.load(load)
+    runtime.copy_blocks(cow)
 
 
 def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed: int,
