@@ -63,7 +63,8 @@ def settle(pg) -> None:
 def new_page(browser, size: tuple[int, int], url: str, scale: float = 1):
     pg = browser.new_page(viewport={"width": size[0], "height": size[1]}, device_scale_factor=scale)
     pg.goto(url)
-    pg.wait_for_selector("#new-seq", timeout=180_000)
+    # attached, not visible: a lesson link may open the Lessons tab before Playground shows
+    pg.wait_for_selector("#new-seq", state="attached", timeout=180_000)
     pg.wait_for_function(SETTLED, timeout=180_000)
     return pg
 
