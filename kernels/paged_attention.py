@@ -1,7 +1,8 @@
 """Triton paged attention: one unified kernel for prefill chunks and decodes, plus split-K.
 
-Owns `paged_attention` (same signature as `kernels.reference.paged_attention`), its two Triton
-kernels (`_paged_attn_kernel`, `_merge_splits_kernel`) and the launch heuristics.
+Owns `paged_attention` (same signature as `kernels.reference.paged_attention`) and its two Triton
+kernels (`_paged_attn_kernel`, `_merge_splits_kernel`); the launch heuristics (tile sizes, split
+count) live in `kernels.attention_config` and are imported back here.
 
 How the unified kernel works (read with ARCHITECTURE.md "Kernels"):
 
@@ -18,10 +19,19 @@ How the unified kernel works (read with ARCHITECTURE.md "Kernels"):
 * Causality: query j of a sequence sits at position `seq_len - q_len + j`. Keys left of the
   tile's first query position are visible to every row of the tile: those tiles run without any
   mask (the common case for decode and for long cached prefixes); only the tail is masked.
+* Sliding window (`window` W; the kernel's `SLIDING` constexpr, so the no-window kernel is the
+  plain one): row p sees keys p - W + 1..p. The key loop starts at the tile holding the lowest
+  key any row of the query tile sees (the first row's p - W + 1), so tiles left of the window
+  are never loaded: reads and work are bounded by W, and the table entries there, which may be
+  placeholders of blocks the engine has dropped, are never dereferenced (masked loads keep it so
+  inside the first tile too). Tiles holding keys some row must not see (the window's left edge)
+  get the mask `key > p - W` with the causal one; tiles inside every row's window and before
+  the causal tail stay on the unmasked fast path.
 * Split-K (for few, long decodes): the context of each program is cut into `NUM_SPLITS` slices
   handled by separate programs, which write a partial output and its log-sum-exp; a second small
   kernel merges them. Without it, a batch of 4 sequences x 3 KV heads would occupy 12 SMs out of
-  132 on an H100 and leave most of the memory bandwidth idle.
+  132 on an H100 and leave most of the memory bandwidth idle. With a window the slices divide
+  only the in-window keys; a slice where a row sees nothing gives it log-sum-exp -inf (weight 0).
 
 The kernels use only long-standing Triton APIs (tl.load/store with masks, tl.dot, range loops),
 so they compile with Triton 3.x and run on CPU under `TRITON_INTERPRET=1`.
@@ -35,9 +45,15 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["paged_attention", "AttnConfig", "select_config", "CONFIG_OVERRIDE"]
+from .attention_config import AttnConfig, choose_num_splits, select_config
+
+__all__ = ["paged_attention", "AttnConfig", "select_config", "choose_num_splits", "CONFIG_OVERRIDE"]
 
 LOG2E = math.log2(math.e)  # scores are scaled by this so exp2 can replace exp
+
+# Benchmarks may set this to a dict with any of block_n / num_warps / num_stages (decode only)
+# to sweep configurations without editing the heuristic; every launch hands it to select_config.
+CONFIG_OVERRIDE: dict | None = None
 
 
 @triton.jit
@@ -53,21 +69,25 @@ def _dot(a, b, IEEE: tl.constexpr):
 def _attend_tile(
     acc, m_i, l_i, q,
     k_cache_ptr, v_cache_ptr, table_row_ptr,
-    start, kv_end, query_pos,
+    start, kv_end, query_pos, key_lo, window,
     kv_head, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
     qk_scale,
     offs_n, offs_d,
     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    MASKED: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    MASKED: tl.constexpr, SLIDING: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """One online-softmax step over keys `start .. start + BLOCK_N` (positions in the sequence).
 
-    MASKED=False is the fast path: the whole tile is in range and visible to every row.
+    MASKED=False is the fast path: the whole tile is in range and visible to every row. With
+    SLIDING, a masked tile reads no key below `key_lo` (the lowest key any row sees: below it a
+    table entry may be a dropped block's placeholder) and row p sees only keys > p - window.
     """
     key_pos = start + offs_n
     # Gather: key position -> (physical block from the table, offset inside the block).
     if MASKED:
         in_range = key_pos < kv_end
+        if SLIDING:
+            in_range = in_range & (key_pos >= key_lo)
         block_ids = tl.load(table_row_ptr + key_pos // BLOCK_SIZE, mask=in_range, other=0)
     else:
         block_ids = tl.load(table_row_ptr + key_pos // BLOCK_SIZE)
@@ -94,6 +114,8 @@ def _attend_tile(
     s = _dot(q, tl.trans(k), IEEE) * qk_scale  # [BLOCK_M, BLOCK_N]
     if MASKED:
         visible = (key_pos[None, :] <= query_pos[:, None]) & in_range[None, :]
+        if SLIDING:
+            visible = visible & (key_pos[None, :] > query_pos[:, None] - window)
         s = tl.where(visible, s, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -109,7 +131,7 @@ def _paged_attn_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
     part_out_ptr, part_lse_ptr,
-    qk_scale,
+    qk_scale, window,
     stride_qt, stride_qh,
     stride_ot, stride_oh,
     stride_kb, stride_ks, stride_kh,
@@ -124,6 +146,7 @@ def _paged_attn_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    SLIDING: tl.constexpr,  # window > 0; False compiles the plain causal kernel
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
@@ -154,14 +177,20 @@ def _paged_attn_kernel(
         if UPCAST:
             q = q.to(tl.float32)
 
-        # Keys this tile needs: [0, kv_end). Keys < no_mask_end are visible to every row.
+        # Keys this tile needs: [key_lo, kv_end), from tile win_lo on. Keys < no_mask_end are
+        # not after any row (causality needs no mask there).
         last_tok = tl.minimum(first_tok + BLOCK_Q, q_len)
         kv_end = context_len + last_tok
         no_mask_end = ((context_len + first_tok + 1) // BLOCK_N) * BLOCK_N
+        key_lo = 0
+        win_lo = 0
+        if SLIDING:  # the first row's window starts lowest; tiles left of it are never loaded
+            key_lo = tl.maximum(context_len + first_tok - window + 1, 0)
+            win_lo = (key_lo // BLOCK_N) * BLOCK_N
         # This program's slice of the keys (the whole range when NUM_SPLITS == 1); slices are
         # whole tiles so that only the last tile of the sequence is ever partial.
-        chunk = tl.cdiv(tl.cdiv(kv_end, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * chunk
+        chunk = tl.cdiv(tl.cdiv(kv_end - win_lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = win_lo + split * chunk
         hi = tl.minimum(kv_end, lo + chunk)
 
         table_row_ptr = block_tables_ptr + seq.to(tl.int64) * stride_bt
@@ -169,24 +198,39 @@ def _paged_attn_kernel(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-        for start in range(lo, tl.minimum(hi, no_mask_end), BLOCK_N):
+        fast_lo = lo
+        if SLIDING:
+            # Keys >= kv_end - window are in every row's window (the last row's starts there):
+            # the tiles before the first such tile boundary are the window's masked left edge.
+            edge_end = tl.cdiv(tl.maximum(kv_end - window, 0), BLOCK_N) * BLOCK_N
+            fast_lo = tl.maximum(lo, edge_end)
+            for start in range(lo, tl.minimum(hi, fast_lo), BLOCK_N):
+                acc, m_i, l_i = _attend_tile(
+                    acc, m_i, l_i, q, k_cache_ptr, v_cache_ptr, table_row_ptr,
+                    start, kv_end, query_pos, key_lo, window, kv_head,
+                    stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
+                    qk_scale, offs_n, offs_d,
+                    BLOCK_SIZE, HEAD_DIM, BLOCK_D, True, SLIDING, IEEE, UPCAST,
+                )
+        for start in range(fast_lo, tl.minimum(hi, no_mask_end), BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 acc, m_i, l_i, q, k_cache_ptr, v_cache_ptr, table_row_ptr,
-                start, kv_end, query_pos, kv_head,
+                start, kv_end, query_pos, key_lo, window, kv_head,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 qk_scale, offs_n, offs_d,
-                BLOCK_SIZE, HEAD_DIM, BLOCK_D, False, IEEE, UPCAST,
+                BLOCK_SIZE, HEAD_DIM, BLOCK_D, False, SLIDING, IEEE, UPCAST,
             )
-        for start in range(tl.maximum(lo, no_mask_end), hi, BLOCK_N):
+        for start in range(tl.maximum(fast_lo, no_mask_end), hi, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 acc, m_i, l_i, q, k_cache_ptr, v_cache_ptr, table_row_ptr,
-                start, kv_end, query_pos, kv_head,
+                start, kv_end, query_pos, key_lo, window, kv_head,
                 stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                 qk_scale, offs_n, offs_d,
-                BLOCK_SIZE, HEAD_DIM, BLOCK_D, True, IEEE, UPCAST,
+                BLOCK_SIZE, HEAD_DIM, BLOCK_D, True, SLIDING, IEEE, UPCAST,
             )
 
-        # A row that saw no key in this split (possible only with NUM_SPLITS > 1) has l = 0.
+        # A row that saw no key in this split (possible only with NUM_SPLITS > 1: an empty
+        # split, or with a window one wholly left of the row's window) has l = 0.
         has_keys = l_i > 0.0
         out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
         d_mask = offs_d[None, :] < HEAD_DIM
@@ -213,7 +257,12 @@ def _merge_splits_kernel(
     NUM_SPLITS: tl.constexpr,
     SPLITS_P2: tl.constexpr,
 ):
-    """out = sum_s w_s * out_s / sum_s w_s with w_s = 2**lse_s (log-sum-exp in base 2)."""
+    """out = sum_s w_s * out_s / sum_s w_s with w_s = 2**lse_s (log-sum-exp in base 2).
+
+    A split where the row saw no key has lse = -inf: weight 0. Without a window split 0 holds
+    key 0, visible to every row; with one, only the split of the row's own key is sure to be
+    finite, so a row with every lse = -inf (none in practice) is guarded to 0, not NaN.
+    """
     tok = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs_s = tl.arange(0, SPLITS_P2)
@@ -222,85 +271,17 @@ def _merge_splits_kernel(
     lse = tl.load(part_lse_ptr + offs_s * stride_ls + tok * stride_lt + head, mask=s_mask,
                   other=float("-inf"))
     lse_max = tl.max(lse, axis=0)
-    w = tl.exp2(lse - lse_max)  # split 0 always holds key 0, so lse_max is finite
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # no -inf - -inf = NaN
+    w = tl.exp2(lse - lse_max)
     parts = tl.load(
         part_out_ptr + offs_s[:, None] * stride_ps + tok * stride_pt + head * stride_ph
         + offs_d[None, :],
         mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0,
     )
-    out = tl.sum(parts * w[:, None], axis=0) / tl.sum(w, axis=0)
+    w_sum = tl.sum(w, axis=0)
+    out = tl.sum(parts * w[:, None], axis=0) / tl.where(w_sum > 0.0, w_sum, 1.0)
     tl.store(out_ptr + tok * stride_ot + head * stride_oh + offs_d,
              out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
-
-
-# ---------------------------------------------------------------------------------------------
-# Launch configuration
-
-
-class AttnConfig:
-    """Tile sizes and launch options of one `_paged_attn_kernel` launch."""
-
-    def __init__(self, block_m: int, block_n: int, num_warps: int, num_stages: int):
-        self.block_m, self.block_n = block_m, block_n
-        self.num_warps, self.num_stages = num_warps, num_stages
-
-    def __repr__(self) -> str:
-        return (f"AttnConfig(block_m={self.block_m}, block_n={self.block_n}, "
-                f"num_warps={self.num_warps}, num_stages={self.num_stages})")
-
-
-# Benchmarks may set this to a dict with any of block_n / num_warps / num_stages (decode only)
-# to sweep configurations without editing the heuristic.
-CONFIG_OVERRIDE: dict | None = None
-
-
-def select_config(max_query_len: int, group: int, head_dim: int, block_size: int) -> AttnConfig:
-    """A simple heuristic in place of autotuning (autotune does not run under the interpreter
-    and costs seconds of benchmarking at the first call of every shape).
-
-    Decode (all q_len == 1) is memory bound: the M tile is just the query heads of one group
-    (padded to 16 for tl.dot) and K/V tiles are large (whole pages when block_size >= 16) so
-    each iteration has many bytes in flight. Prefill is compute bound: a 64-row M tile.
-    """
-    group_p2 = max(16, triton.next_power_of_2(group))
-    if max_query_len == 1:
-        block_m = group_p2
-        block_n = max(64, min(block_size, 128)) if head_dim <= 64 else 64
-        # num_stages=2: the H100 sweep (bench/NOTES.md) ran B=256, L=2048 in 160 us against
-        # 199 us with 3 stages, and B=32 no slower.
-        cfg = AttnConfig(block_m, block_n, num_warps=4, num_stages=2)
-        if CONFIG_OVERRIDE:
-            for key, value in CONFIG_OVERRIDE.items():
-                setattr(cfg, key, value)
-        return cfg
-    # Small chunks (speculative or forced multi-token appends) do not need a 64-row tile.
-    block_m = min(max(group_p2, triton.next_power_of_2(group * max_query_len)), max(64, group_p2))
-    block_n = 64 if head_dim <= 64 else 32
-    return AttnConfig(block_m, block_n, num_warps=4, num_stages=2)
-
-
-_SM_COUNT: dict[int, int] = {}
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SM_COUNT:
-        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SM_COUNT[index]
-
-
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int,
-                      device: torch.device) -> int:
-    """Split-K only when the plain grid cannot keep the GPU busy: target ~4 resident programs
-    per SM, but never slices shorter than 256 keys (each split pays a merge and a Q load)."""
-    programs = num_seqs * num_kv_heads
-    target = 4 * _num_sms(device)
-    if device.type != "cuda" or programs >= target:
-        return 1
-    by_length = max_seq_len // max(256, block_n)
-    return max(1, min(triton.cdiv(target, programs), by_length, 32))
 
 
 def paged_attention(
@@ -314,13 +295,18 @@ def paged_attention(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
+    *,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """Triton paged attention; semantics and arguments as `kernels.reference.paged_attention`.
+    """Triton paged attention; semantics and arguments as `kernels.reference.paged_attention`,
+    sliding `window` included (None or 0: none).
 
     `max_query_len` / `max_seq_len` size the grid; when omitted they are read from the device
     (one synchronisation each). `num_splits` forces the split-K path's split count (1 = off);
     None picks it by heuristic, only for pure-decode batches.
     """
+    window = int(window or 0)
+    assert window >= 0, "window must be None, 0 (no window) or positive"
     total_q, num_q_heads, head_dim = q.shape
     num_blocks, block_size, num_kv_heads, _ = k_cache.shape
     num_seqs = seq_lens.shape[0]
@@ -334,7 +320,7 @@ def paged_attention(
 
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
-    cfg = select_config(max_query_len, group, head_dim, block_size)
+    cfg = select_config(max_query_len, group, head_dim, block_size, CONFIG_OVERRIDE)
     block_q = cfg.block_m // group
     num_q_tiles = triton.cdiv(max_query_len, block_q)
 
@@ -343,7 +329,7 @@ def paged_attention(
             if max_seq_len is None:
                 max_seq_len = int(seq_lens.max())
             num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, cfg.block_n,
-                                           q.device)
+                                           q.device, window)
         else:
             num_splits = 1
     num_splits = max(1, int(num_splits))
@@ -367,7 +353,7 @@ def paged_attention(
         q, k_cache, v_cache, out,
         block_tables, seq_lens, query_start_loc,
         part_out, part_lse,
-        scale * LOG2E,
+        scale * LOG2E, window,
         q.stride(0), q.stride(1),
         out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -377,7 +363,7 @@ def paged_attention(
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, BLOCK_SIZE=block_size, HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_SPLITS=num_splits,
-        IEEE=ieee, UPCAST=upcast,
+        SLIDING=window > 0, IEEE=ieee, UPCAST=upcast,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if num_splits > 1:

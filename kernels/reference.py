@@ -47,18 +47,26 @@ def paged_attention(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
+    *,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal, grouped-query attention of packed new tokens over their paged context.
 
     q: `[total_q_tokens, num_q_heads, head_dim]`, sequence after sequence. Sequence i owns the
     query rows `query_start_loc[i]:query_start_loc[i+1]` (its `q_len` new tokens) and a context
     of `seq_lens[i]` tokens (new tokens included: their K/V are already in the cache). Query j of
-    sequence i sits at position `seq_len - q_len + j` and sees keys `0..` that position.
+    sequence i sits at position `p = seq_len - q_len + j` and sees keys `0..p`; with a sliding
+    `window` W (None or 0: none) only keys `p - W + 1..p`, W keys including its own (the rule of
+    transformers' `sliding_window_overlay`: key > p - W). Table entries of blocks wholly left of
+    the first query's window may be placeholders (the engine has dropped those blocks): their
+    values get no weight, whatever they are.
     Returns `[total_q_tokens, num_q_heads, head_dim]` in q's dtype; math in float32 (float64 for
     float64 inputs). The hints `max_query_len`, `max_seq_len` and `num_splits` only shape the
     Triton launch; they are accepted here so that both paths share one signature.
     """
     del max_query_len, max_seq_len, num_splits  # launch hints of the Triton path
+    window = window or 0
+    assert window >= 0, "window must be None, 0 (no window) or positive"
     num_q_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads = k_cache.shape[2]
     group = num_q_heads // num_kv_heads
@@ -72,6 +80,10 @@ def paged_attention(
         q_start, q_end = qsl[i], qsl[i + 1]
         q_len = q_end - q_start
         k, v = gather_kv(k_cache, v_cache, block_tables[i], seq_len)
+        # Keys left of the first query's window are dropped before any arithmetic: a placeholder
+        # block may hold anything, and 0 * NaN would leak through a masked-out softmax weight.
+        first_key = max(0, seq_len - q_len - window + 1) if window else 0
+        k, v = k[first_key:], v[first_key:]
         # [q_len, Hq, D] -> [Hkv, group * q_len, D]: row g * q_len + j = (head g of the group,
         # token j), so one matmul per KV head serves every query head that shares it.
         qi = q[q_start:q_end].to(compute_dtype)
@@ -82,8 +94,11 @@ def paged_attention(
         scores = torch.matmul(qi, k.transpose(1, 2)) * scale  # [Hkv, group * q_len, L]
 
         query_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)
-        key_pos = torch.arange(seq_len, device=q.device)
-        visible = (key_pos[None, :] <= query_pos[:, None]).repeat(group, 1)
+        key_pos = torch.arange(first_key, seq_len, device=q.device)
+        visible = key_pos[None, :] <= query_pos[:, None]
+        if window:
+            visible &= key_pos[None, :] > query_pos[:, None] - window
+        visible = visible.repeat(group, 1)
         scores = scores.masked_fill(~visible, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         oi = torch.matmul(probs, v)  # [Hkv, group * q_len, D]

@@ -26,6 +26,14 @@ score matrix would pass a fixed size, and a prefill too long for the score budge
 attends in query chunks (a chunk of queries is itself a valid work item: the same queries
 over a context that ends at the chunk's last one).
 
+Sliding window (`window` W, see the reference): query p sees keys p - W + 1..p only. Table
+entries of blocks wholly left of an item's first query's window may be placeholders (dropped
+blocks, given back to the pool: block 0 or another sequence's), so nothing there may get weight
+or reach the arithmetic. An item on its own gathers only from the first block its first query
+sees, so a long sliding-window context costs W keys, not the whole context. A batched group
+still gathers its full width (its size classes and budgets are the context's), but positions
+left of the window read an in-window slot instead, as padding does, and are masked out.
+
 Math in float32 (float64 for float64 inputs), output in q's dtype, as the reference.
 """
 
@@ -65,13 +73,18 @@ def paged_attention(
     max_query_len: int | None = None,
     max_seq_len: int | None = None,
     num_splits: int | None = None,
+    *,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal, grouped-query attention of packed new tokens over their paged context.
 
-    Same contract as `kernels.reference.paged_attention` (see there). The hints are ignored:
-    the decode-graph path passes its capture-time maxima, not this batch's.
+    Same contract as `kernels.reference.paged_attention` (see there), sliding `window` included
+    (None or 0: none). The hints are ignored: the decode-graph path passes its capture-time
+    maxima, not this batch's.
     """
     del max_query_len, max_seq_len, num_splits  # launch hints of the Triton path
+    window = window or 0
+    assert window >= 0, "window must be None, 0 (no window) or positive"
     out = torch.empty_like(q)
     lens = seq_lens.tolist()  # one host read of the small metadata per call
     starts = query_start_loc.tolist()
@@ -79,9 +92,9 @@ def paged_attention(
     for group in _groups(items, q.shape[1], k_cache.shape[2] * k_cache.shape[3]):
         if len(group) < MIN_BATCHED:
             for item in group:
-                _attend_one(q, k_cache, v_cache, block_tables, item, scale, out)
+                _attend_one(q, k_cache, v_cache, block_tables, item, scale, window, out)
         else:
-            _attend_group(q, k_cache, v_cache, block_tables, group, scale, out)
+            _attend_group(q, k_cache, v_cache, block_tables, group, scale, window, out)
     return out
 
 
@@ -135,7 +148,7 @@ def _size_class(n: int, floor: int, steps: int) -> tuple[int, int]:
 
 
 def _attend_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  block_tables: torch.Tensor, group: list[Item], scale: float,
+                  block_tables: torch.Tensor, group: list[Item], scale: float, window: int,
                   out: torch.Tensor) -> None:
     """Attend one group's queries and write them into their rows of `out`."""
     num_seqs, num_heads, head_dim = len(group), q.shape[1], q.shape[2]
@@ -143,9 +156,10 @@ def _attend_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     q_max = max(item[2] for item in group)
     width = max(item[3] for item in group)
     seq, first, q_len, ctx = torch.tensor(group, device=q.device).unbind(1)
-    slots, has_key = _slots(block_tables, seq, ctx, width, k_cache.shape[1])
+    first_key = (ctx - q_len - window + 1).clamp_(min=0) if window else torch.zeros_like(ctx)
+    slots, has_key = _slots(block_tables, seq, ctx, first_key, width, k_cache.shape[1])
     k, v = _gather(k_cache, v_cache, slots, _compute_dtype(q))
-    rows, real, visible = _queries(first, q_len, ctx, has_key, q_max)
+    rows, real, visible = _queries(first, q_len, ctx, has_key, q_max, window)
     qg = q.index_select(0, rows.flatten()).to(k.dtype)
     qg = qg.view(num_seqs, q_max, num_kv_heads, -1, head_dim).permute(0, 2, 3, 1, 4)
     o = _attend(qg, k, v, visible, scale)  # [S, Hkv, G, Q, D]
@@ -158,52 +172,73 @@ def _attend_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 
 def _attend_one(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                block_tables: torch.Tensor, item: Item, scale: float, out: torch.Tensor) -> None:
-    """One item on its own: its exact context, so neither padding nor a length mask."""
+                block_tables: torch.Tensor, item: Item, scale: float, window: int,
+                out: torch.Tensor) -> None:
+    """One item on its own: its exact context, so no padding and no length mask; with a
+    window, only the pages from the first one its first query sees (none is a placeholder)."""
     i, first, q_len, ctx = item
     block_size, num_kv_heads, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
     dtype = _compute_dtype(q)
-    pages = block_tables[i, :-(-ctx // block_size)].long()
-    k = k_cache.index_select(0, pages).view(-1, num_kv_heads, head_dim)[:ctx].to(dtype)
-    v = v_cache.index_select(0, pages).view(-1, num_kv_heads, head_dim)[:ctx].to(dtype)
+    first_page = max(0, ctx - q_len - window + 1) // block_size if window else 0
+    n = ctx - first_page * block_size  # keys gathered; key t sits at position ctx - n + t
+    pages = block_tables[i, first_page:-(-ctx // block_size)].long()
+    k = k_cache.index_select(0, pages).view(-1, num_kv_heads, head_dim)[:n].to(dtype)
+    v = v_cache.index_select(0, pages).view(-1, num_kv_heads, head_dim)[:n].to(dtype)
     # [q_len, Hq, D] -> [Hkv, G * q_len, D]: the heads of a group share one matmul.
     qi = q[first:first + q_len].to(dtype).view(q_len, num_kv_heads, -1, head_dim)
     qi = qi.permute(1, 2, 0, 3).reshape(num_kv_heads, -1, head_dim)
-    scores = torch.bmm(qi, k.permute(1, 2, 0)).mul_(scale)  # [Hkv, G * q_len, ctx]
-    if q_len > 1:  # causal: query j (at ctx - q_len + j) sees no later key
-        later = torch.ones(q_len, ctx, dtype=torch.bool, device=q.device).triu_(ctx - q_len + 1)
-        scores.view(num_kv_heads, -1, q_len, ctx).masked_fill_(later, float("-inf"))
+    scores = torch.bmm(qi, k.permute(1, 2, 0)).mul_(scale)  # [Hkv, G * q_len, n]
+    hidden = _hidden(q_len, n, window, q.device)
+    if hidden is not None:
+        scores.view(num_kv_heads, -1, q_len, n).masked_fill_(hidden, float("-inf"))
     o = torch.bmm(torch.softmax(scores, dim=-1), v.transpose(0, 1))  # [Hkv, G * q_len, D]
     o = o.view(num_kv_heads, -1, q_len, head_dim).permute(2, 0, 1, 3)
     out[first:first + q_len] = o.reshape(q_len, -1, head_dim).to(out.dtype)
 
 
-def _slots(block_tables: torch.Tensor, seqs: torch.Tensor, ctx: torch.Tensor, width: int,
-           block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cache slots of positions 0..width-1 of each sequence `[S, width]`, and which are real.
+def _hidden(q_len: int, n: int, window: int, device: torch.device) -> torch.Tensor | None:
+    """The `[q_len, n]` mask of keys hidden from each query of an item whose n keys end at
+    its last query (query j at key index n - q_len + j), or None when every key is visible."""
+    hidden = None
+    if q_len > 1:  # causal: query j sees no later key
+        hidden = torch.ones(q_len, n, dtype=torch.bool, device=device).triu_(n - q_len + 1)
+    if window and n > window:  # key t > n - q_len + j - window, or it is hidden from query j
+        early = torch.ones(q_len, n, dtype=torch.bool, device=device).tril_(n - q_len - window)
+        hidden = early if hidden is None else hidden | early
+    return hidden
 
-    Positions past a context read its first slot instead: that one always holds a written,
-    finite token, whereas a padding table entry or an unwritten slot may hold anything (NaN
-    included), and 0 * NaN would leak through the masked-out softmax weights.
+
+def _slots(block_tables: torch.Tensor, seqs: torch.Tensor, ctx: torch.Tensor,
+           first_key: torch.Tensor, width: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cache slots of positions 0..width-1 of each sequence `[S, width]`, and which are real:
+    positions first_key..ctx-1 (first_key: the first key the item's first query sees).
+
+    Other positions read the slot of first_key instead: that one always holds a written, finite
+    token, whereas a padding table entry, an unwritten slot or a placeholder entry left of the
+    window may hold anything (NaN included), and 0 * NaN would leak through the masked-out
+    softmax weights. The placeholder entries themselves are read as integers only.
     """
     pos = torch.arange(width, device=seqs.device)
     pages = block_tables.index_select(0, seqs)[:, :-(-width // block_size)].long()
     slots = pages[:, pos // block_size] * block_size + pos % block_size
-    has_key = pos[None, :] < ctx[:, None]
-    return torch.where(has_key, slots, slots[:, :1]), has_key
+    has_key = (pos[None, :] < ctx[:, None]) & (pos[None, :] >= first_key[:, None])
+    return torch.where(has_key, slots, slots.gather(1, first_key[:, None])), has_key
 
 
 def _queries(first: torch.Tensor, q_len: torch.Tensor, ctx: torch.Tensor, has_key: torch.Tensor,
-             q_max: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             q_max: int, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Query rows `[S, Q]` (padding rows repeat the first), which are real, and the mask
-    `[S, Q, L]`: query j sees keys 0..ctx - q_len + j. A padding row sees every real key, so
-    its softmax stays finite; it is dropped afterwards."""
+    `[S, Q, L]`: query j sees keys 0..ctx - q_len + j, with a window only those past
+    ctx - q_len + j - window. A padding row sees what the last query sees, so its softmax stays
+    finite; it is dropped afterwards."""
     j = torch.arange(q_max, device=first.device)
     real = j[None, :] < q_len[:, None]
     rows = torch.where(real, first[:, None] + j, first[:, None])
-    query_pos = (ctx - q_len)[:, None] + j  # [S, Q]
-    key_pos = torch.arange(has_key.shape[1], device=first.device)
-    visible = (key_pos[None, None, :] <= query_pos[:, :, None]) & has_key[:, None, :]
+    query_pos = (ctx - q_len)[:, None] + torch.minimum(j[None, :], q_len[:, None] - 1)  # [S, Q]
+    key_pos = torch.arange(has_key.shape[1], device=first.device)[None, None, :]
+    visible = (key_pos <= query_pos[:, :, None]) & has_key[:, None, :]
+    if window:
+        visible &= key_pos > query_pos[:, :, None] - window
     return rows, real, visible
 
 

@@ -1,0 +1,83 @@
+"""Launch heuristics of the Triton paged attention (`kernels.paged_attention`): tile sizes and
+the split-K count.
+
+Kept apart from the kernels so that each file fits its job; `kernels.paged_attention` imports
+`AttnConfig`, `select_config` and `choose_num_splits` back under the same names. The benchmarks'
+`CONFIG_OVERRIDE` stays in `kernels.paged_attention` (they assign `pa.CONFIG_OVERRIDE = ...`),
+which hands it to `select_config` at every launch.
+
+This module imports torch and triton (for `triton.next_power_of_2` / `triton.cdiv`), no kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+__all__ = ["AttnConfig", "select_config", "choose_num_splits"]
+
+
+class AttnConfig:
+    """Tile sizes and launch options of one `_paged_attn_kernel` launch."""
+
+    def __init__(self, block_m: int, block_n: int, num_warps: int, num_stages: int):
+        self.block_m, self.block_n = block_m, block_n
+        self.num_warps, self.num_stages = num_warps, num_stages
+
+    def __repr__(self) -> str:
+        return (f"AttnConfig(block_m={self.block_m}, block_n={self.block_n}, "
+                f"num_warps={self.num_warps}, num_stages={self.num_stages})")
+
+
+def select_config(max_query_len: int, group: int, head_dim: int, block_size: int,
+                  override: dict | None = None) -> AttnConfig:
+    """A simple heuristic in place of autotuning (autotune does not run under the interpreter
+    and costs seconds of benchmarking at the first call of every shape).
+
+    Decode (all q_len == 1) is memory bound: the M tile is just the query heads of one group
+    (padded to 16 for tl.dot) and K/V tiles are large (whole pages when block_size >= 16) so
+    each iteration has many bytes in flight. Prefill is compute bound: a 64-row M tile.
+    `override` (decode only: any of block_n / num_warps / num_stages) lets benchmarks sweep
+    configurations without editing the heuristic.
+    """
+    group_p2 = max(16, triton.next_power_of_2(group))
+    if max_query_len == 1:
+        block_m = group_p2
+        block_n = max(64, min(block_size, 128)) if head_dim <= 64 else 64
+        # num_stages=2: the H100 sweep (bench/NOTES.md) ran B=256, L=2048 in 160 us against
+        # 199 us with 3 stages, and B=32 no slower.
+        cfg = AttnConfig(block_m, block_n, num_warps=4, num_stages=2)
+        if override:
+            for key, value in override.items():
+                setattr(cfg, key, value)
+        return cfg
+    # Small chunks (speculative or forced multi-token appends) do not need a 64-row tile.
+    block_m = min(max(group_p2, triton.next_power_of_2(group * max_query_len)), max(64, group_p2))
+    block_n = 64 if head_dim <= 64 else 32
+    return AttnConfig(block_m, block_n, num_warps=4, num_stages=2)
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SM_COUNT:
+        _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SM_COUNT[index]
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int,
+                      device: torch.device, window: int | None = None) -> int:
+    """Split-K only when the plain grid cannot keep the GPU busy: target ~4 resident programs
+    per SM, but never slices shorter than 256 keys (each split pays a merge and a Q load).
+    With a sliding window a decode reads at most `window` keys, so that is the length split."""
+    programs = num_seqs * num_kv_heads
+    target = 4 * _num_sms(device)
+    if device.type != "cuda" or programs >= target:
+        return 1
+    keys = min(max_seq_len, window) if window else max_seq_len
+    by_length = keys // max(256, block_n)
+    return max(1, min(triton.cdiv(target, programs), by_length, 32))
