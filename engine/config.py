@@ -54,6 +54,10 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
+    # the dry mode's stand-in for a hybrid model (engine/core/kv_groups.py): a "sliding" KV cache
+    # group with this window beside the "full" one. A real model's windows come from its own
+    # config, so with a model this stays None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
@@ -97,6 +101,11 @@ class EngineConfig:
             raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")
         self._check_speculation()
+        if self.sliding_window is not None:
+            _positive_int("sliding_window", self.sliding_window, 1 << 20)
+            if self.model is not None:
+                raise ValueError("sliding_window sets the dry mode's window; a model's windows "
+                                 "come from its own config (leave sliding_window None)")
 
     def _check_speculation(self) -> None:
         if self.speculative_method not in (None, "ngram"):

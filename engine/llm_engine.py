@@ -28,6 +28,7 @@ from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
+from engine.core.kv_groups import dry_groups
 from engine.core.launched import Launched
 from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
@@ -56,6 +57,7 @@ class LLMEngine:
             self.tokenizer: Any = ByteTokenizer()
             num_blocks = config.num_gpu_blocks
             self.max_model_len = num_blocks * config.block_size
+            groups = dry_groups(config.sliding_window)
         else:
             from engine.runtime.runtime import Runtime  # torch only when there is a model
 
@@ -68,6 +70,14 @@ class LLMEngine:
             self.tokenizer = self.runtime.tokenizer
             num_blocks = self.runtime.num_gpu_blocks
             self.max_model_len = self.runtime.max_model_len
+            groups = self.runtime.kv_cache_groups
+        if config.num_offload_blocks and len(groups) > 1:
+            if self.runtime is not None:
+                self.runtime.close()
+            raise ValueError(
+                f"the CPU tier of the prefix cache (num_offload_blocks) serves models with one KV "
+                f"cache group; this one has {len(groups)} ({', '.join(g.name for g in groups)}): "
+                f"use num_offload_blocks=0")
         self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
         self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
         # how events show a token, when their narration is read: a function of the tokenizer, not
@@ -75,7 +85,7 @@ class LLMEngine:
         token_repr = TokenNames(self.tokenizer.decode)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks,
-                                 num_offload_blocks=config.num_offload_blocks)
+                                 num_offload_blocks=config.num_offload_blocks, groups=groups)
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
         self.seqs: dict[int, Sequence] = self.registry.seqs
         self.groups: dict[int, SequenceGroup] = self.registry.groups
@@ -86,7 +96,8 @@ class LLMEngine:
         self._finished: list[RequestOutput] = []  # every finished request's output, in order
         self._trace: list[dict[str, Any]] = []
         self._rng = random.Random(config.seed)
-        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool)
+        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool,
+                                          groups, self.kv.tier)
         self.scheduler = Scheduler(config, self.kv)
         self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
                                    self.tokenizer.decode)
@@ -145,7 +156,7 @@ class LLMEngine:
         counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
                     "evictions": k.evictions, "draft_tokens": k.draft_tokens,
                     "accepted_tokens": k.accepted_tokens, "offloaded_blocks": k.tier.offloaded_blocks,
-                    "offload_hit_blocks": k.tier.hit_blocks}
+                    "offload_hit_blocks": k.tier.hit_blocks, "dropped_blocks": k.dropped_blocks}
         mode = "dry" if self.config.dry else str(self.config.model)
         sched = self.scheduler
         last = self.last_step
@@ -167,8 +178,9 @@ class LLMEngine:
             by_status[s.status].append(s)
         self.kv.check_invariants(by_status[SequenceStatus.RUNNING], by_status[SequenceStatus.SWAPPED])
         for s in by_status[SequenceStatus.WAITING] + by_status[SequenceStatus.FINISHED]:
-            if s.block_table:
-                raise InvariantError(f"seq {s.seq_id} is {s.status.value} but holds blocks {s.block_table}")
+            if any(s.block_tables):
+                raise InvariantError(f"seq {s.seq_id} is {s.status.value} but holds blocks "
+                                     f"{s.block_tables}")
 
     @property
     def trace(self) -> list[dict[str, Any]]:
@@ -227,6 +239,8 @@ class LLMEngine:
             "tensor_parallel_size": cfg.tensor_parallel_size,
             "speculative decoding": (f"{cfg.speculative_method}, up to {cfg.num_speculative_tokens} "
                                      "draft tokens" if cfg.speculative_method else "off"),
+            "kv_cache_groups": [{"name": g.name, "layers": list(g.layers), "window": g.window}
+                                for g in self.kv.groups],
         }
         if self.runtime is not None:
             info.update(self.runtime.info())
@@ -252,8 +266,9 @@ class LLMEngine:
         """Blocks an allocation may take now: free ones plus cached ones it may evict."""
         return self.kv.pool.num_allocatable
 
-    def block_table(self, seq_id: int) -> tuple[int, ...]:
-        """The block table of a sequence the engine holds (empty while it waits)."""
+    def block_table(self, seq_id: int) -> tuple[int | None, ...]:
+        """The (first KV cache group's) block table of a sequence the engine holds (empty while
+        it waits)."""
         seq = self.seqs.get(seq_id)
         if seq is None:
             raise ValueError(f"unknown sequence id {seq_id!r}")
@@ -321,10 +336,19 @@ class LLMEngine:
         if not isinstance(op, ops.Step | ops.AddRequest):
             self._flight.settle()  # async scheduling: a primitive works on settled sequences
         result, events = self._OPS[op.name](self, op)
+        if self.kv.sliding:  # sliding-window groups let go of what their windows have passed
+            events += self._drop_out_of_window()
         self.step_count += 1
         self.last_events = events
         self._trace.append(op.to_record())
         return result
+
+    def _drop_out_of_window(self) -> list[Event]:
+        events: list[Event] = []
+        for seq in self.seqs.values():
+            if seq.status is SequenceStatus.RUNNING:
+                events += self.kv.drop_out_of_window(seq)
+        return events
 
     def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
         tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
@@ -348,20 +372,19 @@ class LLMEngine:
             if self.runtime is not None:  # the pending token is dropped; a new one follows these
                 self._compute(seq, seq.num_tokens - len(tokens), events)
             return events, events
-        n = op.n
-        if self.runtime is None:
-            # Check the whole append fits before drawing, so a refused append leaves the RNG as
-            # it was and a replay draws the same tokens.
-            self.kv.check_append(seq, n)
-            tokens = [self._rng.choice(DRY_ALPHABET) for _ in range(n)]
-            events = self.kv.append(seq, tokens)
-        else:
-            self.kv.check_append(seq, n)
-            events = []
-            for _ in range(n):  # the pending token goes into its slot; the model picks the next
+        # n decode steps, all or nothing: check the whole append fits before drawing, so a refused
+        # append leaves the RNG as it was and a replay draws the same tokens
+        self.kv.check_append(seq, op.n, decodes=True)
+        events: list[Event] = []
+        for _ in range(op.n):  # the pending token goes into its slot; the model picks the next
+            if self.runtime is None:
+                events += self.kv.append(seq, [self._rng.choice(DRY_ALPHABET)])
+            else:
                 step_events = self.kv.append(seq, [seq.pending_token])
                 self._compute(seq, seq.num_tokens - 1, step_events)
                 events += step_events
+            if self.kv.sliding:
+                events += self.kv.drop_out_of_window(seq)
         return events, events
 
     def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
@@ -407,8 +430,9 @@ class LLMEngine:
         events += sched.events
         launched = self._run(sched, events)                      # run
         finished += self._flight.after_launch(launched, events)  # postprocess
-        for group in sched.aborted:
-            finished.append(self._post.finish_group(group, events, aborted=True))
+        for group in sched.aborted:  # a step landing after the abort may have ended it already
+            if group.request_id in self.groups:
+                finished.append(self._post.finish_group(group, events, aborted=True))
         result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
                             sched.num_tokens, len(sched.prefills), len(sched.decodes))
         self.last_step = result
@@ -427,7 +451,7 @@ class LLMEngine:
         """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
         the model on the sequence's tokens from num_computed on, keep the greedy next token."""
         step_run.move_blocks(self.runtime, events)
-        scores = self.runtime.execute([(seq.token_ids[num_computed:], num_computed, seq.block_table)])
+        scores = self.runtime.execute([step_run.item(seq, num_computed)])
         token, logprob = scores.greedy(0)
         seq.pending_token = token
         seq.cumulative_logprob += logprob

@@ -41,14 +41,24 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
     if not items:
         return None
     # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
-    batch = [(s.token_ids[n:], n, s.block_table) if m == 1 else (s.token_ids[n:], n, s.block_table, m)
-             for s, n, m in items]
+    batch = [item(s, n, m) for s, n, m in items]
     # async scheduling: a token still on the GPU is read there, from the last step's picks
     feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(items) if s.inflight_step >= 0] \
         if last_picks is not None else None
     if feed:
         return runtime.execute(batch, feed=(feed, last_picks.tokens))
     return runtime.execute(batch)
+
+
+def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> tuple:
+    """One sequence's part of a forward pass (engine/runtime/protocols.py's StepItem): its
+    tokens from num_computed on, its block table, and the tables of its other KV cache groups."""
+    tables = seq.block_tables
+    if len(tables) > 1:
+        return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:])
+    if num_logits > 1:
+        return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits)
+    return (seq.token_ids[num_computed:], num_computed, tables[0])
 
 
 def move_blocks(runtime: Any, events: list[Event], sched: ScheduledStep | None = None) -> None:

@@ -9,6 +9,10 @@ A block is in exactly one of three states:
 
 Allocation takes never-hashed free blocks first and evicts the least-recently-used cached block
 only when none is left. This file knows nothing about sequences or tensors (vLLM v1's BlockPool).
+
+A hybrid model's KV cache groups (engine/core/kv_groups.py) share the pool: a block serves the
+group that allocated it, and the hash map is keyed by (group, hash), so a full-attention block and
+a sliding-window block holding the same tokens never answer for each other.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ class Block:
     block_hash: int | None = None
     token_ids: list[int] = field(default_factory=list)  # tokens whose K/V the block holds
     owners: dict[int, None] = field(default_factory=dict)  # seq ids, in the order they came
+    group: int = 0  # the KV cache group whose layers its page holds (0 for most models)
 
     @property
     def state(self) -> str:
@@ -45,7 +50,7 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_ids: deque[int] = deque(range(num_blocks))
         self.cached_ids: OrderedDict[int, None] = OrderedDict()  # LRU order: first = evict next
-        self.hash_to_block: dict[int, int] = {}
+        self.hash_to_block: dict[tuple[int, int], int] = {}  # (group, hash) -> block
         self.dirty: set[int] = set(range(num_blocks))  # blocks changed since the last snapshot
 
     @property
@@ -53,8 +58,9 @@ class BlockPool:
         """Blocks a new allocation can get: free ones, then cached ones by eviction."""
         return len(self.free_ids) + len(self.cached_ids)
 
-    def allocate(self, owner: int) -> tuple[int, int | None]:
-        """Take one block for `owner`. Returns (block id, hash it was evicted from or None)."""
+    def allocate(self, owner: int, group: int = 0) -> tuple[int, int | None]:
+        """Take one block for `owner`'s table in `group`. Returns (block id, hash it was evicted
+        from or None)."""
         evicted_hash = None
         if self.free_ids:
             block_id = self.free_ids.popleft()
@@ -67,6 +73,7 @@ class BlockPool:
         block.ref_count = 1
         block.token_ids = []
         block.owners = {owner: None}
+        block.group = group
         self.dirty.add(block_id)
         return block_id, evicted_hash
 
@@ -97,17 +104,19 @@ class BlockPool:
     def register_hash(self, block_id: int, block_hash: int) -> bool:
         """Make a full block findable by its hash. False when the hash already names another
         block: that one keeps serving hits (no deduplication after the fact)."""
-        if block_hash in self.hash_to_block:
+        block = self.blocks[block_id]
+        key = (block.group, block_hash)
+        if key in self.hash_to_block:
             return False
-        self.blocks[block_id].block_hash = block_hash
-        self.hash_to_block[block_hash] = block_id
+        block.block_hash = block_hash
+        self.hash_to_block[key] = block_id
         self.dirty.add(block_id)
         return True
 
-    def lookup(self, block_hash: int, token_ids: list[int]) -> int | None:
-        """The block holding exactly these tokens under this hash, or None. Comparing the
-        stored tokens rules out a hash collision."""
-        block_id = self.hash_to_block.get(block_hash)
+    def lookup(self, block_hash: int, token_ids: list[int], group: int = 0) -> int | None:
+        """The block of `group` holding exactly these tokens under this hash, or None. Comparing
+        the stored tokens rules out a hash collision."""
+        block_id = self.hash_to_block.get((group, block_hash))
         if block_id is None or self.blocks[block_id].token_ids != token_ids:
             return None
         return block_id
@@ -115,7 +124,7 @@ class BlockPool:
     def _drop_hash(self, block_id: int) -> int | None:
         block = self.blocks[block_id]
         h = block.block_hash
-        if h is not None and self.hash_to_block.get(h) == block_id:
-            del self.hash_to_block[h]
+        if h is not None and self.hash_to_block.get((block.group, h)) == block_id:
+            del self.hash_to_block[(block.group, h)]
         block.block_hash = None
         return h

@@ -4,7 +4,7 @@ rolled back, a block of rejected tokens only freed, blocks the kept tokens fille
 
 A part of `KVCacheManager` (engine/core/kv_cache_manager.py), which it extends: it uses the
 manager's pool, its `_write` and `_seal`, and counts into its `draft_tokens` and
-`accepted_tokens`.
+`accepted_tokens`. Every KV cache group's table takes and gives back its slots together.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ class DraftSlots:
         """Write draft tokens after the sequence's last one, in slots of its blocks (new blocks
         as needed; the caller counted them). Not hashed: a block that may hold a token the
         model rejects must never serve a prefix hit. `settle_draft` decides each slot."""
-        had = set(seq.block_table)
+        had = {b for t in seq.block_tables for b in t}
         start = seq.num_tokens
         self._write(seq, draft, scratch := [], narrate_each=False, seal=False)
         events += [e for e in scratch if e.kind != "allocate"]  # evictions; the draft names its blocks
-        new = tuple(b for b in seq.block_table if b not in had)
+        new = tuple(b for t in seq.block_tables for b in t if b not in had)
         events.append(Event("draft", self.step, seq.seq_id, new, tuple(draft), facts=(start,),
                             names=self.token_repr))
         seq.num_draft = len(draft)
@@ -51,12 +51,13 @@ class DraftSlots:
             dropped = tuple(seq.token_ids[end:])
             del seq.token_ids[end:]
             freed = []
-            while len(seq.block_table) > -(-end // bs):
-                freed.append(b := seq.block_table.pop())
-                self.pool.decref(b, seq.seq_id)
-            if end % bs:  # the last block keeps its first slots
-                del self.pool.blocks[seq.block_table[-1]].token_ids[end % bs:]
-                self.pool.dirty.add(seq.block_table[-1])
+            for table in seq.block_tables:
+                while len(table) > -(-end // bs):
+                    freed.append(b := table.pop())
+                    self.pool.decref(b, seq.seq_id)
+                if end % bs:  # the last block keeps its first slots
+                    del self.pool.blocks[table[-1]].token_ids[end % bs:]
+                    self.pool.dirty.add(table[-1])
             events.append(Event("reject", self.step, seq.seq_id, tuple(reversed(freed)), dropped,
                                 facts=(accepted, k), names=self.token_repr))
         elif k:
@@ -64,4 +65,4 @@ class DraftSlots:
                                 facts=(end - k,), form="draft_kept", names=self.token_repr))
         if self.enable_prefix_caching:
             for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
-                self._seal(seq, seq.block_table[i], events)
+                self._seal(seq, i, events)

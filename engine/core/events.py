@@ -35,6 +35,7 @@ EVENT_KINDS = (
     "reject",      # speculative decoding: rejected draft tokens' slots rolled back
     "offload",     # an evicted cached block's K/V copied to the CPU tier of the prefix cache
     "load",        # a prompt's blocks copied back from the CPU tier instead of recomputed
+    "drop",        # a sliding-window group let go of blocks its window has passed
 )
 
 

@@ -69,12 +69,13 @@ class InFlight:
         """May the next step be scheduled before `inflight`'s tokens are read? Not when they
         decide forks and frees (beams, the n samples of a prefill), and not when the next step
         could preempt: a preempted sequence must not have a token on its way. A decode takes
-        at most one block a sequence, so enough free blocks for all of them rule that out."""
+        at most one block a sequence in each KV cache group (a new one or a copy-on-write), so
+        enough free blocks for all of them rule that out."""
         sched = self.scheduler
         if not inflight.overlap or sched.swapped:
             return False
         free = self.kv.pool.num_allocatable
-        if free >= sched.num_running_seqs:
+        if free >= sched.num_running_seqs * self.kv.num_groups:
             return True
         # a fuller pool: count what the next decode pass takes (one pass over the sequences)
         needed = self.kv.blocks_needed_to_append

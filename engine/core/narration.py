@@ -72,6 +72,8 @@ def _token(e: Any) -> str:
 def _append(e: Any) -> str:
     what = "the token it sampled last step (still on the GPU)" if e.token_ids[0] == IN_FLIGHT \
         else _token(e)
+    if len(e.block_ids) > 1:  # a hybrid model: the same slot in every KV cache group's block
+        return f"seq {e.seq_id} wrote {what} into slot {e.slot} of {blocks_str(e.block_ids)}"
     return f"seq {e.seq_id} wrote {what} into slot {e.slot} of block {e.block_ids[0]}"
 
 
@@ -143,7 +145,21 @@ def _reject(e: Any) -> str:
             f"{plural(len(e.token_ids), 'slot')} rolled back ({_tokens(e)}){freed}")
 
 
+def _drop(e: Any) -> str:
+    group, window, first, cached, kept = e.facts
+    last = first + len(e.block_ids) - 1
+    which = f"logical block {first}" if first == last else f"logical blocks {first}–{last}"
+    text = (f"seq {e.seq_id}'s {group} layers see only the last {plural(window, 'token')}: "
+            f"{which} left the window, {blocks_str(e.block_ids)} dropped from the table")
+    if cached:
+        text += f" ({blocks_str(cached)} {'stays' if len(cached) == 1 else 'stay'} cached)"
+    if kept:
+        text += f"; {blocks_str(kept)} still used by others"
+    return text
+
+
 _SENTENCES: dict[str, Callable[[Any], str]] = {
+    "drop": _drop,
     "draft": _draft,
     "draft_kept": lambda e: (f"seq {e.seq_id}: the model confirmed all {len(e.token_ids)} draft "
                              f"tokens ({_tokens(e)}) and picked one more"),
@@ -160,6 +176,8 @@ _SENTENCES: dict[str, Callable[[Any], str]] = {
     "fork": lambda e: (f"seq {e.facts[0]} forked into seq {e.seq_id}: {blocks_str(e.block_ids)} "
                        f"now shared (ref count + 1), nothing copied"),
     "free": _free,
+    "free_swapped": lambda e: (f"seq {e.seq_id} freed while swapped out: CPU "
+                               f"{blocks_str(e.block_ids)} back in swap space"),
     "swap_out": _swap,
     "swap_in": _swap,
     "allocate": lambda e: f"seq {e.seq_id} got a new block {e.block_ids[0]}",

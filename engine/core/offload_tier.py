@@ -23,6 +23,7 @@ class OffloadTier:
         self.entries: OrderedDict[int, tuple[int, tuple[int, ...]]] = OrderedDict()  # hash -> (slot, tokens)
         self.offloaded_blocks = 0  # blocks copied in, cumulative
         self.hit_blocks = 0  # blocks copied back for a prefix, cumulative
+        self.version = 0  # changes whenever an entry or the LRU order does (snapshots reuse views)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -34,6 +35,7 @@ class OffloadTier:
         such slot or the tier holds this block already (then it only becomes the most recent)."""
         if not self.num_blocks:
             return None
+        self.version += 1
         if block_hash in self.entries:
             self.entries.move_to_end(block_hash)
             return None
@@ -54,6 +56,7 @@ class OffloadTier:
         if entry is None or list(entry[1]) != list(token_ids):
             return None
         self.entries.move_to_end(block_hash)
+        self.version += 1
         return entry[0]
 
     def match(self, prompt: list[int], parent: int | None, start: int, block_size: int,
@@ -71,6 +74,18 @@ class OffloadTier:
             found.append((slot, h))
             parent = h
         return found
+
+    def slots(self) -> list[tuple[int, int | None, tuple[int, ...]]]:
+        """(slot, hash, tokens) of every slot, by slot number; hash None for a free slot."""
+        out: list[tuple[int, int | None, tuple[int, ...]]] = [(s, None, ()) for s in
+                                                             range(self.num_blocks)]
+        for h, (slot, tokens) in self.entries.items():
+            out[slot] = (slot, h, tokens)
+        return out
+
+    def lru(self) -> tuple[int, ...]:
+        """The held slots, the next to be overwritten first."""
+        return tuple(slot for slot, _ in self.entries.values())
 
     def check(self) -> str | None:
         """What is inconsistent (slots used twice, lost or out of range), or None."""

@@ -19,13 +19,13 @@ class RequestState:
     num_preemptions: int
     seq_ids: tuple[int, ...]  # every sequence the request made, finished ones included
     live_seq_ids: tuple[int, ...]  # those still going
-    block_ids: tuple[int, ...]  # blocks its live sequences hold, each once, in table order
+    block_ids: tuple[int, ...]  # blocks its live sequences hold (every group), each once, in table order
 
 
 def request_state(group: SequenceGroup, status: str) -> RequestState:
     """What a caller may know of `group`, which sits in the scheduler queue `status`."""
     live = group.live()
-    blocks = [b for s in live for b in s.block_table]
+    blocks = [b for s in live for t in s.block_tables for b in t if b is not None]
     return RequestState(group.request_id, status, len(group.prompt_ids), group.num_preemptions,
                         tuple(s.seq_id for s in group.seqs), tuple(s.seq_id for s in live),
                         tuple(dict.fromkeys(blocks)))

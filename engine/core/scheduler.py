@@ -95,7 +95,12 @@ class Scheduler:
         while self.swapped:
             group = self.swapped[0]
             seqs = group.live()
-            need = len(self.kv.distinct_blocks(seqs)) + len(seqs)  # + one append each
+            # + one append each, a block in every KV cache group
+            need = len(self.kv.distinct_blocks(seqs)) + len(seqs) * self.kv.num_groups
+            if need > self.kv.pool.num_blocks:  # it grew past the pool while others ran
+                self.swapped.popleft()
+                self._abort(group, out)
+                continue
             if need > self.kv.pool.num_allocatable:
                 return
             self.swapped.popleft()

@@ -1,4 +1,5 @@
-"""Sequences (one block table each), their status, and the sampling parameters of a request.
+"""Sequences (a block table each, or one per KV cache group), their status, and the sampling
+parameters of a request.
 
 A sequence's `token_ids` are the tokens whose K/V are in the cache. A token the model sampled
 but has not yet fed back waits as `pending_token`, in no slot (the paper's Fig. 6).
@@ -26,7 +27,9 @@ class SequenceStatus(str, Enum):
 class Sequence:
     seq_id: int
     token_ids: list[int] = field(default_factory=list)
-    block_table: list[int] = field(default_factory=list)  # logical block i -> physical block id
+    # logical block i -> physical block id, one table per KV cache group (engine/core/kv_groups.py;
+    # most models have one); None where a sliding-window group dropped a block
+    block_tables: list[list[int | None]] = field(default_factory=lambda: [[]])
     block_hashes: list[int] = field(default_factory=list)  # chain hash of each full block
     pending_token: int | None = None
     prompt_len: int = 0
@@ -53,6 +56,15 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def block_table(self) -> list[int | None]:
+        """The first group's table: full attention where the model has any (the only table of
+        most models). Read-only: the KV cache manager changes every group's table together."""
+        return self.block_tables[0]
+
+    def holds_blocks(self) -> bool:
+        return bool(self.block_tables[0])
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:

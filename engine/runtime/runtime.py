@@ -41,6 +41,7 @@ class Runtime:
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
+        self.kv_cache_groups = self.cache.layout.groups  # one block table per group and sequence
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
@@ -49,11 +50,12 @@ class Runtime:
             self.loaded.warmed_up = True
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
-        """items: (tokens to compute, tokens already in the cache, block table) per sequence.
+        """items: (tokens to compute, tokens already in the cache, block table[, rows of logits[,
+        the other KV cache groups' tables]]) per sequence.
         feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
-        batch = [ScheduledSeq(*item) for item in items]  # (tokens, computed, table[, logits])
+        batch = [ScheduledSeq(*item) for item in items]
         return self.runner.execute_scores(batch, feed)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:

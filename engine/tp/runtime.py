@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from engine.config import EngineConfig
+from engine.core.kv_groups import groups_of
 from engine.runtime.protocols import Feed, StepItem
 from engine.tp.comm import PollingWaiter, broadcast_object, gloo_group
 from engine.tp.launch import Workers, start_workers, stop_workers
@@ -135,6 +136,7 @@ class TPRuntime:
         self.vocab_size = int(hello["vocab"])
         self.eos_token_ids = tuple(hello["eos"])
         self.num_gpu_blocks = int(hello["num_gpu_blocks"])
+        self.kv_cache_groups = groups_of(hello["layer_windows"])
         self.max_model_len = min(int(hello["max_positions"]), self.num_gpu_blocks * config.block_size)
         self.block_size = config.block_size
         self.element_size = torch.empty((), dtype=getattr(torch, hello["dtype"])).element_size()
@@ -214,9 +216,10 @@ class TPRuntime:
         if feed:
             raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
                              "scores never overlap (RemoteScores.can_overlap is False)")
-        # (tokens, computed, table, rows of logits): a draft's verification wants k + 1 rows
-        items = [(list(map(int, it[0])), int(it[1]), list(map(int, it[2])),
-                  int(it[3]) if len(it) > 3 else 1) for it in items]
+        # (tokens, computed, table, rows of logits, other groups' tables): a draft's
+        # verification wants k + 1 rows; a hybrid model has a table per KV cache group
+        items = [(list(map(int, it[0])), int(it[1]), _ids(it[2]), int(it[3]) if len(it) > 3 else 1,
+                  tuple(map(_ids, it[4])) if len(it) > 4 else ()) for it in items]
         rows = sum(it[3] for it in items)
 
         def run() -> torch.Tensor:
@@ -341,6 +344,11 @@ class TPRuntime:
     @property
     def alive(self) -> bool:
         return not self._w.stopped
+
+
+def _ids(table: Sequence[int | None]) -> list[int | None]:
+    """A block table for the wire: plain ints, None where a sliding window dropped a block."""
+    return [None if b is None else int(b) for b in table]
 
 
 def _peek_heads(model: str | None) -> tuple[int, int] | None:

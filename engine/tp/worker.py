@@ -177,7 +177,7 @@ class _Worker:
                 k, v = self.cache.read_block(msg["layer"], msg["block"])
                 self.reply.broadcast(torch.stack([k, v]).contiguous(), 1).wait()
 
-    def _execute(self, items: list[tuple[list[int], int, list[int], int]]) -> None:
+    def _execute(self, items: list[tuple[list[int], int, list[int], int, tuple]]) -> None:
         from engine.runtime.model_runner import ScheduledSeq
 
         scores = self.runner.execute_scores([ScheduledSeq(*it) for it in items])
@@ -221,6 +221,8 @@ class _Reducer:
 
 def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dict[str, Any]:
     """What the engine process needs to know about the model (it loads none of it itself)."""
+    from engine.runtime.attention_window import layer_windows
+
     cfg = loaded.config
     return {
         "name": loaded.name, "source": loaded.source, "device": str(loaded.device),
@@ -229,6 +231,7 @@ def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dic
         "hidden": int(cfg.hidden_size), "intermediate": full["intermediate"],
         "vocab": loaded.vocab_size, "logits_dim": int(runner.lm_head.weight.shape[0]),
         "max_positions": loaded.max_position_embeddings, "eos": list(loaded.eos_token_ids),
+        "layer_windows": layer_windows(cfg),
         "tokenizer": loaded.tokenizer, "num_gpu_blocks": cache.num_gpu_blocks,
         "sizing": cache.sizing_note, "kernel": cache.ops.name,
         "layer_path": ("lean decoder (fused layer kernels)" if runner.lean is not None

@@ -49,7 +49,7 @@ def corrupt_partial_hash(e):
 
 
 def corrupt_hash_map(e):
-    e.kv.pool.hash_to_block[999] = 0
+    e.kv.pool.hash_to_block[(0, 999)] = 0
 
 
 def corrupt_seq_registry(e):

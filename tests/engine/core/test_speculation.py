@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
 from engine.core.speculation import accepted_prefix, propose_ngram
-from tests.engine.test_async_scheduling import dry_sampling, run
+from tests.engine.test_async_scheduling import dry_sampling, run, same_outputs
 
 SPEC = {"speculative_method": "ngram", "num_speculative_tokens": 4}
 
@@ -76,22 +76,24 @@ requests = st.lists(st.tuples(REPETITIVE, dry_sampling(14, [1, 1, 2])), min_size
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(work=requests, blocks=st.integers(12, 40), budget=st.sampled_from([6, 16, 2048]),
        swap=st.booleans(), prefix=st.booleans(), overlap=st.booleans(), k=st.integers(1, 5),
-       shortest=st.sampled_from([1, 2]))
-def test_drafts_change_no_output(work, blocks, budget, swap, prefix, overlap, k, shortest) -> None:
+       shortest=st.sampled_from([1, 2]), window=st.sampled_from([None, None, 5]))
+def test_drafts_change_no_output(work, blocks, budget, swap, prefix, overlap, k, shortest,
+                                 window) -> None:
     """The dry model's picks depend on the output position only (greedy: the same token; sampled:
     the request's random number there), so a draft is kept exactly when the engine without
-    drafts would have written that token: the outputs must be identical."""
+    drafts would have written that token: the outputs must be identical (with a hybrid's two
+    block tables, full and sliding, too)."""
 
     def engine(spec: bool) -> LLMEngine:
         return LLMEngine(EngineConfig(
             model=None, block_size=4, num_gpu_blocks=blocks, max_num_batched_tokens=budget,
             preemption_mode="swap" if swap else "recompute", num_cpu_blocks=64 if swap else 0,
-            enable_prefix_caching=prefix, async_scheduling=overlap,
+            enable_prefix_caching=prefix, async_scheduling=overlap, sliding_window=window,
             **({"speculative_method": "ngram", "num_speculative_tokens": k,
                 "prompt_lookup_min": shortest} if spec else {})))
 
     eng = engine(True)
-    assert run(eng, work) == run(engine(False), work)
+    assert same_outputs(run(eng, work), run(engine(False), work))
     m = eng.snapshot().metrics
     assert 0 <= m.accepted_tokens <= m.draft_tokens
 

@@ -1,4 +1,6 @@
-"""Random add / append / fork / free against every invariant, on pools small enough to run out.
+"""Random add / append / fork / free against every invariant, on pools small enough to run out,
+with one block table per sequence or a hybrid's two (full and sliding window), with or without
+the CPU tier of the prefix cache.
 
 After every step the invariants hold; a refused operation changes nothing; replaying the op log
 rebuilds a bit-identical state.
@@ -19,10 +21,14 @@ class EngineMachine(RuleBasedStateMachine):
         prefix=st.booleans(),
         seed=st.integers(0, 3),
         tier=st.sampled_from([0, 0, 1, 3, 8]),
+        window=st.sampled_from([None, None, 1, 2, 5, 8, 17]),
     )
-    def setup(self, block_size, num_blocks, prefix, seed, tier):
+    def setup(self, block_size, num_blocks, prefix, seed, tier, window):
+        # a window gives a hybrid's two block tables (full and sliding); the CPU tier serves one
         self.cfg = EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
-                                enable_prefix_caching=prefix, seed=seed, num_offload_blocks=tier)
+                                enable_prefix_caching=prefix, seed=seed,
+                                num_offload_blocks=tier if window is None else 0,
+                                sliding_window=window)
         self.eng = LLMEngine(self.cfg)
 
     def attempt(self, fn, *args, **kw):
