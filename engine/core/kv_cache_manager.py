@@ -96,8 +96,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
                 peak = max(peak, held)
             for g, group in enumerate(self.groups):
                 if group.window is not None:
-                    before = dead_blocks(p, group.window, bs, p // bs + 1)
-                    after = dead_blocks(p + 1, group.window, bs, p // bs + 1)
+                    before = dead_blocks(p, group.window, bs, -(-p // bs))  # the tables' lengths
+                    after = dead_blocks(p + 1, group.window, bs, p // bs + 1)  # then and now
                     held -= sum(released(g, j) for j in range(before, after))
         return peak
 

@@ -154,6 +154,31 @@ def test_tp3_speculative_greedy_matches_one_process_without_drafts(default_model
         eng.close()
 
 
+def test_tp2_hybrid_model_past_its_window_matches_one_process():
+    """A hybrid model (full and 32-token sliding layers) under tensor parallelism: the engine
+    sends every group's table, each rank reads its group's pages; a pool too small for both
+    requests preempts by swap, and the tokens past the window equal one process's."""
+    cfg = dict(model="tiny-hybrid", device="cpu", dtype="float32", block_size=4,
+               num_gpu_blocks=40, preemption_mode="swap", num_cpu_blocks=64)
+    prompts = [list(range(100, 120)), list(range(200, 230))]
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in LLMEngine(EngineConfig(**cfg)).generate(prompts, params)]
+    eng = LLMEngine(EngineConfig(**cfg, tensor_parallel_size=2))
+    try:
+        assert [g["name"] for g in eng.engine_info()["kv_cache_groups"]] == ["full", "sliding"]
+        ids = [eng.add_request(p, params) for p in prompts]
+        outs, kinds = {}, set()
+        while eng.has_pending_work():
+            result = eng.step()
+            eng.check_invariants()
+            kinds |= {e.kind for e in result.events}
+            outs.update({o.request_id: o.outputs[0].token_ids for o in result.finished})
+        assert [outs[i] for i in ids] == want
+        assert {"drop", "swap_out", "swap_in"} <= kinds
+    finally:
+        eng.close()
+
+
 def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path):
     with pytest.raises(ValueError, match=r"3 KV heads.*Valid sizes: 1, 3"):
         LLMEngine(EngineConfig(model="default", tensor_parallel_size=2, device="cpu"))
