@@ -314,7 +314,8 @@ class LLMEngine:
     def inspect_block(self, block_id: int, layer: int, rank: int | None = None
                       ) -> tuple[Any, Any]:
         """The real K and V of one physical block in one layer (CPU float tensors,
-        [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors.
+        [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors. A hybrid
+        model's block holds the layers of the KV cache group that allocated it.
         Under tensor parallelism, `rank` picks one worker's slice (kv_heads / N heads)."""
         if self.runtime is None:
             raise ValueError("the dry mode has no K/V tensors to inspect; load a model")
@@ -322,6 +323,11 @@ class LLMEngine:
         for name, v, hi in (("block id", block_id, nb), ("layer", layer, nl)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
                 raise ValueError(f"{name} must be a whole number from 0 to {hi - 1}, got {v!r}")
+        group = self.kv.groups[self.kv.pool.blocks[block_id].group]
+        if len(self.kv.groups) > 1 and layer not in group.layers:  # its page holds other layers
+            raise ValueError(f"block {block_id} holds the K/V of the {group.name} layers "
+                             f"({', '.join(map(str, group.layers))}); layer {layer} is not one "
+                             f"of them")
         return self.runtime.read_block(block_id, layer, rank)
 
     # ---- dispatch --------------------------------------------------------------------------------

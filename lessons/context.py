@@ -84,6 +84,9 @@ def _helpers(eng: LLMEngine, snap: Snapshot, st: PlayState) -> dict[str, Callabl
         "range": _range, "list": list, "str": str, "int": int, "float": float, "any": any, "all": all,
         "set": lambda x: sorted(set(x)), "join": _join, "show": show,
         "seq": seq, "table": lambda s: list(seq(s).block_table), "tokens": lambda s: list(seq(s).token_ids),
+        # a hybrid model's tables by KV cache group, and the blocks one of them holds now
+        "tables": lambda s: {g: list(t) for g, t in seq(s).block_tables.items()},
+        "held": lambda s, group: sum(b is not None for b in seq(s).block_tables[group]),
         "text": lambda s: seq(s).text, "block": block, "ref": lambda b: block(b).ref_count,
         "count": count, "events_of": events_of, "output": output, "same_kv": same_kv,
         "request_seqs": request_seqs, "decode": decode, "shared_blocks": shared_blocks, "waste": waste,
@@ -144,4 +147,5 @@ KNOWN_NAMES: set[str] = {
     "all",
     "set", "join", "show", "seq", "table", "tokens", "text", "block", "ref", "count", "events_of", "output",
     "same_kv", "request_seqs", "decode", "shared_blocks", "waste", "encode", "live", "reservation_fit",
+    "tables", "held",
 } | set(helpers.PURE_HELPERS)

@@ -132,6 +132,22 @@ def block_size_sweep(sizes: Sequence[int], shared_prefix: int, suffixes: Sequenc
     return rows
 
 
+# ---- lesson 13: a long request in a hybrid model ---------------------------------------------------
+
+
+def hybrid_request(num_tokens: int, window: int, block_size: int) -> dict[str, int]:
+    """One prompt of `num_tokens` tokens on a dry engine with a hybrid's two KV cache groups
+    (full, and sliding with `window`): the blocks each of its tables holds after the prefill."""
+    if not 1 <= num_tokens <= 1 << 16:
+        raise ValueError(f"num_tokens must be between 1 and {1 << 16}, got {num_tokens}")
+    blocks = 2 * -(-num_tokens // block_size)  # room for both tables before the window drops
+    eng = LLMEngine(EngineConfig(model=None, block_size=block_size, num_gpu_blocks=blocks,
+                                 sliding_window=window))
+    seq = eng.add_sequence([7] * num_tokens)
+    view = eng.snapshot().sequences[seq]
+    return {name: sum(b is not None for b in table) for name, table in view.block_tables.items()}
+
+
 # ---- lesson 9: the attention of one query token, block by block ------------------------------------
 
 
@@ -239,6 +255,6 @@ PURE_HELPERS: dict[str, Any] = {
     "kv_bytes_per_token": kv_bytes_per_token, "kib": kib, "mib": mib, "gib": gib, "pct": pct,
     "fmt": fmt, "plural": plural, "quote": quote, "md_table": md_table, "workload": workload,
     "reservation_fit": reservation_fit,
-    "block_size_sweep": block_size_sweep, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
+    "block_size_sweep": block_size_sweep, "hybrid_request": hybrid_request, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
     "log2": math.log2,
 }

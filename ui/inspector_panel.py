@@ -48,9 +48,18 @@ def describe_block(snap, decode, size: int, b: int) -> str:
             f"{blk.num_filled} of {size} slots filled{contents}")
 
 
+def block_layer(snap, b: int, layer: int = 0) -> int:
+    """`layer` if block b's page holds it, else the first layer it holds (a hybrid model's
+    block holds its KV cache group's layers only)."""
+    group = next((g for g in snap.kv_cache_groups if g.name == snap.blocks[b].group), None)
+    if group is None or not group.layers or layer in group.layers:
+        return layer
+    return group.layers[0]
+
+
 def lesson_block(ls, b: int) -> tuple[str, object]:
-    """A click on block `b` while a lesson is in front: its note and its K/V in layer 0, read from
-    the lesson's engine."""
+    """A click on block `b` while a lesson is in front: its note and its K/V in its first layer,
+    read from the lesson's engine."""
     run = getattr(ls, "run", None)
     if run is None:
         return "Press Start: the lesson's engine is not running yet.", None
@@ -61,10 +70,11 @@ def lesson_block(ls, b: int) -> tuple[str, object]:
     summary = describe_block(snap, eng.decode, snap.block_size, b)
     if eng.config.dry:
         return summary + DRY_NOTE, None
-    k, v = eng.inspect_block(b, 0)
+    layer = block_layer(snap, b)
+    k, v = eng.inspect_block(b, layer)
     blk = snap.blocks[b]
     labels = [eng.decode([t]) for t in blk.token_ids]
-    return summary, kv_figure(k, v, labels, f"block {b}, layer 0: {blk.state}, ref count "
+    return summary, kv_figure(k, v, labels, f"block {b}, layer {layer}: {blk.state}, ref count "
                                             f"{blk.ref_count}, {blk.num_filled} slots filled")
 
 
@@ -120,7 +130,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
             figure = None
             summary += DRY_NOTE
         else:
-            figure = on_inspect(b, 0, session)
+            figure = on_inspect(b, block_layer(session.view().snapshot, b), session)
         return (*show(session), gr.update(open=True), summary, b, figure)
 
     def on_follow(lyr, session: Session, r=None):

@@ -72,7 +72,7 @@ MAX_RUN_STEPS = _env_int("PAGEDLAB_MAX_RUN_STEPS", 512)
 #: `python app.py --model NAME_OR_PATH` on one's own machine, or by a deployment's operator
 EXTRA_MODEL: str | None = os.environ.get("PAGEDLAB_MODEL", "").strip() or None
 #: models a session may choose; a public deployment must not load arbitrary ids or paths
-ALLOWED_MODELS: tuple[str | None, ...] = ("default", "tiny-random", None) + (
+ALLOWED_MODELS: tuple[str | None, ...] = ("default", "tiny-random", "tiny-hybrid", None) + (
     (EXTRA_MODEL,) if EXTRA_MODEL else ())
 
 _ALLOWED_CONTROLS = {"\n", "\t", "\r"}
@@ -137,7 +137,7 @@ def check_config(config: Any) -> None:
     if config.model not in ALLOWED_MODELS:
         extra = f", {EXTRA_MODEL!r}" if EXTRA_MODEL else ""
         raise UserError(f"model {config.model!r} is not available here; PagedLab runs only "
-                        f"'default', 'tiny-random'{extra} or the dry mode")
+                        f"'default', 'tiny-random', 'tiny-hybrid'{extra} or the dry mode")
     if getattr(config, "tensor_parallel_size", 1) not in TP_SIZES:
         raise UserError(f"tensor parallel size {config.tensor_parallel_size} is not offered here; "
                         f"choose one of {', '.join(map(str, TP_SIZES))}")

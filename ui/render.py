@@ -13,7 +13,8 @@ from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
 
 #: how the status line names the built-in models (an HF id or a folder is named as it was given)
-MODEL_NAMES = {"default": "SmolLM2-135M-Instruct", "tiny-random": "tiny random Llama"}
+MODEL_NAMES = {"default": "SmolLM2-135M-Instruct", "tiny-random": "tiny random Llama",
+               "tiny-hybrid": "tiny hybrid Qwen2 (full + sliding-window layers)"}
 
 
 def model_status(config: Any) -> str:

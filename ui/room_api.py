@@ -58,7 +58,7 @@ def add_room_api(registry: RoomRegistry) -> None:
 
     @room_errors
     def room_open(settings: str, request: gr.Request) -> dict:
-        """Open a room. settings: JSON object (model: default | tiny-random | dry, block_size,
+        """Open a room. settings: JSON object (model: default | tiny-random | tiny-hybrid | dry, block_size,
         num_blocks, swap_blocks, system_prompt, max_tokens, max_students, requests_per_student,
         max_prompt_chars). Returns {code, secret, link}."""
         room = registry.open(settings)

@@ -266,7 +266,7 @@ class Session:
             raise UserError(f"the trace's engine config is invalid: {err}") from err
         if config.model not in ALLOWED_MODELS:
             raise UserError(f"this trace uses model {config.model!r}; PagedLab here runs only "
-                            f"'default', 'tiny-random' or dry traces")
+                            f"'default', 'tiny-random', 'tiny-hybrid' or dry traces")
         records = data.get("ops")
         if not isinstance(records, list) or len(records) > MAX_OPS:
             raise UserError(f"the trace's ops must be a list of at most {MAX_OPS} operations")

@@ -22,6 +22,7 @@ from ui.session import Session, UserError
 MODES = {
     "SmolLM2-135M (real model)": "default",
     "tiny random Llama (real tensors, random weights)": "tiny-random",
+    "tiny hybrid: full + 32-token sliding-window layers (random weights)": "tiny-hybrid",
     "dry (bookkeeping only, no model)": None,
 }
 if limits.EXTRA_MODEL:  # python app.py --model NAME_OR_PATH
