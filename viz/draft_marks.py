@@ -3,12 +3,14 @@
 A draft's kept tokens are ordinary tokens now; their slots get a dashed outline for the step that
 kept them. The rejected ones' slots are empty again (a block that held only rejected tokens went
 back to the pool, drawn as freed); each shows its rejected token struck out, and an invisible
-twin that the page fades out (ui/motion.js: "rejected ghost"), so the guess visibly clears.
+twin that the page fades out (ui/motion.js: "rejected ghost"), so the guess visibly clears. A
+hybrid model writes a draft token into the same slot of each KV cache group's block: each is
+marked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -34,12 +36,23 @@ def draft_slots(events: Sequence[Event], snap: Snapshot) -> tuple[list, list]:
             continue
         r = rejects.get(sid)
         keep = len(d.token_ids) - (len(r.token_ids) if r else 0)
-        table = list(seq.block_table) + list(r.block_ids if r else ())  # as during the step
-        for j, tok in enumerate(d.token_ids):
-            p = d.facts[0] + j
-            if p // bs < len(table):
-                (kept if j < keep else rejected).append((table[p // bs], p % bs, tok))
+        for table in _tables_during_step(snap, seq.block_tables or {"": seq.block_table}, r):
+            for j, tok in enumerate(d.token_ids):
+                p = d.facts[0] + j
+                if p // bs < len(table) and table[p // bs] is not None:
+                    (kept if j < keep else rejected).append((table[p // bs], p % bs, tok))
     return kept, rejected
+
+
+def _tables_during_step(snap: Snapshot, tables: Mapping[str, Sequence[int | None]],
+                        reject: Event | None) -> list[list[int | None]]:
+    """Each group's table as it was while the draft was verified: the blocks the reject gave
+    back (several groups' blocks, each group's in logical order) appended to their group's."""
+    back = reject.block_ids if reject else ()
+    if len(tables) == 1:
+        return [list(t) + list(back) for t in tables.values()]
+    group = {b.block_id: b.group for b in (snap.blocks[i] for i in back if 0 <= i < snap.num_blocks)}
+    return [list(t) + [b for b in back if group.get(b) == name] for name, t in tables.items()]
 
 
 def draft_marks(events: Sequence[Event], snap: Snapshot, gpu: PoolLayout,
@@ -72,7 +85,9 @@ def _pending_slots(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, in
     for e in events:
         seq = snap.sequences.get(e.seq_id) if e.kind == "reject" else None
         if seq is not None and seq.num_tokens % bs:
-            out.add((seq.block_table[-1], seq.num_tokens % bs))
+            for table in (seq.block_tables or {"": seq.block_table}).values():
+                if table and table[-1] is not None:
+                    out.add((table[-1], seq.num_tokens % bs))
     return out
 
 

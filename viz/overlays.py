@@ -3,9 +3,12 @@
 Every change is a persistent mark plus, where it moves, an invisible twin that the page animates
 (ui/motion.js via the trace's name): a new block's white "cover" fades out so the block fades
 in; a prefix hit's gold "flash" blinks; an evicted block's grey "ghost" fades out; a swap's
-dots slide from the GPU block to its CPU copy; the copy-on-write arrow draws itself from source
-to copy. The twins have opacity 0 in the figure, so a static image (or reduce-motion) shows the
-end state and nothing else.
+dots slide from the GPU block to its CPU copy, and so do an offload's (GPU block -> CPU tier
+slot) and a load's (tier slot -> GPU block), in the one "swap slide" trace the page animates;
+the copy-on-write arrow draws itself from source to copy. The twins have opacity 0 in the
+figure, so a static image (or reduce-motion) shows the end state and nothing else. A block the
+step gave back (a freed sequence, a rejected draft, a sliding window's drop) gets a dotted
+outline when no table holds it any more.
 """
 
 from __future__ import annotations
@@ -44,11 +47,14 @@ def rects(layout: PoolLayout, ids: Iterable[int], name: str, colour: str, width:
 
 
 def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | None,
-                    in_use: Iterable[int] | None = None) -> list:
+                    in_use: Iterable[int] | None = None, tier: PoolLayout | None = None) -> list:
     """The marks of the last step's changes. With `in_use` (the blocks some table holds now),
     a change to a block that the same step freed again (a finished request, a dropped beam)
-    draws no arrow or outline into it: the block is outlined once as "freed" instead."""
+    draws no arrow or outline into it: the block is outlined once as "freed" instead. `tier`:
+    the CPU tier's band, where offloads and loads end and start."""
     new, hits, evicted, cow_pairs, swaps, freed = [], [], [], [], [], []
+    moves: list[tuple[int, int, bool]] = []  # (GPU block, tier slot, offload?)
+    windowed: set[int] = set()  # blocks a sliding window dropped
     for e in events:
         if e.kind == "allocate":
             new += e.block_ids
@@ -64,8 +70,13 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
             for a, b in zip(ids[::2], ids[1::2], strict=True):
                 gpu_id, cpu_id = (a, b) if e.kind == "swap_out" else (b, a)
                 swaps.append((gpu_id, cpu_id, e.kind == "swap_out"))
-        elif e.kind in ("free", "reject"):  # a reject's blocks held only rejected drafts
+        elif e.kind in ("free", "reject", "drop"):  # a reject's blocks held only rejected drafts
             freed += e.block_ids
+            windowed.update(e.block_ids if e.kind == "drop" else ())
+        elif e.kind == "offload" and e.block_ids and e.facts:
+            moves.append((e.block_ids[0], e.facts[0], True))
+        elif e.kind == "load" and e.facts:
+            moves += [(b, slot, False) for b, slot in zip(e.block_ids, e.facts[0], strict=False)]
     if in_use is not None:
         held = set(in_use)
         freed = [b for b in freed if b not in held]
@@ -82,22 +93,24 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
     out += rects(gpu, hits, "prefix hit", palette.PREFIX_HIT, 4, pad=0.16)
     out += rects(gpu, evicted, "evicted", palette.EVICT, 3, pad=0.16)
     out += _arrows(cow_pairs, gpu)
-    out += _swaps(swaps, gpu, cpu)
-    out += _freed(freed, gpu)
+    swap_lines, swap_dots = _swaps(swaps, gpu, cpu)
+    tier_lines, tier_dots = _tier_moves(moves, gpu, tier)
+    out += swap_lines + tier_lines + _slide(swap_dots + tier_dots)
+    out += _freed(freed, gpu, windowed)
     return out
 
 
-
-
-def _freed(freed: Sequence[int], gpu: PoolLayout) -> list:
+def _freed(freed: Sequence[int], gpu: PoolLayout, windowed: set[int] | None = None) -> list:
     """A dotted outline around each block the step freed, and one label under the pool (a label
-    per block would sit on the next row's tokens)."""
+    per block would sit on the next row's tokens). `windowed`: those a sliding window dropped."""
     ids = [b for b in dict.fromkeys(freed) if 0 <= b < gpu.num_blocks]
     marks = rects(gpu, ids, "freed", palette.FREED, 2)
     if not marks:
         return []
     marks[0].update(line={"dash": "dot"}, hoverinfo="name")
-    words = [f"block {ids[0]} freed (dotted)" if len(ids) == 1 else f"{len(ids)} blocks freed (dotted)"]
+    what = f"block {ids[0]}" if len(ids) == 1 else f"{len(ids)} blocks"
+    how = " left the window:" if windowed and windowed.issuperset(ids) else ""
+    words = [f"{what}{how} freed (dotted)"]
     boxes = [gpu.box(b) for b in range(gpu.num_blocks)]
     # under the pool's bottom right: the pool's header line (top left) may run the whole width
     xy = [(max(r for _, r, _ in boxes), min(y for _, _, y in boxes) - HALF_H)]
@@ -130,12 +143,16 @@ def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
                        hoverinfo="name", showlegend=False)]
 
 
-def _swaps(swaps: Sequence[tuple[int, int, bool]], gpu: PoolLayout, cpu: PoolLayout | None) -> list:
+Dot = tuple[tuple[float, float], tuple[float, float], str]  # (from, to, colour) of a sliding dot
+
+
+def _swaps(swaps: Sequence[tuple[int, int, bool]], gpu: PoolLayout, cpu: PoolLayout | None
+           ) -> tuple[list, list[Dot]]:
     if not swaps or cpu is None:
-        return []
+        return [], []
     xs: list = []
     ys: list = []
-    dots_x, dots_y, start = [], [], []
+    dots: list[Dot] = []
     for g, c, out in swaps:
         if g >= gpu.num_blocks or c >= cpu.num_blocks:
             continue
@@ -143,14 +160,50 @@ def _swaps(swaps: Sequence[tuple[int, int, bool]], gpu: PoolLayout, cpu: PoolLay
         src, dst = (a, b) if out else (b, a)
         xs += [src[0], dst[0], None]
         ys += [src[1], dst[1], None]
-        dots_x.append(dst[0])
-        dots_y.append(dst[1])
-        start.append([src[0], src[1]])
+        dots.append((src, dst, palette.SWAP))
     return [go.Scatter(**FAST, x=xs, y=ys, mode="lines", name="swap",
                        line={"color": palette.SWAP, "width": 2, "dash": "dot"},
-                       hoverinfo="name", showlegend=False),
-            go.Scatter(**FAST, x=dots_x, y=dots_y, mode="markers", name="swap slide",
-                       customdata=start, marker={"size": 12, "color": palette.SWAP, "symbol": "square"},
+                       hoverinfo="name", showlegend=False)], dots
+
+
+def _tier_moves(moves: Sequence[tuple[int, int, bool]], gpu: PoolLayout, tier: PoolLayout | None
+                ) -> tuple[list, list[Dot]]:
+    """An arrow per offload (GPU block -> its tier slot) and per load (tier slot -> the GPU
+    block it filled): one trace of each kind, its head at the destination."""
+    if not moves or tier is None:
+        return [], []
+    out: list = []
+    dots: list[Dot] = []
+    for name, colour, offload in (("offload", palette.OFFLOAD, True), ("load", palette.LOAD, False)):
+        xs: list = []
+        ys: list = []
+        for g, slot, kind in moves:
+            if kind != offload or not (0 <= g < gpu.num_blocks and 0 <= slot < tier.num_blocks):
+                continue
+            a, b = _centre(gpu, g), _centre(tier, slot)
+            src, dst = (a, b) if offload else (b, a)
+            xs += [src[0], dst[0], None]
+            ys += [src[1], dst[1], None]
+            dots.append((src, dst, colour))
+        if xs:
+            out.append(go.Scatter(**FAST, x=xs, y=ys, mode="lines+markers", name=name,
+                                  line={"color": colour, "width": 2, "dash": "dash"},
+                                  marker={"symbol": "arrow", "size": 13, "angleref": "previous",
+                                          "color": colour, "opacity": [0, 1, 0] * (len(xs) // 3)},
+                                  hoverinfo="name", showlegend=False))
+    return out, dots
+
+
+def _slide(dots: Sequence[Dot]) -> list:
+    """The step's sliding dots, each drawn where its bytes went; customdata is where they came
+    from. One trace: ui/motion.js slides the points of the first trace named "swap slide"."""
+    if not dots:
+        return []
+    colours = [d[2] for d in dots]
+    return [go.Scatter(**FAST, x=[d[1][0] for d in dots], y=[d[1][1] for d in dots], mode="markers",
+                       name="swap slide", customdata=[list(d[0]) for d in dots],
+                       marker={"size": 12, "symbol": "square",
+                               "color": colours[0] if len(set(colours)) == 1 else colours},
                        hoverinfo="skip", showlegend=False)]
 
 

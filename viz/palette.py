@@ -26,6 +26,10 @@ SWAP = "#6a3d9a"
 DRAFT = "#7b3294"  # the slot of a draft token the model kept (speculative decoding)
 REJECTED = "#c51b7d"  # a rejected draft token, struck out in the slot it gave back
 SELECT = "#111111"
+DROPPED = "#eef0f3"  # a table entry a sliding window dropped: lighter than the plot, not white
+HATCH = "#b9bfc7"  # the hatching over a dropped entry
+OFFLOAD = "#8c510a"  # a cached block's K/V copied to the prefix cache's CPU tier
+LOAD = "#01665e"  # a prompt block copied back from the CPU tier
 
 # Machado, Oliveira & Fernandes (2009), deuteranopia at severity 1.0, on linear RGB
 _DEUTERANOPIA = ((0.367322, 0.860646, -0.227968),

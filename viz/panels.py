@@ -1,5 +1,7 @@
 """The panels beside the main picture: the narrated event log, each sequence's text with its
-tokens coloured by the block that holds them, and the live metrics."""
+tokens coloured by the block that holds them, and the live metrics. A hybrid model's token names
+its block in each KV cache group; a token whose block every group dropped (an all-sliding model
+past its window) is greyed."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 from engine.core.baselines import naive_blocks_for
 from engine.core.events import Event
 from engine.core.narration import plural
-from engine.core.snapshot import Snapshot
+from engine.core.snapshot import SequenceView, Snapshot
 from engine.core.units import human_bytes
 from viz import palette
 
@@ -41,11 +43,13 @@ def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:
         start = max(0, seq.num_tokens - MAX_TOKENS_SHOWN)
         if start:
             spans.append(f"<span style='color:#888'>… {start} tokens …</span>")
+        tables = _tables(snap, seq)
         for i in range(start, seq.num_tokens):
             j, slot = divmod(i, bs)
-            block = seq.block_table[j] if j < len(seq.block_table) else "?"
+            where, gone = _where(snap, tables, j)
             shade = "rgba(76,120,168,0.18)" if j % 2 == 0 else "rgba(84,162,75,0.22)"
-            spans.append(f"<span title='logical block {j} → physical {block}, slot {slot}' "
+            shade = "rgba(150,150,150,0.10);color:#888" if gone else shade
+            spans.append(f"<span title='logical block {j}{where}, slot {slot}' "
                          f"style='background:{shade};border-radius:3px;white-space:pre-wrap'>"
                          f"{html.escape(token_text(seq.token_ids[i]))}</span>")
         if seq.pending_token is not None:
@@ -56,10 +60,43 @@ def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:
         parts.append(
             f"<div style='margin:4px 0'><b style='color:{colour}'>seq {seq.seq_id}</b> "
             f"<small>({seq.status}, {plural(seq.num_tokens, 'token')} in "
-            f"{plural(len(seq.block_table), 'block')}{cached})"
+            f"{_blocks_words(snap, tables)}{cached})"
             f"</small><div style='font-family:monospace;font-size:13px;line-height:1.6'>"
             f"{''.join(spans)}</div></div>")
     return "".join(parts)
+
+
+def _tables(snap: Snapshot, seq: SequenceView) -> dict[str, tuple[int | None, ...]]:
+    """A sequence's table in each KV cache group, by group name (one entry for most models)."""
+    return dict(seq.block_tables or {snap.kv_cache_groups[0].name: seq.block_table})
+
+
+def _where(snap: Snapshot, tables: Mapping[str, Sequence[int | None]], j: int) -> tuple[str, bool]:
+    """What follows "logical block j" in a token's title (" → physical 12"; a hybrid's names
+    each group's block) and whether every group dropped it."""
+    windows = {g.name: g.window for g in snap.kv_cache_groups}
+    said = []
+    for name, table in tables.items():
+        b = table[j] if j < len(table) else "?"
+        gone = f"dropped (left the {windows.get(name)}-token window)"
+        if len(tables) == 1:
+            said.append(f": {gone}" if b is None else f" → physical {b}")
+        else:
+            said.append(f"{name}: {gone}" if b is None else f"{name} → physical {b}")
+    dropped = all(j < len(t) and t[j] is None for t in tables.values())
+    return (said[0] if len(said) == 1 else ": " + " · ".join(said)), dropped
+
+
+def _blocks_words(snap: Snapshot, tables: Mapping[str, Sequence[int | None]]) -> str:
+    """"3 blocks", or with a sliding window what each group holds and what it dropped."""
+    n = max((len(t) for t in tables.values()), default=0)
+    dropped = {name: t.count(None) for name, t in tables.items()}
+    if len(tables) == 1:
+        (name, gone), = dropped.items()
+        return plural(n - gone, "block") + (f", {gone} dropped by the window" if gone else "")
+    held = ", ".join(f"{name} {len(tables[name]) - gone}" + (f" ({gone} dropped)" if gone else "")
+                     for name, gone in dropped.items())
+    return f"{plural(n, 'logical block')} · blocks held: {held}"
 
 
 def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
@@ -84,6 +121,13 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
     ]
     if per_block:
         rows.append(("KV bytes in use", human_bytes(m.used_blocks * per_block)))
+    if m.dropped_blocks or any(g.sliding for g in snap.kv_cache_groups):
+        rows.append(("dropped by sliding windows", plural(m.dropped_blocks, "block")))
+    if snap.tier_blocks:  # the prefix cache's CPU tier
+        held = sum(b.state == "cached" for b in snap.tier_blocks)
+        rows.append(("CPU tier slots holding evicted blocks", f"{held} of {len(snap.tier_blocks)}"))
+        rows.append(("offloaded to / loaded back from the CPU tier",
+                     f"{plural(m.offloaded_blocks, 'block')} / {m.offload_hit_blocks}"))
     for key in ("requests_running", "requests_waiting", "requests_swapped", "preemptions"):
         if m.extra.get(key):
             rows.append((key.replace("_", " "), m.extra[key]))

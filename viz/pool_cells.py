@@ -1,7 +1,8 @@
 """The physical pool as ONE plotly Heatmap: every block's slots with their token text (token
 level) or one cell per block (block level). Colour = owner, shared, cached or free; empty slots
 white; the slot the pending token will take is marked. customdata[0] of every cell is the block
-id, which the page's click handler reads."""
+id, which the page's click handler reads. The prefix cache's CPU tier is one more Heatmap of
+block-level cells, one per slot."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from viz.pool_layout import PoolLayout
 FAST = {"_validate": False}  # traces built here are fixed in code; tests validate the JSON
 MAX_TEXT_BLOCKS = 512  # block level: ref counts printed in cells up to this pool size
 
-# categories of the discrete colour scale
+# categories of the discrete colour scale (DROPPED last: the owners' categories keep their numbers)
 FREE, CACHED, SHARED, PENDING, OWNER0 = 0, 1, 2, 3, 4
-COLOURS = [palette.FREE, palette.CACHED, palette.SHARED, palette.PENDING, *palette.OWNERS]
+COLOURS = [palette.FREE, palette.CACHED, palette.SHARED, palette.PENDING, *palette.OWNERS,
+           palette.DROPPED]
+DROPPED = len(COLOURS) - 1  # a block-table entry that a sliding window dropped
 
 
 def colourscale() -> list[list]:
@@ -55,20 +58,26 @@ def slot_text(token: str, chars: int) -> str:
     return escape(shorten(t, chars))
 
 
-def block_hover(blk: BlockView, block_size: int, prefix: str = "") -> str:
-    """A block's hover text, short: every big pool sends one per block."""
+def block_hover(blk: BlockView, block_size: int, prefix: str = "",
+                groups: Mapping[str, str] | None = None) -> str:
+    """A block's hover text, short: every big pool sends one per block. `groups`: group name ->
+    its words, for a model with a sliding window (which layers a block's page serves)."""
     owners = ",".join(map(str, blk.owners)) or "-"
     digest = "" if blk.block_hash is None else f" · hash {blk.block_hash & 0xFFFFFFFF:08x}"
+    served = ""
+    if groups and blk.state != "free" and blk.group in groups:  # a free page serves no layers
+        served = f"<br>group: {groups[blk.group]}"
     return (f"block {prefix}{blk.block_id} · {blk.state} · ref {blk.ref_count} · seq {owners} · "
-            f"{blk.num_filled}/{block_size}{digest}")
+            f"{blk.num_filled}/{block_size}{digest}{served}")
 
 
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
                  pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
-                 scale: float = 1.0, plot_px: float = 850.0,
-                 blank: Collection[int] = ()) -> go.Heatmap:
+                 scale: float = 1.0, plot_px: float = 850.0, blank: Collection[int] = (),
+                 groups: Mapping[str, str] | None = None) -> go.Heatmap:
     """pending: block id -> (slot, token text) of a pending token whose next slot is there;
-    scale: type size (presenter mode); blank: blocks drawn without their tokens (a reserve)."""
+    scale: type size (presenter mode); blank: blocks drawn without their tokens (a reserve);
+    groups: the KV cache groups' words for the hover (block_hover)."""
     cols = len(layout.x_edges()) - 1
     z: list[list] = [[None] * cols for _ in range(layout.rows)]
     text = [[""] * cols for _ in range(layout.rows)]
@@ -85,7 +94,7 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
         if blk.block_id in blank:  # held back, not data: an empty strip under the hatching
             blk = blk._replace(token_ids=(), ref_count=0, owners=())
             cat = FREE
-        about = block_hover(blk, layout.block_size, prefix)
+        about = block_hover(blk, layout.block_size, prefix, groups)
         col0 = c * per_col
         z[r][col0] = cat
         if not layout.token_level:
@@ -119,15 +128,16 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
         name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)
 
 
-def block_label(blk: BlockView, prefix: str = "") -> str:
-    return f"{prefix}{blk.block_id}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
+def block_label(blk: BlockView, prefix: str = "", mark: str = "") -> str:
+    return f"{prefix}{blk.block_id}{mark}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
 
 
 def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.0,
-              blank: Collection[int] = ()) -> go.Scatter | None:
+              blank: Collection[int] = (), marks: Mapping[str, str] | None = None) -> go.Scatter | None:
     """Each drawn block's id (and ref count when shared) in its label cell, as text of its own
     trace: 11 px on a laptop, 18 on a projector, and still drawn on a phone, where the slots'
-    token text (10 px) is hidden for being wider than the slots."""
+    token text (10 px) is hidden for being wider than the slots. `marks`: group name -> a mark
+    after the id of a block holding that group's K/V (a hybrid model's "ˢ" for sliding)."""
     if not layout.token_level:
         return None
     xs, ys, texts, colours = [], [], [], []
@@ -138,9 +148,40 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         left, _, y = layout.box(blk.block_id)
         xs.append(left + 1.0)  # the label cell is LABEL_W (2) slots wide
         ys.append(y)
-        texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk))
+        mark = (marks or {}).get(blk.group, "") if blk.state != "free" else ""  # a free page serves none
+        texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark))
         dark = blk.block_id not in blank and palette.is_dark(COLOURS[category(blk)])
         colours.append("#ffffff" if dark else palette.INK)  # readable on the block's own colour
     return go.Scatter(**FAST, x=xs, y=ys, mode="text", text=texts, name="block ids",
                       textfont={"size": 11 * scale, "color": colours}, hoverinfo="skip",
                       showlegend=False)
+
+
+def tier_heatmap(slots: Sequence[BlockView], lru: Sequence[int], layout: PoolLayout,
+                 token_text: Callable[[int], str], scale: float = 1.0) -> go.Heatmap:
+    """The prefix cache's CPU tier: one cell per slot ("t3"), grey where it keeps an evicted
+    block (hover: its hash, tokens and place in the LRU order), white where free."""
+    z: list[list] = [[None] * layout.per_row for _ in range(layout.rows)]
+    text = [[""] * layout.per_row for _ in range(layout.rows)]
+    custom: list[list] = [[None] * layout.per_row for _ in range(layout.rows)]
+    order = {slot: i for i, slot in enumerate(lru)}
+    for blk in slots:
+        r, c = divmod(blk.block_id, layout.per_row)
+        text[r][c] = f"t{blk.block_id}"
+        if blk.state != "cached":
+            z[r][c] = FREE
+            custom[r][c] = [blk.block_id, f"tier slot {blk.block_id} · free"]
+            continue
+        z[r][c] = CACHED
+        tokens = escape(shorten("".join(token_text(t) for t in blk.token_ids), 60))
+        nth = order.get(blk.block_id)
+        lru_words = "" if nth is None else (" · overwritten next" if nth == 0 else
+                                            f" · overwritten after {nth} more")
+        digest = "" if blk.block_hash is None else f" · hash {blk.block_hash & 0xFFFFFFFF:08x}"
+        custom[r][c] = [blk.block_id, f"tier slot {blk.block_id} · an evicted block's K/V{digest}"
+                                      f"{lru_words}<br>tokens: {tokens}"]
+    return go.Heatmap(**FAST,
+        z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
+        texttemplate="%{text}", textfont={"size": 11 * scale}, customdata=custom, zmin=-0.5,
+        zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
+        name="cpu tier", hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)

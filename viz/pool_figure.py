@@ -7,7 +7,11 @@
   the pending token), the physical pool below: up to a few hundred blocks every block is drawn
   as its `block_size` slots with each slot's token text in it (viz/pool_layout.py decides),
   bigger pools as one cell per block. Lines join every table entry to its physical block. The
-  CPU swap space is drawn, as a thin band under the pool, only when the engine has one.
+  CPU swap space is drawn, as a thin band under the pool, only when the engine has one; the
+  prefix cache's CPU tier likewise, as a labelled band of slots under both.
+- A hybrid model (KV cache groups, engine/core/kv_groups.py) gives each sequence a row per group
+  ("seq 0 · full", "seq 0 · sliding 32"), kept together; an entry a sliding window dropped is an
+  empty hatched cell with no link (viz/block_tables.py).
 - The last step's `events` are overlaid and animated in the page (viz/overlays.py); the layout's
   `meta.anim` key changes only when the step does, so a redraw for a selection never replays
   the motion.
@@ -24,25 +28,28 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from engine.core.events import Event
-from engine.core.snapshot import Snapshot
+from engine.core.snapshot import SequenceView, Snapshot
 from viz import palette
-from viz.block_tables import links, table_heatmap
+from viz.block_tables import TableRow, group_label, group_words, links, row_labels, table_rows, table_traces
 from viz.draft_marks import draft_marks
 from viz.overlays import change_overlays, rects, reserved_region
-from viz.pool_cells import FAST, block_ids, pool_heatmap
-from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
+from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
+from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout, tier_layout
 
 ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
 PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode on a 1280 x 720 projector
 FONT = "'Source Sans 3', 'Source Sans Pro', system-ui, sans-serif"
 
 
-def _legend(two_lines: bool = False, drafts: bool = False) -> str:
+def _legend(large: bool = False, extra: Sequence[str] = ()) -> list[str]:
+    """The legend's lines: in presenter mode the colours on the first, the marks on the next;
+    entries for what only some pictures show go after them, wrapped to the picture's width."""
     def swatch(colour: str, label: str, edge: str = "") -> str:
         return f"<span style='color:{edge or colour}'>■</span> {label}"
     owners = "".join(f"<span style='color:{c}'>■</span>" for c in palette.OWNERS[:4])
@@ -51,13 +58,61 @@ def _legend(two_lines: bool = False, drafts: bool = False) -> str:
         swatch(palette.CACHED, "cached"), "□ free / empty slot", "▸ pending token",
         f"<span style='color:{palette.NEW}'>▭</span> new", "➜ copy-on-write",
         f"<span style='color:{palette.PREFIX_HIT}'>▭</span> prefix hit",
-        f"<span style='color:{palette.EVICT}'>▭</span> evicted"]
-    if drafts:  # the step verified drafts (speculative decoding)
-        parts += [f"<span style='color:{palette.DRAFT}'>⬚</span> draft kept",
-                  f"<span style='color:{palette.REJECTED}'><s>abc</s></span> draft rejected"]
-    if two_lines:
-        return " · ".join(parts[:5]) + "<br>" + " · ".join(parts[5:])
-    return " · ".join(parts)
+        f"<span style='color:{palette.EVICT}'>▭</span> evicted", *extra]
+    budget = 95 if large else 150  # visible characters a line holds (12 px type; 16 px presenting)
+    lines: list[list[str]] = [[]]
+    for part in parts:
+        if lines[-1] and _visible(lines[-1] + [part]) > budget:
+            lines.append([])
+        lines[-1].append(part)
+    return [" · ".join(line) for line in lines]
+
+
+def _visible(parts: Sequence[str]) -> int:
+    """Characters that legend parts show, joined by " · " (their HTML tags take no room)."""
+    return sum(len(re.sub("<[^>]*>", "", p)) + 3 for p in parts)
+
+
+def _extras(events: Sequence[Event], dropped: bool) -> list[str]:
+    """Legend entries for what this picture shows only at times."""
+    kinds = {e.kind for e in events}
+    out = []
+    if dropped:  # some table has an entry a sliding window dropped
+        out.append(f"<span style='color:{palette.HATCH}'>▨</span> dropped (left the window)")
+    if "draft" in kinds:  # the step verified drafts (speculative decoding)
+        out += [f"<span style='color:{palette.DRAFT}'>⬚</span> draft kept",
+                f"<span style='color:{palette.REJECTED}'><s>abc</s></span> draft rejected"]
+    if "offload" in kinds:
+        out.append(f"<span style='color:{palette.OFFLOAD}'>⇣</span> offload to the CPU tier")
+    if "load" in kinds:
+        out.append(f"<span style='color:{palette.LOAD}'>⇡</span> load from the CPU tier")
+    return out
+
+
+def _held(seq: SequenceView) -> set[int]:
+    """The blocks a sequence's tables hold, every group's (dropped entries are None)."""
+    tables = (seq.block_tables or {"": seq.block_table}).values()
+    return {b for t in tables for b in t if b is not None}
+
+
+def _pending_slots(rows: Sequence[TableRow], bs: int, token_text: Callable[[int], str]
+                   ) -> dict[int, tuple[int, str]]:
+    """block id -> (slot, text) of each pending token's slot: in the last block of the table of
+    each of its sequence's groups (the token is written in every group)."""
+    out = {}
+    for r in rows:
+        s = r.seq
+        if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs and r.table:
+            out[r.table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
+    return out
+
+
+def _groups_title(snap: Snapshot) -> str:
+    """The title's words for a model with KV cache groups or a sliding window ("" for most)."""
+    groups = snap.kv_cache_groups
+    if len(groups) > 1:
+        return " · KV cache groups: " + ", ".join(map(group_label, groups))
+    return f" · sliding window: {groups[0].window} tokens" if groups[0].sliding else ""
 
 
 def anim_key(snap: Snapshot, events: Sequence[Event]) -> str:
@@ -98,30 +153,32 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         keep.add(selected_block)
     gpu = gpu_layout(snap.num_blocks, bs, block_level, keep, plot_px, SLOT_PX * kt)
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
+    tier = tier_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
     reserved = frozenset(reserved)
     seqs = [s for s in snap.sequences.values()
-            if s.block_table and not (reserved and set(s.block_table) <= reserved)]
-    pending = {}
-    for s in seqs:
-        if s.pending_token is not None and s.status != "swapped" and s.num_tokens % bs:
-            pending[s.block_table[-1]] = (s.num_tokens % bs, token_text(s.pending_token))
-    top = 2.0 + len(seqs) - 1  # first table row; the last sits 2 rows above the pool
+            if s.block_table and not (reserved and _held(s) <= reserved)]
+    rows = table_rows(snap, seqs)
+    pending = _pending_slots(rows, bs, token_text)
+    top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
+    groups = snap.kv_cache_groups
+    words = {g.name: group_words(g) for g in groups} if len(groups) > 1 or groups[0].sliding else None
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
-                                 plot_px=plot_px, blank=reserved)]
-    ids = block_ids(snap.blocks, gpu, kt, reserved)
+                                 plot_px=plot_px, blank=reserved, groups=words)]
+    marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
+    ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
     traces += [ids] if ids is not None else []
     if cpu is not None:
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k,
-                                   plot_px=plot_px))
+                                   plot_px=plot_px, groups=words))
+    if tier is not None:
+        traces.append(tier_heatmap(snap.tier_blocks, snap.tier_lru, tier, token_text, scale=k))
     entries: list[tuple] = []
-    if seqs:
-        table, entries = table_heatmap(snap, seqs, top, gpu.width, token_text, scale=k)
-        line = links(entries, gpu, cpu, "block table links", "rgba(60,70,85,0.32)", 1.2)
-        traces += [line] if line is not None else []
-        traces.append(table)
+    if rows:
+        tables, entries = table_traces(snap, rows, top, gpu, cpu, token_text, k)
+        traces += tables
     in_use = [b.block_id for b in snap.blocks if b.state == "used"]
     traces += change_overlays([e for e in events if not reserved.intersection(e.block_ids)], gpu,
-                              cpu, in_use)
+                              cpu, in_use, tier)
     traces += draft_marks(events, snap, gpu, token_text, kt)
     traces += reserved_region(gpu, sorted(reserved))
     if selected_block is not None and 0 <= selected_block < snap.num_blocks:
@@ -131,24 +188,11 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                                                                palette.SELECT, 3.5, pad=0.22)
 
     fig = go.Figure(traces, **FAST)
-    notes = []
-    holders = set()  # the selected block's owners: their row labels are bold
-    widest = 6  # characters of the longest row label ("▶ seq 12"): the left margin fits it
-    if selected_block is not None and 0 <= selected_block < snap.num_blocks:
-        holders = set(snap.blocks[selected_block].owners)
-    for i, s in enumerate(seqs):
-        label = (seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
-        label = label if len(label) <= 18 else label[:17] + "…"
-        widest = max(widest, len(label) + 2)
-        if s.seq_id == selected_seq:
-            label = f"<b>▶ {label}</b>"
-        elif s.seq_id in holders:
-            label = f"<b>{label}</b>"
-        notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
-                          font={"color": palette.owner_colour(s.seq_id), "size": 14 * k}))
-    if seqs:
-        notes.append(dict(x=0, y=top + 0.55,
-                          text="block tables: logical block → physical block, slots filled",
+    drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
+    notes, widest = row_labels(rows, top, k, seq_labels, selected_seq, selected_block if drawn else None)
+    if rows:
+        what = "block tables, one per KV cache group" if len(groups) > 1 else "block tables"
+        notes.append(dict(x=0, y=top + 0.55, text=f"{what}: logical block → physical block, slots filled",
                           xanchor="left", yanchor="bottom", showarrow=False,
                           font={"size": 12 * k, "color": palette.MUTED}))
     for row, first, last in gpu.folds:
@@ -164,6 +208,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                           showarrow=False, text=f"waiting, no blocks yet: {names}{more}",
                           font={"size": 12 * k, "color": palette.INK}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
+    if marks and gpu.token_level:  # a hybrid's two groups: whose K/V a block holds
+        kind += " · a block holds one group's layers (ˢ: sliding window)"
     if reserved:
         kind += f" · hatched: {len(reserved)} blocks reserved by the teacher"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
@@ -171,32 +217,37 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     bottom = -gpu.rows + 0.4
     if any(t.name == "freed label" for t in traces):  # it sits under the pool's last row
         bottom -= 0.7
-    if cpu is not None:
-        notes.append(dict(x=0, y=cpu.y0 + 0.55, text="CPU swap space", xanchor="left",
-                          yanchor="bottom", showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
-        bottom = cpu.y0 - cpu.rows + 0.4
+    for band, name in ((cpu, "CPU swap space"),
+                       (tier, "CPU tier of the prefix cache: evicted blocks kept by hash (LRU)")):
+        if band is not None:
+            notes.append(dict(x=0, y=band.y0 + 0.55, text=name, xanchor="left", yanchor="bottom",
+                              showarrow=False, font={"size": 12 * k, "color": palette.MUTED}))
+            bottom = band.y0 - band.rows + 0.4
     if len(entries) > 4000:
         notes.append(dict(x=gpu.width, y=top + 0.55, text=f"{len(entries)} table entries: links not drawn",
                           xanchor="right", yanchor="bottom", showarrow=False))
-    if selected_seq is not None and selected_seq in {s.seq_id for s in seqs}:
-        i = next(i for i, s in enumerate(seqs) if s.seq_id == selected_seq)
+    mine = [i for i, r in enumerate(rows) if r.seq.seq_id == selected_seq]
+    if mine:  # one outline around all the selected sequence's rows (they are kept together)
+        lo, hi = top - mine[-1] - 0.5, top - mine[0] + 0.5
         fig.add_scatter(x=[-0.15, gpu.width + 0.15, gpu.width + 0.15, -0.15, -0.15],
-                        y=[top - i - 0.5, top - i - 0.5, top - i + 0.5, top - i + 0.5, top - i - 0.5],
+                        y=[lo, lo, hi, hi, lo],
                         mode="lines", line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
                         name="selected sequence", hoverinfo="skip", showlegend=False)
     top += 1.0 if waiting else 0.0  # room for the waiting line
-    rows = top + 1.6 - bottom
-    legend = _legend(large, any(e.kind == "draft" for e in events))
+    span = top + 1.6 - bottom
+    lines = _legend(large, _extras(events, any(t.name == "dropped entries" for t in traces)))
+    legend = "<br>".join(lines)
+    grown = 18 * k * max(0, len(lines) - (2 if large else 1))  # legend lines past the usual
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
-        height=int(min(2000, max(320, (84 + (ROW_PX if rows <= 30 else 21) * rows) * k))),
-        margin={"l": max(78, 8 + 8 * widest) * k, "r": 8, "t": 72 * k + (24 if large else 0), "b": 8},
+        height=int(min(2000, max(320, (84 + (ROW_PX if span <= 30 else 21) * span) * k + grown))),
+        margin={"l": max(78, 8 + 8 * widest) * k, "r": 8, "t": 72 * k + (24 if large else 0) + grown, "b": 8},
         font={"family": FONT, "color": palette.INK},
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
         title={"text": f"<b>engine step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
-                       f"<br><span style='font-size:{12 * k:.0f}px'>{legend}</span>",
+                       f"{_groups_title(snap)}<br><span style='font-size:{12 * k:.0f}px'>{legend}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
                "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
     )

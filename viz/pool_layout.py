@@ -4,8 +4,9 @@ Token level (pools up to a few hundred blocks): a block is a strip of one label 
 and `block_size` slot cells, as in the paper's Fig. 6-9. The strips per row follow from the
 picture's width so that a slot holds a ~6-character token whole, and runs of free blocks fold
 into one row each ("blocks 9-63 free"): the pixels go to the blocks that hold data. Block level
-(bigger pools, or a pool too tall even folded): one cell per block. Coordinates are plot units:
-x grows right, row r sits at y = y0 - r, one unit per row.
+(bigger pools, or a pool too tall even folded): one cell per block. The CPU swap space and the
+prefix cache's CPU tier are bands of block-level cells under the pool. Coordinates are plot
+units: x grows right, row r sits at y = y0 - r, one unit per row.
 """
 
 from __future__ import annotations
@@ -162,3 +163,9 @@ def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayou
     per_row = max(1, min(num_blocks, 32))
     return PoolLayout(num_blocks, block_size, False, per_row, x0=0.0,
                       y0=below.y0 - below.rows - 1.2, cell_w=below.width / per_row)
+
+
+def tier_layout(num_slots: int, block_size: int, below: PoolLayout) -> PoolLayout:
+    """The prefix cache's CPU tier: a band of block-level cells (one per slot) under `below`
+    (the swap space when there is one, else the GPU pool), as wide as it."""
+    return cpu_layout(num_slots, block_size, below)

@@ -2,8 +2,9 @@
 
 Every rank's pool has the same block ids in the same state (the one KV cache manager decided
 them); what differs is which heads' K/V each rank keeps in those blocks, and so the bytes. The
-figure draws the block tables once (they live in the scheduler, not on any GPU), then each rank's
-pool as a grid of the same blocks, titled with its heads and the bytes it holds.
+figure draws the block tables once (they live in the scheduler, not on any GPU; a hybrid model's
+sequence has a row per KV cache group, an entry its sliding window dropped drawn empty), then
+each rank's pool as a grid of the same blocks, titled with its heads and the bytes it holds.
 
 A pure function of a snapshot and the engine's tensor-parallel numbers (engine_info()).
 """
@@ -18,6 +19,7 @@ import plotly.graph_objects as go
 from engine.core.snapshot import Snapshot
 from engine.core.units import human_bytes
 from viz import palette
+from viz.block_tables import table_rows
 
 _FAST = {"_validate": False}  # fixed traces; tests/viz/test_shards_figure.py validates the output
 
@@ -43,7 +45,7 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
     heads = int(info.get("kv heads per rank", info.get("kv heads", n) // n or 1))
     block_bytes = int(info.get("kv bytes per block per rank", info.get("kv bytes per block", 0)))
     width = 8 if snap.num_blocks <= 64 else 16 if snap.num_blocks <= 512 else 32
-    rows = -(-snap.num_blocks // width)
+    pool_rows = -(-snap.num_blocks // width)
     gap = 2
     colours = [_colour(b.ref_count, b.state, b.owners) for b in snap.blocks]
     weights = info.get("weight bytes per rank")
@@ -70,29 +72,36 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
                               f"{weights_note}"})
     # the block tables: once, above all pools, because one manager keeps them for every rank
     seqs = sorted(snap.sequences.values(), key=lambda s: s.seq_id)
+    rows = table_rows(snap, seqs)
     tx, ty, ttext, tcol, thover = [], [], [], [], []
-    for i, s in enumerate(seqs):
-        notes.append({"x": -0.6, "y": 3 + len(seqs) - i, "xanchor": "right", "showarrow": False,
-                      "text": f"seq {s.seq_id}"})
-        for j, block in enumerate(s.block_table):
+    for i, row in enumerate(rows):
+        sid, y = row.seq.seq_id, 3 + len(rows) - i
+        notes.append({"x": -0.6, "y": y, "xanchor": "right", "showarrow": False,
+                      "text": f"seq {sid}" + (f" · {row.label}" if row.label else "")})
+        for j, block in enumerate(row.table):
             tx.append(j)
-            ty.append(3 + len(seqs) - i)
-            ttext.append(str(block))
-            tcol.append(palette.owner_colour(s.seq_id))
-            thover.append(f"seq {s.seq_id}, logical block {j} → physical block {block} on every rank")
+            ty.append(y)
+            ttext.append("—" if block is None else str(block))
+            tcol.append(palette.DROPPED if block is None else palette.owner_colour(sid))
+            thover.append(f"seq {sid}, logical block {j}: dropped by the {row.group.window}-token window"
+                          if block is None else
+                          f"seq {sid}, logical block {j} → physical block {block} on every rank")
     traces.append(go.Scatter(
-        x=tx, y=ty, mode="markers+text", text=ttext, textfont={"size": 9, "color": "white"},
+        x=tx, y=ty, mode="markers+text", text=ttext,
+        textfont={"size": 9, "color": [palette.MUTED if t == "—" else "white" for t in ttext]
+                  if "—" in ttext else "white"},
         hovertext=thover, hoverinfo="text", showlegend=False, name="block tables",
         marker={"symbol": "square", "size": 22, "color": tcol}, **_FAST))
-    notes.append({"x": -2, "y": 4 + len(seqs), "xanchor": "left", "showarrow": False,
-                  "text": f"<b>one block table per sequence</b> (in the scheduler; sent to all {n} "
-                          f"ranks every step)" if seqs else "<b>no sequences yet</b>"})
+    per_group = " and KV cache group" if len(snap.kv_cache_groups) > 1 else ""
+    notes.append({"x": -2, "y": 4 + len(rows), "xanchor": "left", "showarrow": False,
+                  "text": f"<b>one block table per sequence{per_group}</b> (in the scheduler; sent to "
+                          f"all {n} ranks every step)" if seqs else "<b>no sequences yet</b>"})
     fig = go.Figure(traces, **_FAST)
     fig.update_layout(
         title={"text": f"Tensor parallelism: one block table, {n} pools with the same block ids",
                "y": 0.98, "x": 0.5, "xanchor": "center"},  # the app's plot label sits top left
-        annotations=notes, plot_bgcolor="white", height=260 + 24 * (rows + len(seqs)),
+        annotations=notes, plot_bgcolor="white", height=260 + 24 * (pool_rows + len(rows)),
         margin={"l": 10, "r": 10, "t": 60, "b": 10},
         xaxis={"visible": False, "range": [-2.5, n * (width + gap) - gap]},
-        yaxis={"visible": False, "range": [-rows - 0.5, 5 + len(seqs)]})
+        yaxis={"visible": False, "range": [-pool_rows - 0.5, 5 + len(rows)]})
     return fig
