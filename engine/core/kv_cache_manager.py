@@ -186,17 +186,23 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
     def append_reserved(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """`append` of one token whose block the caller has already counted (the scheduler's
         decode pass reserves them): no second capacity check in the hot path, and the common
-        case (room in an unshared last block, one group) without `_write`'s loop."""
+        case (room in unshared last blocks) without `_write`'s loop."""
         offset = len(seq.token_ids) % self.block_size
-        block_id = seq.block_table[-1] if offset else -1
-        block = self.pool.blocks[block_id] if offset else None
-        if block is None or block.ref_count > 1 or self.num_groups > 1:
-            self._write(seq, [token], events, narrate_each=True)
+        blocks, tables = self.pool.blocks, seq.block_tables
+        if len(tables) == 1:  # most models: one table, no generator in the hot path
+            ids: tuple[int, ...] = (tables[0][-1],) if offset else ()
+            shared = bool(ids) and blocks[ids[0]].ref_count > 1
+        else:
+            ids = tuple(t[-1] for t in tables) if offset else ()
+            shared = any(blocks[b].ref_count > 1 for b in ids)
+        if not ids or shared:
+            self._write(seq, [token], events, narrate_each=True)  # a new block, or copy-on-write
             return
-        block.token_ids.append(token)
+        for block_id in ids:
+            blocks[block_id].token_ids.append(token)
         seq.token_ids.append(token)
-        self.pool.dirty.add(block_id)
-        events.append(self._append_event(seq.seq_id, token, (block_id,), offset))
+        self.pool.dirty.update(ids)
+        events.append(self._append_event(seq.seq_id, token, ids, offset))
         if offset == self.block_size - 1 and self.enable_prefix_caching and token != IN_FLIGHT:
             self._seal(seq, len(seq.block_table) - 1, events)
 

@@ -123,18 +123,22 @@ class DecodeGraphs:
     @torch.inference_mode()
     def run(self, token_ids: list[int], positions: list[int], slots: list[int],
             tables: list[list[int]], num_blocks: int | None = None,
-            feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs | None:
+            feed: Callable[[torch.Tensor], None] | None = None,
+            starts: list[int] | None = None) -> DecodeOutputs | None:
         """One decode step for len(token_ids) sequences (position p's token goes to slot s).
-        `slots` and `tables` hold every KV cache group's, group after group (n each).
+        `slots` and `tables` hold every KV cache group's, group after group (n each); with
+        `starts`, table k is written from column starts[k] on (a sliding window's tail: the
+        columns before it are never read, so they keep whatever valid ids they held).
         With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
         the buffer); None comes back, and nothing runs, when one does not. `feed(ids)` writes
         token ids the host does not have yet into the device's ids (async scheduling)."""
         n = len(token_ids)
         size = self.bucket(n)
         self._next_host()
-        used = self._fill(token_ids, positions, slots, tables, size)
+        starts = starts or [0] * len(tables)
+        used = self._fill(token_ids, positions, slots, tables, size, starts)
         if num_blocks is not None:
-            widest = max(map(len, tables))
+            widest = max(s + len(t) for s, t in zip(starts, tables, strict=True))
             b, w = self.max_batch, self.width
             region = self._host_np[self._tables_at:self._tables_at + self.num_groups * b * w]
             region = region.reshape(self.num_groups, b, w)[:, :n, :widest]
@@ -169,7 +173,8 @@ class DecodeGraphs:
                 progress(i, len(todo))
             if size not in self.graphs:
                 groups = self.num_groups
-                self._fill([0] * size, [0] * size, [-1] * size * groups, [[0]] * size * groups, size)
+                self._fill([0] * size, [0] * size, [-1] * size * groups, [[0]] * size * groups, size,
+                           [0] * size * groups)
                 self.buffer.copy_(self.host)
                 self._capture(size)
 
@@ -184,7 +189,7 @@ class DecodeGraphs:
         self._host_np = self.host.numpy()
 
     def _fill(self, token_ids: list[int], positions: list[int], slots: list[int],
-              tables: list[list[int]], size: int) -> int:
+              tables: list[list[int]], size: int, starts: list[int] | None = None) -> int:
         b, w, h = self.max_batch, self.width, self._host_np
         n = len(token_ids)
         h[0:n] = token_ids
@@ -200,7 +205,8 @@ class DecodeGraphs:
             h[at + n:at + size] = -1
             base = self._tables_at + g * b * w
             for i, table in enumerate(tables[g * n:(g + 1) * n]):
-                h[base + i * w:base + i * w + len(table)] = table
+                at = base + i * w + (starts[g * n + i] if starts else 0)
+                h[at:at + len(table)] = table
         # Entries past a table's end are never read (the kernel stops at the sequence's length).
         return self._tables_at + (self.num_groups - 1) * b * w + size * w
 

@@ -150,11 +150,13 @@ class ModelRunner:
         for lens, done in (([17], [0]), ([16, 33, 1, 1], [0] * 4), ([bs * 4 + 3, 1], [0, 0]),
                            ([big] + [1] * 15, [2 * bs] + [bs - 1] * 15)):
             need = [-(-(n + c) // bs) for n, c in zip(lens, done, strict=True)]
-            if sum(need) > nblocks:
+            groups = self.layout.num_groups  # a table of its own blocks in every KV cache group
+            if sum(need) * groups > nblocks:
                 continue
-            first = [sum(need[:i]) for i in range(len(lens))]
-            self.execute([ScheduledSeq([0] * n, c, list(range(f, f + k)))
-                          for n, c, f, k in zip(lens, done, first, need, strict=True)])
+            first = [sum(need[:i]) * groups for i in range(len(lens))]
+            self.execute([ScheduledSeq([0] * n, c, list(range(f, f + k)), 1, tuple(
+                list(range(f + g * k, f + (g + 1) * k)) for g in range(1, groups)))
+                for n, c, f, k in zip(lens, done, first, need, strict=True)])
 
         def progress(done: int, total: int) -> None:
             if log is not None and (done % 5 == 0 or done == total - 1):
@@ -206,22 +208,33 @@ class ModelRunner:
         # anything unusual goes through the full check, which says what is wrong.
         for i, seq in enumerate(batch):
             p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
-            if len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs or num_groups > 1:
+            if (len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs
+                    or len(seq.group_tables) != num_groups - 1):
                 self._check(i, seq)
             tokens.append(ids[0])
             positions.append(p)
-        for g in range(num_groups):
-            for seq in batch:
+        starts: list[int] = []  # a sliding table goes in from the window's first block on
+        for g, window in enumerate(self.layout.windows):
+            for i, seq in enumerate(batch):
                 table = seq.block_table if g == 0 else seq.group_tables[g - 1]
                 p = seq.num_computed
-                slots.append(table[p // bs] * bs + p % bs)
-                tables.append(table if not self.layout.windows[g] else _placeheld(table))
+                if len(table) <= p // bs:
+                    self._check(i, seq)
+                first = max(0, p - window + 1) // bs if window else 0
+                if first:  # what the window hides is never read: no None reaches the buffer
+                    table = table[first:]
+                    if None in table:
+                        self._check(i, seq)
+                slots.append(table[p // bs - first] * bs + p % bs)
+                tables.append(table)
+                starts.append(first)
         if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
             for i, _ in feed[0]:
                 tokens[i] = 0
         out = self.graphs.run(tokens, positions, slots, tables,
                               num_blocks=self.cache.num_gpu_blocks,
-                              feed=None if feed is None else lambda ids: _feed_into(ids, None, feed))
+                              feed=None if feed is None else lambda ids: _feed_into(ids, None, feed),
+                              starts=starts if num_groups > 1 or self.layout.windows[0] else None)
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self._check(i, seq)
@@ -275,8 +288,8 @@ class ModelRunner:
                 for pos in range(seq.num_computed, seq.num_computed + len(seq.token_ids)):
                     slots.append(table[pos // bs] * bs + pos % bs)
             padded = torch.zeros((len(batch), max(map(len, tables))), dtype=torch.int32)
-            for i, table in enumerate(tables):
-                ids = _placeheld(table) if window else table
+            for i, (seq, table) in enumerate(zip(batch, tables, strict=True)):
+                ids = _kernel_table(table, seq.num_computed, window, bs) if window else table
                 padded[i, : len(table)] = torch.tensor(ids, dtype=torch.int32)
             slot_mappings.append(torch.tensor(slots, dtype=torch.int64).to(dev))
             block_tables.append(padded.to(dev))
@@ -334,10 +347,13 @@ class ModelRunner:
                                  f"(0..{n - 1})")
 
 
-def _placeheld(table: list[int | None]) -> list[int]:
-    """A sliding-window table for the kernels: dropped entries (None) as block 0, which the
-    kernels never read (their loops start at the window)."""
-    return [0 if b is None else b for b in table]
+def _kernel_table(table: list[int | None], position: int, window: int, block_size: int
+                  ) -> list[int | None]:
+    """A sliding-window table as the kernels get it: the entries left of the first block a query
+    at `position` (and later) can see are never read (the kernels start at the window), so they
+    become 0, whatever they were: dropped (None) or not yet. O(window) checks stay cheap."""
+    first = max(0, position - window + 1) // block_size
+    return [0] * first + table[first:] if first else table
 
 
 def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:

@@ -188,3 +188,17 @@ def test_a_sliding_sequence_runs_on_in_a_pool_it_would_outgrow(windowed):
             eng.append(s, n=8)
         assert eng.snapshot() == before
     eng.check_invariants()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_graphs_and_triton_kernels_past_the_window_equal_hf(windowed, hf_model):
+    """The GPU path: decode steps replayed as CUDA graphs with every group's table in the static
+    buffers, the Triton kernel starting at the window; float32, so the tokens must match."""
+    eng = LLMEngine(EngineConfig(model=windowed, device="cuda", dtype="float32", block_size=16,
+                                 num_gpu_blocks=64))
+    prompts = [PROMPT, list(range(500, 540))]
+    outs = eng.generate(prompts, SamplingParams(max_tokens=60, ignore_eos=True))
+    assert [list(o.outputs[0].token_ids) for o in outs] == [hf_generate(hf_model, p, 60)[0]
+                                                            for p in prompts]
+    assert eng.engine_info()["attention kernel"] == "triton"
+    eng.check_invariants()
