@@ -228,6 +228,42 @@ def speculation_rows(cpu: dict, verify: dict, e2e: dict) -> list[tuple[str, str,
     return out
 
 
+def hybrid_rows(h: dict, long: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 22: a model alternating full and 128-token sliding layers against HF and against
+    itself with every layer full; the prefix cache's CPU tier against recomputing."""
+    eq = h["equal"]
+    same = sum(r["equal"] for r in eq["requests"])
+    out = [(f"hybrid (SmolLM2 shapes, layers alternating full / {eq['window']}-token window), "
+            f"{eq['dtype']}: {eq['new_tokens']} greedy tokens past the window vs HF generate",
+            f"{same} of {len(eq['requests'])} requests token for token equal", same == len(eq["requests"]))]
+    for run in (h["speed"], long["speed"]):
+        hy, fu = run["hybrid"], run["full"]
+        out.append((f"{run['requests']} requests × {run['prompt_tokens']}-token prompts + "
+                    f"{run['new_tokens']} new tokens, bf16: tokens/s hybrid vs all layers full",
+                    f"{hy['tokens_per_second']:,.0f} vs {fu['tokens_per_second']:,.0f} "
+                    f"({hy['tokens_per_second'] / fu['tokens_per_second']:.2f}×)", None))
+    for run in (h["speed"], long["speed"]):
+        hy, fu = run["hybrid"], run["full"]
+        blocks = " + ".join(f"{n} {g}" for g, n in hy["blocks_held"].items())
+        out.append((f"one {hy['long_prompt_tokens']:,}-token request: KV memory it holds",
+                    f"hybrid {blocks} blocks of {hy['kv_bytes_per_block'] / 1024:.0f} KiB = "
+                    f"{hy['bytes_held'] / 1e6:.1f} MB; all full {fu['blocks_held']['full']} blocks of "
+                    f"{fu['kv_bytes_per_block'] / 1024:.0f} KiB = {fu['bytes_held'] / 1e6:.1f} MB "
+                    f"({hy['bytes_held'] / fu['bytes_held']:.2f}×)", None))
+    t = h["tier"]
+    for name, label in (("smollm2_shape", "SmolLM2 shapes"), ("llama1b_shape", "Llama-1B shape")):
+        r = t[name]
+        w, c = r["with_tier"], r["recompute"]
+        out.append((f"CPU tier, {label}, bf16: the step that repeats a {w['prompt_tokens']:,}-token "
+                    "prompt whose prefix was evicted (median of 7)",
+                    f"{w['median_s'] * 1e3:.1f} ms loading from the tier (computes "
+                    f"{w['tokens_computed'][0]} tokens) vs {c['median_s'] * 1e3:.1f} ms recomputing "
+                    f"({c['tokens_computed'][0]} tokens): {r['speedup']:.2f}×; same first token: "
+                    f"{'yes' if r['same_tokens'] else 'not always (bf16 rounding of another chunking)'}",
+                    None))
+    return out
+
+
 def table() -> str:
     k, e = load("kernels.json"), load("engine_throughput.json")
     lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
@@ -269,6 +305,12 @@ def table() -> str:
     e2e = {"SmolLM2 shapes": load("spec_e2e_smollm2.json"),
            "Llama-1B shape": load("spec_e2e_llama1b.json")}
     for name, value, met in speculation_rows(load("speculative_cpu.json"), verify, e2e):
+        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    hybrid = load("hybrid_h100.json")
+    lines += ["", "Hybrid KV memory (issue 22): from `bench/results/hybrid_h100.json` and "
+              f"`hybrid_speed_4k_h100.json` ({hybrid['device']}, torch {hybrid['torch']}, random "
+              "weights; `bench/hybrid.py`).", "", "| what | measured | met |", "| --- | --- | --- |"]
+    for name, value, met in hybrid_rows(hybrid, load("hybrid_speed_4k_h100.json")):
         lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
     return "\n".join(lines)
 

@@ -255,6 +255,6 @@ PURE_HELPERS: dict[str, Any] = {
     "kv_bytes_per_token": kv_bytes_per_token, "kib": kib, "mib": mib, "gib": gib, "pct": pct,
     "fmt": fmt, "plural": plural, "quote": quote, "md_table": md_table, "workload": workload,
     "reservation_fit": reservation_fit,
-    "block_size_sweep": block_size_sweep, "hybrid_request": hybrid_request, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
-    "log2": math.log2,
+    "block_size_sweep": block_size_sweep, "hybrid_request": hybrid_request, "ceil": math.ceil,
+    "floor": math.floor, "sqrt": math.sqrt, "log2": math.log2,
 }

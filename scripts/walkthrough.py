@@ -31,11 +31,14 @@ PROJECTOR, WIDE, PHONE = (1280, 720), (1440, 900), (390, 844)
 # the picture is drawn and its step's motion has been handled (ui/motion.js sets plAnimated)
 SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
            " return !!(gd?.layout?.meta && window.plAnimated === gd.layout.meta.anim); }")
-STEPS = ("lesson", "playground", "serving", "classroom", "speculation")
+STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory")
 # the picture shows a step that kept some draft tokens and rejected others
 DRAFTS_KEPT_AND_REJECTED = ("() => { const names = (document.querySelector('#pool-plot .js-plotly-plot')"
                             "?._fullData ?? []).map((t) => t.name);"
                             " return names.includes('draft kept') && names.includes('draft rejected'); }")
+# the picture has a trace of this name (format it in)
+TRACE_SHOWN = ("() => (document.querySelector('#pool-plot .js-plotly-plot')?._fullData ?? [])"
+               ".some((t) => t.name === '{}')")
 # no event under way: no Gradio progress tracker shows anywhere on the page
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 
@@ -90,6 +93,14 @@ def speculation(browser, url: str, out: str) -> None:
     play_lesson(browser, url, "12_speculative_decoding",
                 os.path.join(out, "presenter-lesson12-{}.png"),
                 os.path.join(out, "speculative-decoding.png"), DRAFTS_KEPT_AND_REJECTED)
+
+
+def memory_2026(browser, url: str, out: str) -> None:
+    """Lessons 13 (a hybrid model's sliding table) and 14 (the CPU tier) in presenter mode."""
+    play_lesson(browser, url, "13_sliding_window", os.path.join(out, "presenter-lesson13-{}.png"),
+                os.path.join(out, "sliding-window.png"), TRACE_SHOWN.format("dropped entries"))
+    play_lesson(browser, url, "14_cpu_tier", os.path.join(out, "presenter-lesson14-{}.png"),
+                os.path.join(out, "cpu-tier.png"), TRACE_SHOWN.format("load"))
 
 
 def play_lesson(browser, url: str, name: str, pages: str, telling: str, shows: str) -> None:
@@ -225,7 +236,7 @@ def main() -> None:
     proc = launch(["app.py"], port)
     url = f"http://127.0.0.1:{port}/"
     walks = {"landing": landing, "lesson": lesson, "playground": playground, "serving": serving,
-             "classroom": classroom, "speculation": speculation}
+             "classroom": classroom, "speculation": speculation, "memory": memory_2026}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])

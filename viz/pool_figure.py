@@ -111,7 +111,7 @@ def _groups_title(snap: Snapshot) -> str:
     """The title's words for a model with KV cache groups or a sliding window ("" for most)."""
     groups = snap.kv_cache_groups
     if len(groups) > 1:
-        return " · KV cache groups: " + ", ".join(map(group_label, groups))
+        return " · groups: " + " + ".join(map(group_label, groups))
     return f" · sliding window: {groups[0].window} tokens" if groups[0].sliding else ""
 
 
@@ -191,8 +191,9 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     notes, widest = row_labels(rows, top, k, seq_labels, selected_seq, selected_block if drawn else None)
     if rows:
-        what = "block tables, one per KV cache group" if len(groups) > 1 else "block tables"
-        notes.append(dict(x=0, y=top + 0.55, text=f"{what}: logical block → physical block, slots filled",
+        what = ("a block table per KV cache group: logical → physical block, slots filled"
+                if len(groups) > 1 else "block tables: logical block → physical block, slots filled")
+        notes.append(dict(x=0, y=top + 0.55, text=what,
                           xanchor="left", yanchor="bottom", showarrow=False,
                           font={"size": 12 * k, "color": palette.MUTED}))
     for row, first, last in gpu.folds:
@@ -236,6 +237,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     top += 1.0 if waiting else 0.0  # room for the waiting line
     span = top + 1.6 - bottom
     lines = _legend(large, _extras(events, any(t.name == "dropped entries" for t in traces)))
+    groups_words = _groups_title(snap)
+    if large and groups_words:  # a projector's title has no room for them: a line of their own
+        lines = [groups_words.removeprefix(" · ")] + lines
+        groups_words = ""
     legend = "<br>".join(lines)
     grown = 18 * k * max(0, len(lines) - (2 if large else 1))  # legend lines past the usual
     fig.update_layout(
@@ -247,7 +252,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events)},
         title={"text": f"<b>engine step {snap.step}</b> · {snap.num_blocks} blocks × {bs} slots · {snap.mode}"
-                       f"{_groups_title(snap)}<br><span style='font-size:{12 * k:.0f}px'>{legend}</span>",
+                       f"{groups_words}<br><span style='font-size:{12 * k:.0f}px'>{legend}</span>",
                "x": 0.01, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top",
                "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
     )

@@ -126,3 +126,25 @@ def test_lesson_12_plays_to_its_end_and_draws_its_drafts(browser, served_app):
     assert "the end" in pg.evaluate(PROGRESS)
     assert {"draft kept", "draft rejected"} <= seen, seen
     pg.close()
+
+
+@pytest.mark.parametrize(("lesson", "names"), [
+    ("13_sliding_window", {"dropped entries"}),  # the sliding rows' empty cells
+    ("14_cpu_tier", {"cpu tier", "load"}),  # the tier's band, a block loaded back
+])
+def test_lessons_13_and_14_play_to_their_end_on_a_projector(browser, served_app, lesson, names):
+    """The memory of 2026 engines on a projector: every page by the → key; the hybrid lesson
+    draws its dropped table entries, the tier lesson its CPU tier and a block coming back."""
+    pg = lesson_page(browser, served_app, 1280, 720, lesson)
+    seen: set[str] = set()
+    for _ in range(12):
+        if "the end" in pg.evaluate(PROGRESS):
+            break
+        press_next(pg)
+        pg.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot')?._fullData",
+                             timeout=120_000)
+        seen |= set(pg.evaluate("() => document.querySelector('#pool-plot .js-plotly-plot')"
+                                "._fullData.map((t) => t.name)"))
+    assert "the end" in pg.evaluate(PROGRESS)
+    assert names <= seen, seen
+    pg.close()

@@ -52,7 +52,7 @@ def test_a_hybrid_model_draws_a_row_per_sequence_and_group_kept_together():
     tables = trace(fig, "block tables")
     owners = [{cd[0] for cd in row if cd is not None} for row in tables.customdata]
     assert owners == [{a}, {a}, {b}, {b}]  # a click on any row names its sequence
-    assert "KV cache groups: full, sliding 8" in fig.layout.title.text
+    assert "groups: full + sliding 8" in fig.layout.title.text
     snap = eng.snapshot()
     label = {int(t.split("ˢ")[0].split(" ")[0]): t for t in trace(fig, "block ids").text}
     full, sliding = snap.sequences[a].block_tables["full"], snap.sequences[a].block_tables["sliding"]
