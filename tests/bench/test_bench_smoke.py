@@ -61,3 +61,23 @@ def test_serving_suite_smoke(tmp_path):
     assert result["ragged_greedy"]["hf_generate"]["tokens_per_s"] > 0
     assert result["parallel_n8"]["sampled_over_greedy_step"] > 0
     assert result["shared_system_prompt"]["prefix_hit_blocks"] > 0
+
+
+@pytest.mark.slow
+def test_hybrid_bench_smoke(tmp_path):
+    """bench/hybrid.py's speed and tier parts on two layers (the exactness part, which runs HF
+    generate, is covered by tests/engine/runtime/test_sliding_window_models.py)."""
+    out = tmp_path / "hybrid.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hybrid.py"), "speed", "--smoke",
+                           "--device", "cpu", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    speed = json.loads(out.read_text())["speed"]
+    assert speed["hybrid"]["blocks_held"]["sliding"] <= 128 // 16 + 1
+    assert speed["hybrid"]["bytes_held"] < speed["full"]["bytes_held"]
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hybrid.py"), "tier", "--smoke",
+                           "--device", "cpu", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tier = json.loads(out.read_text())["tier"]["smollm2_shape"]
+    assert tier["with_tier"]["offload_hit_blocks"] > 0 and tier["same_tokens"]
