@@ -64,7 +64,8 @@ def table_rows(snap: Snapshot, seqs: Sequence[SequenceView]) -> list[TableRow]:
 
 def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mapping[int, str] | None,
                selected_seq: int | None, selected_block: int | None) -> tuple[list[dict], int]:
-    """Each table row's label (a hybrid's rows name their group too) and the widest one's length
+    """Each table row's label (a hybrid's first row of a sequence names it and its group, the
+    next rows their group only) and the widest one's length
     in characters. Bold: the selected sequence, and the rows whose table holds the selected block."""
     notes = []
     widest = 6  # characters of the longest row label ("▶ seq 12"): the left margin fits it
@@ -73,7 +74,11 @@ def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mappi
         sid = row.seq.seq_id
         label = (seq_labels or {}).get(sid) or f"seq {sid}"
         label = label if len(label) <= room else label[:room - 1] + "…"
-        label += f" · {row.label}" if row.label else ""
+        if row.label and i and rows[i - 1].seq.seq_id == sid:
+            label = row.label  # a sequence's later rows: its name is on the row above (a phone
+            # has no room for it twice)
+        elif row.label:
+            label += f" · {row.label}"
         widest = max(widest, len(label) + 2)
         if sid == selected_seq:
             label = f"<b>▶ {label}</b>"
