@@ -338,27 +338,32 @@ def _load_default_tokenizer() -> Any:
 TINY_RANDOM_SEED = 1234
 
 
-def _build_tiny_random() -> tuple[Any, Any, str]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def _build_in_code(config_cls: Any, model_cls: Any, what: str, **shape: Any) -> tuple[Any, Any, str]:
+    """A small model with random weights and the default model's tokenizer."""
     tokenizer = _load_default_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=192, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=3, num_key_value_heads=1, head_dim=64, max_position_embeddings=4096,
-        tie_word_embeddings=True,
+    config = config_cls(
+        vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
         # The default 0.02 makes all logits nearly equal, so greedy decoding would hinge on
         # rounding; a larger scale gives clear winners (and less repetitive text).
         initializer_range=0.2,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=tokenizer.pad_token_id, **shape,
     )
     config._attn_implementation = "sdpa"
     # A private RNG state: the weights are the same on every machine and the caller's seed
     # stays untouched. Built on the CPU so a GPU run gets bit-identical weights.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_RANDOM_SEED)
-        model = LlamaForCausalLM(config)
-    return model, tokenizer, f"built in code (LlamaConfig, seed {TINY_RANDOM_SEED})"
+        model = model_cls(config)
+    return model, tokenizer, f"built in code ({config_cls.__name__}{what}, seed {TINY_RANDOM_SEED})"
+
+
+def _build_tiny_random() -> tuple[Any, Any, str]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return _build_in_code(LlamaConfig, LlamaForCausalLM, "", hidden_size=192, intermediate_size=512,
+                          num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
+                          head_dim=64)
 
 
 TINY_HYBRID_WINDOW = 32
@@ -369,22 +374,12 @@ def _build_tiny_hybrid() -> tuple[Any, Any, str]:
     window 32 instead of 128, so that a lesson sees the window move within a few blocks)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = _load_default_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
-        tie_word_embeddings=True, initializer_range=0.2, use_sliding_window=True,
+    return _build_in_code(
+        Qwen2Config, Qwen2ForCausalLM, f", layers full / sliding {TINY_HYBRID_WINDOW} alternating",
+        hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, use_sliding_window=True,
         sliding_window=TINY_HYBRID_WINDOW, max_window_layers=0,
-        layer_types=["full_attention", "sliding_attention"] * 2,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    config._attn_implementation = "sdpa"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(TINY_RANDOM_SEED)
-        model = Qwen2ForCausalLM(config)
-    return model, tokenizer, (f"built in code (Qwen2Config, layers full / sliding {TINY_HYBRID_WINDOW} "
-                              f"alternating, seed {TINY_RANDOM_SEED})")
+        layer_types=["full_attention", "sliding_attention"] * 2)
 
 
 # ---- any other name: a local folder or an HF id ------------------------------------------------

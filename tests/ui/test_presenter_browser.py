@@ -110,10 +110,8 @@ def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
     pg.close()
 
 
-def test_lesson_12_plays_to_its_end_and_draws_its_drafts(browser, served_app):
-    """Speculative decoding on a projector: every page by the → key; the page where the model
-    rejects a guess draws the kept and the rejected draft slots."""
-    pg = lesson_page(browser, served_app, 1280, 720, "12_speculative_decoding")
+def play_to_the_end(pg) -> set[str]:
+    """Press → page by page to the lesson's end; the names of every trace the picture drew."""
     seen: set[str] = set()
     for _ in range(12):
         if "the end" in pg.evaluate(PROGRESS):
@@ -124,6 +122,14 @@ def test_lesson_12_plays_to_its_end_and_draws_its_drafts(browser, served_app):
         seen |= set(pg.evaluate("() => document.querySelector('#pool-plot .js-plotly-plot')"
                                 "._fullData.map((t) => t.name)"))
     assert "the end" in pg.evaluate(PROGRESS)
+    return seen
+
+
+def test_lesson_12_plays_to_its_end_and_draws_its_drafts(browser, served_app):
+    """Speculative decoding on a projector: every page by the → key; the page where the model
+    rejects a guess draws the kept and the rejected draft slots."""
+    pg = lesson_page(browser, served_app, 1280, 720, "12_speculative_decoding")
+    seen = play_to_the_end(pg)
     assert {"draft kept", "draft rejected"} <= seen, seen
     pg.close()
 
@@ -136,15 +142,6 @@ def test_lessons_13_and_14_play_to_their_end_on_a_projector(browser, served_app,
     """The memory of 2026 engines on a projector: every page by the → key; the hybrid lesson
     draws its dropped table entries, the tier lesson its CPU tier and a block coming back."""
     pg = lesson_page(browser, served_app, 1280, 720, lesson)
-    seen: set[str] = set()
-    for _ in range(12):
-        if "the end" in pg.evaluate(PROGRESS):
-            break
-        press_next(pg)
-        pg.wait_for_function("() => !!document.querySelector('#pool-plot .js-plotly-plot')?._fullData",
-                             timeout=120_000)
-        seen |= set(pg.evaluate("() => document.querySelector('#pool-plot .js-plotly-plot')"
-                                "._fullData.map((t) => t.name)"))
-    assert "the end" in pg.evaluate(PROGRESS)
+    seen = play_to_the_end(pg)
     assert names <= seen, seen
     pg.close()
