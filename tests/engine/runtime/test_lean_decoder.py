@@ -8,11 +8,12 @@ import torch
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.lean_decoder import fuse_projections
 from engine.runtime.model_runner import ModelRunner, ScheduledSeq
-from engine.runtime.models import _build_tiny_random
+from engine.runtime.models import _load_default_tokenizer
+from engine.runtime.tiny_models import build_tiny_random
 
 
 def test_fusing_keeps_the_modules_outputs_and_adds_no_memory():
-    model, _, _ = _build_tiny_random()
+    model, _ = build_tiny_random(_load_default_tokenizer())
     model.eval()
     ids = torch.tensor([[5, 77, 300, 12, 9]])
     with torch.inference_mode():
