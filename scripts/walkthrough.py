@@ -31,6 +31,9 @@ PROJECTOR, WIDE, PHONE = (1280, 720), (1440, 900), (390, 844)
 # the picture is drawn and its step's motion has been handled (ui/motion.js sets plAnimated)
 SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');"
            " return !!(gd?.layout?.meta && window.plAnimated === gd.layout.meta.anim); }")
+# every motion the page started has played to its end (endless ones, such as a spinner, aside)
+MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
+               " || a.effect?.getComputedTiming().iterations === Infinity)")
 STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory")
 # the picture shows a step that kept some draft tokens and rejected others
 DRAFTS_KEPT_AND_REJECTED = ("() => { const names = (document.querySelector('#pool-plot .js-plotly-plot')"
@@ -60,7 +63,7 @@ def wait_changed(pg, selector: str, before: str, timeout: int = 180_000) -> None
 
 def settle(pg) -> None:
     pg.wait_for_function(SETTLED, timeout=120_000)
-    pg.wait_for_timeout(700)  # a screenshot, not a test: let the <= 0.5 s motion end
+    pg.wait_for_function(MOTION_DONE, timeout=30_000)  # the screenshot shows the end state
 
 
 def new_page(browser, size: tuple[int, int], url: str, scale: float = 1):
@@ -216,7 +219,9 @@ def classroom(browser, url: str, out: str) -> None:
     teacher.get_by_label("blocks for the class").fill("8")
     teacher.click("#room-shrink")
     wait_text(teacher, "#room-metrics-box", "reserved")
-    teacher.wait_for_timeout(2000)  # the projector redraws on its 1 s timer
+    teacher.wait_for_function(  # the projector redraws on its 1 s timer
+        "() => !!document.querySelector('#room-plot .js-plotly-plot')?.data"
+        "?.some((t) => t.name === 'reserved by the teacher')", timeout=60_000)
     teacher.evaluate("window.scrollTo(0, 0)")  # the class sees the top of the projector page
     teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
     students[0].screenshot(path=os.path.join(out, "classroom-student.png"))

@@ -35,8 +35,8 @@ class KVCacheGroup:
         return self.window is not None
 
 
-#: the one group of a model without sliding windows (and of the dry mode by default)
 def single_group(num_layers: int = 0) -> tuple[KVCacheGroup, ...]:
+    """The one group of a model without sliding windows (and of the dry mode by default)."""
     return (KVCacheGroup("full", tuple(range(num_layers)), None),)
 
 

@@ -28,22 +28,28 @@ WIDE, PHONE = {"width": 1440, "height": 900}, {"width": 390, "height": 844}
 
 # the page position of a picture cell: the pool cell whose customdata[0] is a block id, or the
 # block-table cell of a sequence id
+# null until the picture is drawn and holds the cell (never throws while the page renders)
 CELL_XY = """([name, want]) => {
   const gd = document.querySelector('#pool-plot .js-plotly-plot');
-  const t = gd.data.find((d) => d.name === name);
-  const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  const t = gd?.data?.find((d) => d.name === name);
+  const drag = gd?.querySelector('.nsewdrag');
+  if (!t?.customdata || !drag || !gd._fullLayout?.xaxis || !gd._fullLayout.yaxis) return null;
+  const area = drag.getBoundingClientRect();
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   for (let r = 0; r < t.z.length; r++) for (let c = 0; c < t.z[r].length; c++) {
-    const cd = t.customdata[r][c];
+    const cd = t.customdata[r]?.[c];
     if (cd && cd[0] === want) {
       return [area.left + xa.l2p((t.x[c] + t.x[c + 1]) / 2), area.top + ya.l2p(t.y[r])];
     }
   }
   return null;
 }"""
-PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot'); return gd && gd.data ? " \
-          "{title: gd.layout.title.text, names: gd.data.map((t) => t.name), " \
-          "pool: gd.data.find((t) => t.name === 'pool').text} : null; }"
+PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
+          " const pool = gd?.data?.find((t) => t.name === 'pool'); return pool && gd.layout ? " \
+          "{title: gd.layout.title?.text, names: gd.data.map((t) => t.name), pool: pool.text} : null; }"
+# every motion the page started has played to its end (endless ones, such as a spinner, aside)
+MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
+               " || a.effect?.getComputedTiming().iterations === Infinity)")
 
 
 def open_page(browser, url: str, viewport: dict):
@@ -187,7 +193,7 @@ def test_fork_then_append_shows_the_copy_on_write_without_scrolling(page):
     assert 0 <= arrow[0] and arrow[1] <= WIDE["height"] and arrow[2] > 0  # on the first screen
     page.wait_for_function(HANDLED, timeout=10_000)
     assert page.evaluate("window.plMotions") > 0  # the copy's arrow drew itself, the block faded in
-    page.wait_for_timeout(600)  # the motion (<= 0.5 s) has ended: the screenshot shows the end state
+    page.wait_for_function(MOTION_DONE, timeout=10_000)  # the screenshot shows the end state
     os.makedirs(SHOTS, exist_ok=True)
     page.screenshot(path=os.path.join(SHOTS, "playground-cow.png"), full_page=False)
     page.click("#reduce-motion")
