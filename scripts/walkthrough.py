@@ -127,10 +127,10 @@ def play_lesson(browser, url: str, name: str, pages: str, telling: str, shows: s
         if "the end" in progress or page > 20:
             break
         pg.keyboard.press("ArrowRight")
-        # the next page is there (not Gradio's "processing | 1.3s" in the same element)
+        # the next page is there, done (not Gradio's "0.0s" or "processing | 1.3s" in the same element)
         pg.wait_for_function("(b) => { const t = document.querySelector('#lesson-progress')?.innerText"
-                             " ?? ''; return /page \\d+ of/.test(t) && !t.includes('processing')"
-                             " && t !== b; }", arg=progress, timeout=180_000)
+                             f" ?? ''; return /page \\d+ of/.test(t) && t !== b && ({IDLE})(); }}",
+                             arg=progress, timeout=180_000)
         page += 1
     pg.close()
 

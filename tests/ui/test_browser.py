@@ -47,6 +47,9 @@ CELL_XY = """([name, want]) => {
 PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');" \
           " const pool = gd?.data?.find((t) => t.name === 'pool'); return pool && gd.layout ? " \
           "{title: gd.layout.title?.text, names: gd.data.map((t) => t.name), pool: pool.text} : null; }"
+# no Gradio event under way: its status ("0.0s", "processing | 1.3s") sits inside the outputs'
+# elements meanwhile, so a wait for a changed text must also wait for this
+IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")
@@ -222,8 +225,8 @@ def test_a_lesson_played_to_its_end_drives_the_main_picture_and_events(page):
             break
         page.click("#lesson-next")
         page.wait_for_function(
-            "(old) => document.querySelector('#lesson-narration')?.innerText !== old", arg=text,
-            timeout=60_000)
+            f"(old) => document.querySelector('#lesson-narration')?.innerText !== old && ({IDLE})()",
+            arg=text, timeout=60_000)
         if i == 0:  # step 1 adds a sequence: its prefill is narrated beside the lesson (the event
             # log may be drawn a moment after the narration: wait, do not read once)
             page.wait_for_function(
@@ -262,8 +265,8 @@ def test_play_replays_the_log_and_pause_stops_it(browser, dry_app):
     for _ in range(3):  # one Back at a time: a click on a busy button is dropped, not queued
         before = events_text(page)
         page.click("#tl-back")
-        page.wait_for_function("(old) => document.querySelector('#event-log')?.innerText !== old",
-                               arg=before, timeout=60_000)
+        page.wait_for_function(f"(old) => document.querySelector('#event-log')?.innerText !== old "
+                               f"&& ({IDLE})()", arg=before, timeout=60_000)
     assert "forked" not in events_text(page)
     page.click("#tl-play")
     page.wait_for_function("() => document.querySelector('#event-log')?.innerText.includes('forked')",

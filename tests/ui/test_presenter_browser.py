@@ -11,12 +11,13 @@ import shutil
 
 import pytest
 
+from tests.ui.test_browser import IDLE
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
-IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 # every box that must be whole on a projector: the mode tabs and the presenter-mode checkbox
 CLIPPED = """() => {
   const boxes = [...document.querySelectorAll('#controls-col [role=tab]'),
@@ -48,9 +49,15 @@ def press_next(pg, key: str = "ArrowRight") -> None:
     pg.wait_for_function(IDLE, timeout=180_000)  # nothing under way: one key, one page
     before = pg.evaluate(PROGRESS)
     pg.keyboard.press(key)
-    # the next page, not Gradio's "processing | 1.3s" shown in the same element meanwhile
-    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && "
-                         "!t.includes('processing') && t !== b; }", arg=before, timeout=180_000)
+    # the next page, done: not Gradio's "0.0s" or "processing | 1.3s", shown in the same element
+    # meanwhile (a wait that took "0.0s / page 4 of 5" for a new page pressed again too early)
+    try:
+        pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && "
+                             f"t !== b && ({IDLE})(); }}", arg=before, timeout=180_000)
+    except Exception:
+        raise AssertionError(f"{key} did not turn the page: {before!r} -> {pg.evaluate(PROGRESS)!r}, "
+                             f"focus on {pg.evaluate('document.activeElement?.outerHTML.slice(0, 200)')}"
+                             ) from None
 
 
 def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_app):
