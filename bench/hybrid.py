@@ -15,8 +15,7 @@ the engine finds it: PAGEDLAB_CACHE). "hybrid" makes layers 0, 2, ... slide (win
   where they first part if they do.
 - `speed`: bfloat16, 32 requests of 1,024-token prompts and 256 new tokens, hybrid and full, in
   pools of 8,192 blocks: generated tokens a second (median of 3 runs of new prompts after a
-  warm-up); then one
-  request of a 4,096-token prompt: the blocks and bytes it holds in each model.
+  warm-up); then one request of a 4,096-token prompt: the blocks and bytes it holds in each model.
 - `tier`: bfloat16, the full model and a Llama-3.2-1B-shaped one, each in a pool of 256 blocks of
   16: a 2,048-token system prompt is computed, pushed out by a 3,900-token document, then asked
   again with a new question; that request's step with a CPU tier (blocks copied back) against
@@ -82,11 +81,15 @@ def build(folder: Path, hybrid: bool, shape: dict | None = None) -> str:
     return str(folder)
 
 
+def _sync(device: str) -> None:
+    """Wait for the GPU's queued work, so that a clock read after it times that work."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def _allocated(device: str) -> int:
-    if device != "cuda":
-        return 0
-    torch.cuda.synchronize()
-    return int(torch.cuda.memory_allocated())
+    _sync(device)
+    return int(torch.cuda.memory_allocated()) if device == "cuda" else 0
 
 
 def _dtype(device: str) -> str:
@@ -133,13 +136,13 @@ def _tokens_per_second(path: str, device: str, repeats: int = 3) -> tuple[float,
     times = []
     for r in range(repeats):  # new prompts each time: no prefix hit from the run before
         prompts = _prompts(n, SIZES["prompt"], SIZES["prompt"], 10 + r)
-        torch.cuda.synchronize() if device == "cuda" else None
+        _sync(device)
         t0 = time.perf_counter()
         eng.generate(prompts, params)
-        torch.cuda.synchronize() if device == "cuda" else None
+        _sync(device)
         times.append(time.perf_counter() - t0)
     info = eng.engine_info()
-    # one long request: what it holds once prefilled (pool sized from memory: plenty of room)
+    # one long request: what it holds once prefilled (8,192 blocks: plenty of room)
     long = SIZES["long"]
     eng.add_request(_prompts(1, long, long, 3)[0], SamplingParams(max_tokens=4, ignore_eos=True))
     held: dict[str, int] = {}
@@ -181,10 +184,10 @@ def _tier_cycle(path: str, device: str, tier: int, repeats: int = 7) -> dict:
         eng.generate([system + [7, 8, 9, 10 + r]], one)
         eng.generate([doc[r:] + doc[:r]], one)  # another document each time: evicts the prompt
         before = eng.engine_info()["tokens computed by the model"]
-        torch.cuda.synchronize() if device == "cuda" else None
+        _sync(device)
         t0 = time.perf_counter()
         (out,) = eng.generate([system + [11, 12, 13, 14 + r]], one)
-        torch.cuda.synchronize() if device == "cuda" else None
+        _sync(device)
         if r:
             times.append(time.perf_counter() - t0)
             computed.append(eng.engine_info()["tokens computed by the model"] - before)

@@ -264,6 +264,12 @@ def hybrid_rows(h: dict, long: dict) -> list[tuple[str, str, bool | None]]:
     return out
 
 
+def _markdown_rows(rows: list[tuple[str, str, bool | None]]) -> list[str]:
+    """A table's lines: what, the measured value, and whether its target was met (— for none)."""
+    return [f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |"
+            for name, value, met in rows]
+
+
 def table() -> str:
     k, e = load("kernels.json"), load("engine_throughput.json")
     lines = [f"Measured on an {k['device']} (torch {k['torch']}, triton {k['triton']}, bf16, "
@@ -283,16 +289,14 @@ def table() -> str:
               f"{reps['host_cpu']}; a host-bound step varies with the host, from run to run too). "
               "CPU rows from `engine_host.json` (this 2-core machine).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
-    for name, value, met in serving_rows(v3, v2, reps, n8_sync, host):
-        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    lines += _markdown_rows(serving_rows(v3, v2, reps, n8_sync, host))
     v4 = load("serving_suite_v4_house.json")
     lines += ["", "The engine's house (issue 20): one engine class, lazy event narration, close() "
               "that lets go at once. From `bench/results/serving_suite_v4_house.json` (the code "
               "before and after, alternating on one H100, three rounds; host: "
               f"{v4['host_cpu']}) and `close_reuse.json`.",
               "", "| target | measured | met |", "| --- | --- | --- |"]
-    for name, value, met in house_rows(v4, load("close_reuse.json")):
-        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    lines += _markdown_rows(house_rows(v4, load("close_reuse.json")))
     lines += ["", "Speculative decoding by prompt lookup (issue 21): from "
               "`bench/results/speculative_cpu.json` (this 2-core CPU, the real model) and "
               "`spec_verify_*.json`, `spec_e2e_*.json` (H100, bf16, random weights in SmolLM2's "
@@ -304,14 +308,12 @@ def table() -> str:
               "Llama-1B shape": load("spec_verify_llama1b.json")}
     e2e = {"SmolLM2 shapes": load("spec_e2e_smollm2.json"),
            "Llama-1B shape": load("spec_e2e_llama1b.json")}
-    for name, value, met in speculation_rows(load("speculative_cpu.json"), verify, e2e):
-        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    lines += _markdown_rows(speculation_rows(load("speculative_cpu.json"), verify, e2e))
     hybrid = load("hybrid_h100.json")
     lines += ["", "Hybrid KV memory (issue 22): from `bench/results/hybrid_h100.json` and "
               f"`hybrid_speed_4k_h100.json` ({hybrid['device']}, torch {hybrid['torch']}, random "
               "weights; `bench/hybrid.py`).", "", "| what | measured | met |", "| --- | --- | --- |"]
-    for name, value, met in hybrid_rows(hybrid, load("hybrid_speed_4k_h100.json")):
-        lines.append(f"| {name} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    lines += _markdown_rows(hybrid_rows(hybrid, load("hybrid_speed_4k_h100.json")))
     return "\n".join(lines)
 
 

@@ -57,16 +57,15 @@ def table_rows(snap: Snapshot, seqs: Sequence[SequenceView]) -> list[TableRow]:
         return [TableRow(s, groups[0], s.block_table, "") for s in seqs]
     rows = []
     for s in seqs:
-        tables = s.block_tables or {groups[0].name: s.block_table}
-        rows += [TableRow(s, g, tables.get(g.name, ()), group_label(g)) for g in groups]
+        rows += [TableRow(s, g, s.block_tables.get(g.name, ()), group_label(g)) for g in groups]
     return rows
 
 
 def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mapping[int, str] | None,
                selected_seq: int | None, selected_block: int | None) -> tuple[list[dict], int]:
     """Each table row's label (a hybrid's first row of a sequence names it and its group, the
-    next rows their group only) and the widest one's length
-    in characters. Bold: the selected sequence, and the rows whose table holds the selected block."""
+    next rows their group only) and the widest one's length in characters. Bold: the selected
+    sequence, and the rows whose table holds the selected block."""
     notes = []
     widest = 6  # characters of the longest row label ("▶ seq 12"): the left margin fits it
     room = 12 if any(r.label for r in rows) else 18  # the group's name needs its part of the row

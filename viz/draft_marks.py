@@ -36,7 +36,7 @@ def draft_slots(events: Sequence[Event], snap: Snapshot) -> tuple[list, list]:
             continue
         r = rejects.get(sid)
         keep = len(d.token_ids) - (len(r.token_ids) if r else 0)
-        for table in _tables_during_step(snap, seq.block_tables or {"": seq.block_table}, r):
+        for table in _tables_during_step(snap, seq.block_tables, r):
             for j, tok in enumerate(d.token_ids):
                 p = d.facts[0] + j
                 if p // bs < len(table) and table[p // bs] is not None:
@@ -85,7 +85,7 @@ def _pending_slots(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, in
     for e in events:
         seq = snap.sequences.get(e.seq_id) if e.kind == "reject" else None
         if seq is not None and seq.num_tokens % bs:
-            for table in (seq.block_tables or {"": seq.block_table}).values():
+            for table in seq.block_tables.values():
                 if table and table[-1] is not None:
                     out.add((table[-1], seq.num_tokens % bs))
     return out

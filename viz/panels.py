@@ -12,7 +12,7 @@ from typing import Any
 from engine.core.baselines import naive_blocks_for
 from engine.core.events import Event
 from engine.core.narration import plural
-from engine.core.snapshot import SequenceView, Snapshot
+from engine.core.snapshot import Snapshot
 from engine.core.units import human_bytes
 from viz import palette
 
@@ -43,7 +43,7 @@ def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:
         start = max(0, seq.num_tokens - MAX_TOKENS_SHOWN)
         if start:
             spans.append(f"<span style='color:#888'>… {start} tokens …</span>")
-        tables = _tables(snap, seq)
+        tables = seq.block_tables
         for i in range(start, seq.num_tokens):
             j, slot = divmod(i, bs)
             where, gone = _where(snap, tables, j)
@@ -64,11 +64,6 @@ def sequences_html(snap: Snapshot, token_text: Callable[[int], str]) -> str:
             f"</small><div style='font-family:monospace;font-size:13px;line-height:1.6'>"
             f"{''.join(spans)}</div></div>")
     return "".join(parts)
-
-
-def _tables(snap: Snapshot, seq: SequenceView) -> dict[str, tuple[int | None, ...]]:
-    """A sequence's table in each KV cache group, by group name (one entry for most models)."""
-    return dict(seq.block_tables or {snap.kv_cache_groups[0].name: seq.block_table})
 
 
 def _where(snap: Snapshot, tables: Mapping[str, Sequence[int | None]], j: int) -> tuple[str, bool]:

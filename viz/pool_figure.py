@@ -40,7 +40,7 @@ from viz.block_tables import TableRow, group_label, group_words, links, row_labe
 from viz.draft_marks import draft_marks
 from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
-from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout, tier_layout
+from viz.pool_layout import PLOT_PX, SLOT_PX, cpu_layout, gpu_layout
 
 ROW_PX = 25  # pixels per row of the picture (21 for tall pools)
 PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode on a 1280 x 720 projector
@@ -91,8 +91,7 @@ def _extras(events: Sequence[Event], dropped: bool) -> list[str]:
 
 def _held(seq: SequenceView) -> set[int]:
     """The blocks a sequence's tables hold, every group's (dropped entries are None)."""
-    tables = (seq.block_tables or {"": seq.block_table}).values()
-    return {b for t in tables for b in t if b is not None}
+    return {b for t in seq.block_tables.values() for b in t if b is not None}
 
 
 def _pending_slots(rows: Sequence[TableRow], bs: int, token_text: Callable[[int], str]
@@ -153,7 +152,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         keep.add(selected_block)
     gpu = gpu_layout(snap.num_blocks, bs, block_level, keep, plot_px, SLOT_PX * kt)
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
-    tier = tier_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
+    tier = cpu_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
     reserved = frozenset(reserved)
     seqs = [s for s in snap.sequences.values()
             if s.block_table and not (reserved and _held(s) <= reserved)]

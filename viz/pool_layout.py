@@ -159,13 +159,9 @@ def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int]) -> Poo
 
 
 def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayout:
-    """The CPU swap space: block-level cells in a band under the GPU pool, as wide as it."""
+    """A CPU band: block-level cells under `below`, as wide as it (the swap space under the GPU
+    pool; the prefix cache's tier, one cell per slot, under the swap space or the pool)."""
     per_row = max(1, min(num_blocks, 32))
     return PoolLayout(num_blocks, block_size, False, per_row, x0=0.0,
                       y0=below.y0 - below.rows - 1.2, cell_w=below.width / per_row)
 
-
-def tier_layout(num_slots: int, block_size: int, below: PoolLayout) -> PoolLayout:
-    """The prefix cache's CPU tier: a band of block-level cells (one per slot) under `below`
-    (the swap space when there is one, else the GPU pool), as wide as it."""
-    return cpu_layout(num_slots, block_size, below)

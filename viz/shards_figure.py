@@ -88,8 +88,7 @@ def shards_figure(snap: Snapshot, info: Mapping[str, Any]) -> go.Figure:
                           f"seq {sid}, logical block {j} → physical block {block} on every rank")
     traces.append(go.Scatter(
         x=tx, y=ty, mode="markers+text", text=ttext,
-        textfont={"size": 9, "color": [palette.MUTED if t == "—" else "white" for t in ttext]
-                  if "—" in ttext else "white"},
+        textfont={"size": 9, "color": [palette.MUTED if t == "—" else "white" for t in ttext]},
         hovertext=thover, hoverinfo="text", showlegend=False, name="block tables",
         marker={"symbol": "square", "size": 22, "color": tcol}, **_FAST))
     per_group = " and KV cache group" if len(snap.kv_cache_groups) > 1 else ""

@@ -40,10 +40,10 @@ class SequenceView(NamedTuple):
     pending_token: int | None
     prompt_len: int
     parent_id: int | None
-    prefill_rest: int = 0  # chunked prefill: prompt tokens not in the cache yet
+    prefill_rest: int  # chunked prefill: prompt tokens not in the cache yet
     # every KV cache group's table by group name ({"full": block_table} for most models); None
     # where a sliding-window group dropped a block (a plain dict: checkpoints deep-copy views)
-    block_tables: Mapping[str, tuple[int | None, ...]] | None = None
+    block_tables: Mapping[str, tuple[int | None, ...]]
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ class ModelRunner:
         out = self.graphs.run(tokens, positions, slots, tables,
                               num_blocks=self.cache.num_gpu_blocks,
                               feed=None if feed is None else lambda ids: _feed_into(ids, None, feed),
-                              starts=starts if num_groups > 1 or self.layout.windows[0] else None)
+                              starts=starts)
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self._check(i, seq)
@@ -351,7 +351,7 @@ def _kernel_table(table: list[int | None], position: int, window: int, block_siz
                   ) -> list[int | None]:
     """A sliding-window table as the kernels get it: the entries left of the first block a query
     at `position` (and later) can see are never read (the kernels start at the window), so they
-    become 0, whatever they were: dropped (None) or not yet. O(window) checks stay cheap."""
+    become 0, whatever they were: dropped (None) or not yet."""
     first = max(0, position - window + 1) // block_size
     return [0] * first + table[first:] if first else table
 
