@@ -209,7 +209,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                           font={"size": 12 * k, "color": palette.INK}))
     kind = "each block's slots with their tokens" if gpu.token_level else "one cell per block"
     if marks and gpu.token_level:  # a hybrid's two groups: whose K/V a block holds
-        kind += " · a block holds one group's layers (ˢ: sliding window)"
+        kind += " · ˢ: a sliding group's block"  # short: a projector's line ends at the pool's edge
     if reserved:
         kind += f" · hatched: {len(reserved)} blocks reserved by the teacher"
     notes.append(dict(x=0, y=0.55, text=f"GPU pool: {kind}", xanchor="left", yanchor="bottom",
