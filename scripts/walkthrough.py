@@ -12,6 +12,11 @@ of every view a class would see; the README's pictures are these.
    (serving-n4-beams.png), and the beams mid-run (beam-search.png).
 5. A classroom: the teacher opens a room, three students send prompts from their phones, the
    teacher shrinks the pool (classroom-projector.png at 1280 x 720, classroom-student.png).
+6. Lesson 12, speculative decoding, in presenter mode (presenter-lesson12-N.png,
+   speculative-decoding.png); lessons 13 and 14, a sliding window and the CPU tier
+   (presenter-lesson13-N.png, sliding-window.png, presenter-lesson14-N.png, cpu-tier.png).
+7. A hybrid model (tiny-hybrid) in the playground, opened from a trace link: a sequence past its
+   window, forked, the fork appended (hybrid-playground.png at 1440 x 900, phone-hybrid.png).
 Every wait is on a condition in the page; the app runs on the real default model.
 """
 
@@ -34,7 +39,7 @@ SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plo
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")
-STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory")
+STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory", "hybrid")
 # the picture shows a step that kept some draft tokens and rejected others
 DRAFTS_KEPT_AND_REJECTED = ("() => { const names = (document.querySelector('#pool-plot .js-plotly-plot')"
                             "?._fullData ?? []).map((t) => t.name);"
@@ -57,8 +62,11 @@ def wait_text(pg, selector: str, pattern: str, timeout: int = 180_000) -> None:
 
 
 def wait_changed(pg, selector: str, before: str, timeout: int = 180_000) -> None:
+    # and done: Gradio's status ("0.0s") shows in the element while the event runs, and a click
+    # on a busy button is dropped
     pg.wait_for_function("([s, b]) => { const t = document.querySelector(s)?.innerText;"
-                         " return t !== undefined && t !== b; }", arg=[selector, before], timeout=timeout)
+                         f" return t !== undefined && t !== b && ({IDLE})(); }}",
+                         arg=[selector, before], timeout=timeout)
 
 
 def settle(pg) -> None:
@@ -104,6 +112,23 @@ def memory_2026(browser, url: str, out: str) -> None:
                 os.path.join(out, "sliding-window.png"), TRACE_SHOWN.format("dropped entries"))
     play_lesson(browser, url, "14_cpu_tier", os.path.join(out, "presenter-lesson14-{}.png"),
                 os.path.join(out, "cpu-tier.png"), TRACE_SHOWN.format("load"))
+
+
+def hybrid(browser, url: str, out: str) -> None:
+    """tiny-hybrid in the playground: each sequence's full and sliding rows, the sliding ones'
+    first entries dropped, a fork's copy-on-write in both groups. The session is built here and
+    opened by its trace link (the page replays it), as a student's shared link would be."""
+    from engine import EngineConfig, ops
+    from ui.session import Session
+
+    session = Session(EngineConfig(model="tiny-hybrid", block_size=8, num_gpu_blocks=48,
+                                   num_cpu_blocks=48, preemption_mode="swap"))
+    for op in (ops.AddSequence("Hybrid models alternate full layers and sliding windows."),
+               ops.Append(0, n=40), ops.Fork(0), ops.Append(1, n=3)):
+        session.run(op)
+    link = url + "?trace=" + session.to_link()
+    for size, name in ((WIDE, "hybrid-playground.png"), (PHONE, "phone-hybrid.png")):
+        one_view(browser, size, link, (), ("#event-log", "copy-on-write"), os.path.join(out, name))
 
 
 def play_lesson(browser, url: str, name: str, pages: str, telling: str, shows: str) -> None:
@@ -241,7 +266,7 @@ def main() -> None:
     proc = launch(["app.py"], port)
     url = f"http://127.0.0.1:{port}/"
     walks = {"landing": landing, "lesson": lesson, "playground": playground, "serving": serving,
-             "classroom": classroom, "speculation": speculation, "memory": memory_2026}
+             "classroom": classroom, "speculation": speculation, "memory": memory_2026, "hybrid": hybrid}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
