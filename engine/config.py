@@ -58,6 +58,11 @@ class EngineConfig:
     # group with this window beside the "full" one. A real model's windows come from its own
     # config, so with a model this stays None
     sliding_window: int | None = None
+    # keep a torch-free shadow of what every KV slot holds (engine/core/kv_content.py) and check
+    # after each operation that every sequence's tables read back its own tokens' K/V: a copy
+    # in the wrong order shows up there, with or without a model. None: on in the dry mode,
+    # off with a model (tests turn it on; it costs host time per token)
+    track_kv_content: bool | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
@@ -101,6 +106,9 @@ class EngineConfig:
             raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")
         self._check_speculation()
+        if self.track_kv_content is not None and not isinstance(self.track_kv_content, bool):
+            raise ValueError(f"track_kv_content must be True, False or None (on in the dry mode), "
+                             f"got {self.track_kv_content!r}")
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window, 1 << 20)
             if self.model is not None:
@@ -123,6 +131,10 @@ class EngineConfig:
     @property
     def dry(self) -> bool:
         return self.model is None
+
+    @property
+    def tracks_kv_content(self) -> bool:
+        return self.dry if self.track_kv_content is None else self.track_kv_content
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

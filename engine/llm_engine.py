@@ -28,6 +28,7 @@ from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
+from engine.core.kv_content import KVContent
 from engine.core.kv_groups import dry_groups
 from engine.core.launched import Launched
 from engine.core.narration import TokenNames
@@ -87,6 +88,9 @@ class LLMEngine(PrimitiveOps):
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks,
                                  num_offload_blocks=config.num_offload_blocks, groups=groups)
+        # what the device's KV slots hold, as labels: checked after every operation
+        self.content = KVContent(config.block_size) if config.tracks_kv_content else None
+        self.kv.content = self.content
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
         self.seqs: dict[int, Sequence] = self.registry.seqs
         self.groups: dict[int, SequenceGroup] = self.registry.groups
@@ -178,6 +182,8 @@ class LLMEngine(PrimitiveOps):
                 raise InvariantError(f"sequence registered as {sid} calls itself {s.seq_id}")
             by_status[s.status].append(s)
         self.kv.check_invariants(by_status[SequenceStatus.RUNNING], by_status[SequenceStatus.SWAPPED])
+        if self.content is not None:
+            self._check_content(everything=True)
         for s in by_status[SequenceStatus.WAITING] + by_status[SequenceStatus.FINISHED]:
             if any(s.block_tables):
                 raise InvariantError(f"seq {s.seq_id} is {s.status.value} but holds blocks "
@@ -348,7 +354,13 @@ class LLMEngine(PrimitiveOps):
         self.step_count += 1
         self.last_events = events
         self._trace.append(op.to_record())
+        if self.content is not None:  # what this operation wrote reads back right
+            self._check_content(everything=False)
         return result
+
+    def _check_content(self, everything: bool) -> None:
+        k = self.kv
+        self.content.verify(self.seqs, k.pool, k.cpu_pool, k.tier, everything)
 
     def _drop_out_of_window(self) -> list[Event]:
         events: list[Event] = []
@@ -391,7 +403,7 @@ class LLMEngine(PrimitiveOps):
         """One forward pass over every scheduled token, then the step's picks launched."""
         step = self.kv.step
         scores = step_run.execute(sched, events, step, self.runtime, self._rng,
-                                  self._flight.last_picks)
+                                  self._flight.last_picks, self.content)
         return step_run.pick(sched, scores, step, self.registry, self.config.seed,
                              self.runtime is not None, self.config.async_scheduling)
 

@@ -14,6 +14,7 @@ from engine import ops, step_run
 from engine.core.events import Event
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.kv_content import KVContent
 from engine.core.postprocess import Postprocessor
 from engine.core.registry import Registry
 from engine.core.sequence import Sequence, SequenceGroup
@@ -29,6 +30,7 @@ class PrimitiveOps:
     registry: Registry
     groups: dict[int, SequenceGroup]
     runtime: ModelRuntime | None
+    content: KVContent | None
     tokenizer: object
     vocab_size: int
     max_model_len: int
@@ -46,8 +48,7 @@ class PrimitiveOps:
         events.append(Event("prefill", self.kv.step, seq.seq_id, tuple(seq.block_table),
                             facts=(len(tokens), computed, seq.num_cached_tokens),
                             form="prefill_primitive"))
-        if self.runtime is not None:
-            self._compute(seq, seq.num_cached_tokens, events)
+        self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
 
     def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
@@ -55,20 +56,18 @@ class PrimitiveOps:
         if op.token_ids is not None:
             tokens = token_list(op.token_ids, "token_ids", self.vocab_size)  # in this model's vocabulary
             events = self.kv.append(seq, tokens)
-            if self.runtime is not None:  # the pending token is dropped; a new one follows these
-                self._compute(seq, seq.num_tokens - len(tokens), events)
+            # the pending token is dropped; a new one follows these
+            self._compute(seq, seq.num_tokens - len(tokens), events)
             return events, events
         # n decode steps, all or nothing: check the whole append fits before drawing, so a refused
         # append leaves the RNG as it was and a replay draws the same tokens
         self.kv.check_append(seq, op.n, decodes=True)
         events: list[Event] = []
         for _ in range(op.n):  # the pending token goes into its slot; the model picks the next
-            if self.runtime is None:
-                events += self.kv.append(seq, [self._rng.choice(DRY_ALPHABET)])
-            else:
-                step_events = self.kv.append(seq, [seq.pending_token])
-                self._compute(seq, seq.num_tokens - 1, step_events)
-                events += step_events
+            token = seq.pending_token if self.runtime is not None else self._rng.choice(DRY_ALPHABET)
+            step_events = self.kv.append(seq, [token])
+            self._compute(seq, seq.num_tokens - 1, step_events)
+            events += step_events
             if self.kv.sliding:
                 events += self.kv.drop_out_of_window(seq)
         return events, events
@@ -96,9 +95,14 @@ class PrimitiveOps:
         return None, []
 
     def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
-        """Real mode: copy the copy-on-write blocks among `events` (those of this one write), run
-        the model on the sequence's tokens from num_computed on, keep the greedy next token."""
-        step_run.move_blocks(self.runtime, events)
+        """Make the copies among `events` (those of this one write: copy-on-write, the CPU
+        tier's), compute the sequence's tokens from num_computed on and keep the greedy next
+        token. The dry mode has no model: its tokens came from the RNG, only the labels move."""
+        step_run.move_blocks(self.runtime, events, self.content)
+        if self.content is not None:
+            self.content.write(seq, num_computed)
+        if self.runtime is None:
+            return
         scores = self.runtime.execute([step_run.item(seq, num_computed)])
         token, logprob = scores.greedy(0)
         seq.pending_token = token

@@ -1,7 +1,8 @@
 """The run of a serving step: the scheduled step's copies and one forward pass, then its picks.
 
 The middle part of a step (schedule -> run -> postprocess). `execute` narrates the step's
-prefills and decodes, has the runtime copy swapped and copy-on-write blocks and compute every
+prefills and decodes, has the runtime make the step's block copies (swaps, copy-on-write, the
+CPU tier's offloads and loads) in the order the bookkeeping made them and compute every
 scheduled token (the dry mode draws from its RNG instead); `pick` launches every token of the
 step in one batched draw and every beam's candidates in one top-k, so the device is read once
 for each, not once per sequence. The tokens land in engine/core/postprocess.py.
@@ -12,7 +13,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from engine.core.copy_plan import copy_waves, run_wave
 from engine.core.events import Event
+from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
 from engine.core.registry import Registry
 from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
@@ -24,9 +27,10 @@ Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 
 
 def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
-            rng: random.Random, last_picks: Any) -> Any:
+            rng: random.Random, last_picks: Any, content: KVContent | None = None) -> Any:
     """Run the scheduled step; returns its scores (None when it computes nothing). Under async
-    scheduling `last_picks` holds the tokens of the step before, still on the device."""
+    scheduling `last_picks` holds the tokens of the step before, still on the device. `content`,
+    when tracked, receives the same copies and a write of every computed token."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
     items = [(p.seq, p.start, 1) for p in sched.prefills]
     items += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
@@ -35,11 +39,14 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
         events.append(_prefill_event(p, step))
     if sched.decodes:
         events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
-    if runtime is None:
-        return DryScores(sum(m for _, _, m in items), rng) if items else None
-    move_blocks(runtime, events, sched)
+    move_blocks(runtime, events, content)
     if not items:
         return None
+    if content is not None:
+        for s, n, _ in items:
+            content.write(s, n)
+    if runtime is None:
+        return DryScores(sum(m for _, _, m in items), rng)
     # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
     batch = [item(s, n, m) for s, n, m in items]
     # async scheduling: a token still on the GPU is read there, from the last step's picks
@@ -61,27 +68,16 @@ def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> tuple:
     return (seq.token_ids[num_computed:], num_computed, tables[0])
 
 
-def move_blocks(runtime: Any, events: list[Event], sched: ScheduledStep | None = None) -> None:
-    """The copies a step makes before its forward pass, in the one safe order: blocks evicted
-    into the CPU tier first (nothing has overwritten them yet), then swaps, then blocks copied
-    back from the tier, then copy-on-write copies (their sources may have just come back)."""
-    offload: list[tuple[int, int]] = []
-    load: list[tuple[int, int]] = []
-    cow: list[tuple[int, ...]] = []
-    for e in events:  # one pass: a step at scale has an event per sequence
-        kind = e.kind
-        if kind == "cow":
-            cow.append(e.block_ids)
-        elif kind == "offload":
-            offload.append((e.block_ids[0], e.facts[0]))
-        elif kind == "load":
-            load += zip(e.facts[0], e.block_ids, strict=True)
-    runtime.offload(offload)
-    if sched is not None:
-        runtime.swap_out(sched.swap_out)
-        runtime.swap_in(sched.swap_in)
-    runtime.load(load)
-    runtime.copy_blocks(cow)
+def move_blocks(runtime: Any, events: list[Event], content: KVContent | None = None) -> None:
+    """The copies a step's events ask for, before its forward pass, in the order the bookkeeping
+    made them (engine/core/copy_plan.py: waves of independent copies, each kind a batch)."""
+    if runtime is None and content is None:
+        return
+    for wave in copy_waves(events):
+        if runtime is not None:
+            run_wave(wave, runtime)
+        if content is not None:
+            run_wave(wave, content)
 
 
 def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed: int,

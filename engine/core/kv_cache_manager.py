@@ -13,6 +13,7 @@ every group. A sliding-window group's table drops the blocks its window has pass
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 from engine.core.block_pool import BlockPool, OutOfBlocks
@@ -20,6 +21,7 @@ from engine.core.draft_slots import DraftSlots
 from engine.core.events import Event
 from engine.core.hashing import HashFn, hash_block
 from engine.core.invariants import InvariantError, check_pool
+from engine.core.kv_content import KVContent
 from engine.core.kv_groups import KVCacheGroup, dead_blocks, single_group
 from engine.core.offload_tier import OffloadTier
 from engine.core.prefix_match import match_prefix
@@ -58,6 +60,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         self.dropped_blocks = 0  # sliding groups: table entries dropped, cumulative
         self.draft_tokens = 0  # speculative decoding: slots reserved for drafts, cumulative
         self.accepted_tokens = 0  # drafts verified and kept
+        self.content: KVContent | None = None  # the device's K/V as labels, when tracked
 
     # ---- capacity -------------------------------------------------------------------------
 
@@ -159,6 +162,31 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         seq.status = SequenceStatus.RUNNING
         return events
 
+    def allocate_together(self, seqs: list[Sequence], prompts: list[list[int]]) -> list[Event]:
+        """`allocate` for every sequence of one request (a group that resumes after a recompute),
+        all or nothing. When one does not fit, the pools are put back exactly as they were: the
+        earlier ones' allocations hashed blocks whose K/V were never computed and evicted others
+        (with their copies to the CPU tier), and a later prompt hit on such a block would read
+        bytes nobody wrote."""
+        if len(seqs) == 1:
+            return self.allocate(seqs[0], prompts[0])
+        saved = copy.deepcopy((self.pool.__dict__, self.tier.__dict__, self.prefix_hit_blocks,
+                               self.evictions, self._loading))
+        events: list[Event] = []
+        try:
+            for seq, prompt in zip(seqs, prompts, strict=True):
+                events += self.allocate(seq, prompt)
+        except OutOfBlocks:
+            pool, tier, self.prefix_hit_blocks, self.evictions, self._loading = saved
+            self.pool.__dict__.update(pool)  # in place: snapshots and the scheduler hold the pool
+            self.tier.__dict__.update(tier)
+            for seq in seqs:
+                seq.block_tables = [[] for _ in self.groups]
+                seq.token_ids, seq.block_hashes, seq.num_cached_tokens = [], [], 0
+                seq.status = SequenceStatus.WAITING
+            raise
+        return events
+
     def extend(self, seq: Sequence, token_ids: list[int]) -> list[Event]:
         """The next chunk of a chunked prefill: like `append`, narrated as one allocation
         rather than token by token (a chunk can be thousands of tokens)."""
@@ -210,6 +238,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
         known. Put it in the sequence and its blocks, and hash them if that filled them."""
         seq.token_ids[-1] = token
+        if self.content is not None:
+            self.content.land(seq.seq_id, seq.num_tokens - 1, token)
         for table in seq.block_tables:
             block = self.pool.blocks[table[-1]]
             block.token_ids[-1] = token
@@ -249,6 +279,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         released.reverse()
         kept.reverse()
         seq.block_tables = [[] for _ in tables]
+        if self.content is not None:
+            self.content.forget(seq.seq_id)
         # which released blocks stay cached is a fact of now: the narration is written later
         cached = tuple(b for b in released if pool.blocks[b].block_hash is not None)
         return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)),

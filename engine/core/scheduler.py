@@ -53,8 +53,6 @@ class ScheduledStep:
     prefills: list[PrefillItem] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    swap_out: list[tuple[int, int]] = field(default_factory=list)  # (gpu, cpu) copies to make first
-    swap_in: list[tuple[int, int]] = field(default_factory=list)  # (cpu, gpu)
     preempted: list[SequenceGroup] = field(default_factory=list)
     aborted: list[SequenceGroup] = field(default_factory=list)
     drafts: dict[int, int] = field(default_factory=dict)  # seq id -> draft tokens after its decode
@@ -104,9 +102,8 @@ class Scheduler:
             if need > self.kv.pool.num_allocatable:
                 return
             self.swapped.popleft()
-            events, pairs = self.kv.swap_in(seqs)
-            out.events += events
-            out.swap_in += pairs
+            events, _ = self.kv.swap_in(seqs)
+            out.events += events  # the swap_in event carries the copies
             self._insert_running(group)
 
     def _schedule_decodes(self, out: ScheduledStep) -> None:
@@ -211,23 +208,20 @@ class Scheduler:
                 return
             if not chunk and step_tokens > cfg.max_num_batched_tokens and (out.decodes or out.prefills):
                 return
-            done: list[Sequence] = []
-            events: list[Event] = []
             whole_pool_free = self.kv.pool.num_allocatable == self.kv.pool.num_blocks
             try:
-                for seq, tokens in zip(seqs, prompts, strict=True):
-                    events += self.kv.allocate(seq, tokens, budget if chunk else None)
-                    seq.prefill_rest = tokens[seq.num_tokens:]
-                    done.append(seq)
+                if len(seqs) == 1:  # may go in chunks
+                    events = self.kv.allocate(seqs[0], prompts[0], budget if chunk else None)
+                else:  # a resumed group of several, all or nothing
+                    events = self.kv.allocate_together(seqs, prompts)
             except OutOfBlocks:
-                for seq in reversed(done):  # all or nothing for the group
-                    self.kv.free(seq)
-                    seq.token_ids, seq.prefill_rest = [], []
                 if not whole_pool_free:
                     return  # wait for blocks to come free
                 self.waiting.popleft()  # even an empty pool cannot hold it
                 self._abort(group, out)
                 continue
+            for seq, tokens in zip(seqs, prompts, strict=True):
+                seq.prefill_rest = tokens[seq.num_tokens:]
             self.waiting.popleft()
             out.events += events
             for seq in seqs:
@@ -251,7 +245,6 @@ class Scheduler:
         cpu_free = self.kv.cpu_pool.num_allocatable
         if self.config.preemption_mode == "swap" and len(self.kv.distinct_blocks(seqs)) <= cpu_free:
             events, pairs = self.kv.swap_out(seqs)
-            out.swap_out += pairs
             self.swapped.append(group)
             swapped: int | None = len(pairs)
         else:

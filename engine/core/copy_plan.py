@@ -1,0 +1,81 @@
+"""A step's block copies, in the order the bookkeeping made them, as waves of independent copies.
+
+The bookkeeping moves a block's tokens at once; the device moves its bytes later, before the
+forward pass. Within one schedule a block may be read by one copy and then, freed and handed out
+again, written by another: a swap-in frees the CPU blocks it reads, and a swap-out preempting
+another request in the same step may take exactly those; a group may be swapped in and out again
+in one step. Any fixed order of the kinds of copy (swap-outs first, say) gets one of these wrong.
+What is always right is the order in which the bookkeeping made the copies, which the events
+record: each copy reads its source as it stood at that moment.
+
+`copy_waves` keeps that order and still batches: it cuts the copies into waves, starting a new
+wave only where a copy touches a block that an earlier copy of the current wave wrote, or writes
+one that it read. Copies within a wave are independent, so the runtime may run each kind of copy
+of a wave as one launch. A step without such a dependency is one wave, as before.
+
+Locations are (space, block id): the GPU pool, the CPU swap space, the CPU tier of the prefix cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from engine.core.events import Event
+
+#: The runtime's copy methods (engine/runtime/protocols.py), in the order a wave runs them. Within a
+#: wave no copy depends on another, so any order would do; this one is stable for readers of logs.
+COPY_KINDS = ("offload", "swap_out", "swap_in", "load", "copy_blocks")
+
+# (source space, destination space) of each kind
+_SPACES = {"offload": ("gpu", "tier"), "swap_out": ("gpu", "cpu"), "swap_in": ("cpu", "gpu"),
+           "load": ("tier", "gpu"), "copy_blocks": ("gpu", "gpu")}
+
+Copy = tuple[str, int, int]  # (kind, source block, destination block)
+Wave = dict[str, list[tuple[int, int]]]  # kind -> (source, destination) pairs
+
+
+def copies_of(events: Iterable[Event]) -> list[Copy]:
+    """Every copy the events ask for, in their order (one pass: a step at scale has an event
+    per sequence)."""
+    out: list[Copy] = []
+    for e in events:
+        kind = e.kind
+        if kind == "cow":
+            out.append(("copy_blocks", e.block_ids[0], e.block_ids[1]))
+        elif kind == "offload":
+            out.append(("offload", e.block_ids[0], e.facts[0]))
+        elif kind == "load":
+            out += (("load", slot, b) for slot, b in zip(e.facts[0], e.block_ids, strict=True))
+        elif kind == "swap_out" or kind == "swap_in":
+            ids = e.block_ids  # the (source, destination) pairs, flattened
+            out += ((kind, ids[i], ids[i + 1]) for i in range(0, len(ids), 2))
+    return out
+
+
+def copy_waves(events: Iterable[Event]) -> list[Wave]:
+    """The events' copies cut into waves: run the waves in order, the copies of a wave in any
+    order (each kind as one batch). Empty when the events copy nothing."""
+    waves: list[Wave] = []
+    wave: Wave = {}
+    read: set[tuple[str, int]] = set()
+    written: set[tuple[str, int]] = set()
+    for kind, src, dst in copies_of(events):
+        src_space, dst_space = _SPACES[kind]
+        source, target = (src_space, src), (dst_space, dst)
+        if source in written or target in read or target in written:
+            waves.append(wave)  # this copy must see the wave's writes, or come after its reads
+            wave, read, written = {}, set(), set()
+        wave.setdefault(kind, []).append((src, dst))
+        read.add(source)
+        written.add(target)
+    if wave:
+        waves.append(wave)
+    return waves
+
+
+def run_wave(wave: Wave, target: object) -> None:
+    """Hand one wave's copies to a runtime (or anything with its copy methods), kind by kind."""
+    for kind in COPY_KINDS:
+        pairs = wave.get(kind)
+        if pairs:
+            getattr(target, kind)(pairs)
