@@ -13,7 +13,6 @@ every group. A sliding-window group's table drops the blocks its window has pass
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from engine.core.block_pool import BlockPool, OutOfBlocks
@@ -160,31 +159,6 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
             self._load(seq, prompt, loads, events)
         self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
-        return events
-
-    def allocate_together(self, seqs: list[Sequence], prompts: list[list[int]]) -> list[Event]:
-        """`allocate` for every sequence of one request (a group that resumes after a recompute),
-        all or nothing. When one does not fit, the pools are put back exactly as they were: the
-        earlier ones' allocations hashed blocks whose K/V were never computed and evicted others
-        (with their copies to the CPU tier), and a later prompt hit on such a block would read
-        bytes nobody wrote."""
-        if len(seqs) == 1:
-            return self.allocate(seqs[0], prompts[0])
-        saved = copy.deepcopy((self.pool.__dict__, self.tier.__dict__, self.prefix_hit_blocks,
-                               self.evictions, self._loading))
-        events: list[Event] = []
-        try:
-            for seq, prompt in zip(seqs, prompts, strict=True):
-                events += self.allocate(seq, prompt)
-        except OutOfBlocks:
-            pool, tier, self.prefix_hit_blocks, self.evictions, self._loading = saved
-            self.pool.__dict__.update(pool)  # in place: snapshots and the scheduler hold the pool
-            self.tier.__dict__.update(tier)
-            for seq in seqs:
-                seq.block_tables = [[] for _ in self.groups]
-                seq.token_ids, seq.block_hashes, seq.num_cached_tokens = [], [], 0
-                seq.status = SequenceStatus.WAITING
-            raise
         return events
 
     def extend(self, seq: Sequence, token_ids: list[int]) -> list[Event]:

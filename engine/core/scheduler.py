@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
+from engine.core.group_admission import allocate_together
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
 from engine.core.speculation import propose_ngram
@@ -213,7 +214,7 @@ class Scheduler:
                 if len(seqs) == 1:  # may go in chunks
                     events = self.kv.allocate(seqs[0], prompts[0], budget if chunk else None)
                 else:  # a resumed group of several, all or nothing
-                    events = self.kv.allocate_together(seqs, prompts)
+                    events = allocate_together(self.kv, seqs, prompts)
             except OutOfBlocks:
                 if not whole_pool_free:
                     return  # wait for blocks to come free

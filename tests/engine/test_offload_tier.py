@@ -34,7 +34,8 @@ def _serve(eng: LLMEngine) -> tuple[list, list]:
 
 @pytest.mark.model
 def test_an_evicted_prefix_comes_back_from_the_tier(default_model) -> None:
-    cfg = dict(model="default", device="cpu", dtype="float32", block_size=4, num_gpu_blocks=12)
+    cfg = dict(model="default", device="cpu", dtype="float32", block_size=4, num_gpu_blocks=12,
+               track_kv_content=True)
     plain, plain_events = _serve(LLMEngine(EngineConfig(**cfg)))
     eng = LLMEngine(EngineConfig(**cfg, num_offload_blocks=32))
     # the system prompt's full blocks as computed the first time, by their tokens

@@ -30,7 +30,7 @@ def _outputs(config: EngineConfig, prompts: list[str], params: SamplingParams):
 
 
 def _both(model: str, prompts: list[str], params: SamplingParams, **cfg):
-    base = dict(model=model, device="cpu", dtype="float32", **cfg)
+    base = dict(model=model, device="cpu", dtype="float32", track_kv_content=True, **cfg)
     plain, _ = _outputs(EngineConfig(**base), prompts, params)
     spec, eng = _outputs(EngineConfig(**base, **SPEC), prompts, params)
     return plain, spec, eng

@@ -41,7 +41,9 @@ def model(request, tiny_model, default_model):
 
 def engine(lm, **kw) -> LLMEngine:
     kw.setdefault("num_gpu_blocks", 128)
-    return LLMEngine(EngineConfig(model=lm.name, device="cpu", dtype="float32", **kw))
+    # the slots' content is tracked and checked after every operation (kv_content.py)
+    return LLMEngine(EngineConfig(model=lm.name, device="cpu", dtype="float32",
+                                  track_kv_content=True, **kw))
 
 
 @pytest.mark.slow

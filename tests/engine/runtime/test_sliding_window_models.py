@@ -77,7 +77,8 @@ def hf_generate(hf, prompt: list[int], max_new: int, beams: int = 1) -> list[lis
 
 def engine(path: str, **kw) -> LLMEngine:
     kw.setdefault("num_gpu_blocks", 96)
-    return LLMEngine(EngineConfig(model=path, device="cpu", dtype="float32", **kw))
+    return LLMEngine(EngineConfig(model=path, device="cpu", dtype="float32", track_kv_content=True,
+                                  **kw))
 
 
 def run_checked(eng: LLMEngine) -> dict[int, list[list[int]]]:

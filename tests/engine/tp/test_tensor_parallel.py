@@ -58,7 +58,8 @@ def kv2_path(tmp_path_factory) -> str:
 def _kv2_config(path: str, tp: int) -> EngineConfig:
     # 12 blocks of 4 slots cannot hold two 2-beam requests of ~20 tokens: the scheduler swaps
     return EngineConfig(model=path, tensor_parallel_size=tp, block_size=4, num_gpu_blocks=12,
-                        num_cpu_blocks=32, preemption_mode="swap", device="cpu", dtype="float32")
+                        num_cpu_blocks=32, preemption_mode="swap", device="cpu", dtype="float32",
+                        track_kv_content=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,144 @@
+"""A step's block copies run in the order the bookkeeping made them (engine/core/copy_plan.py),
+and the dry engine's shadow of every KV slot (engine/core/kv_content.py) sees a copy made out of
+order: issue 36, where a swap-out overwrote CPU blocks that a swap-in of the same step had freed
+but not yet read, and requests answered with another request's K/V."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine import EngineConfig, LLMEngine, SamplingParams, step_run
+from engine.core import copy_plan
+from engine.core.events import Event
+from engine.core.group_admission import allocate_together
+from engine.core.invariants import InvariantError
+from engine.core.sequence import Sequence
+from tests.helpers import fingerprint
+
+
+def swap(kind: str, *pairs: tuple[int, int]) -> Event:
+    return Event(kind, 1, 0, tuple(x for p in pairs for x in p))
+
+
+def test_independent_copies_are_one_wave_with_each_kind_batched():
+    events = [Event("cow", 1, 0, (1, 2)), swap("swap_out", (3, 0), (4, 1)), Event("cow", 1, 1, (5, 6)),
+              swap("swap_in", (2, 7))]
+    assert copy_plan.copy_waves(events) == [
+        {"copy_blocks": [(1, 2), (5, 6)], "swap_out": [(3, 0), (4, 1)], "swap_in": [(2, 7)]}]
+
+
+def test_a_swap_out_into_cpu_blocks_a_swap_in_freed_waits_for_the_swap_in():
+    # the issue's step 10: the swap-in reads CPU blocks 0..4, the swap-out then takes 1..5
+    swap_in = swap("swap_in", *[(c, 10 + c) for c in range(5)])
+    swap_out = swap("swap_out", *[(20 + c, c + 1) for c in range(5)])
+    waves = copy_plan.copy_waves([swap_in, swap_out])
+    assert [list(w) for w in waves] == [["swap_in"], ["swap_out"]]
+
+
+def test_a_group_swapped_in_and_out_in_one_step_is_copied_in_before_it_is_copied_out():
+    waves = copy_plan.copy_waves([swap("swap_in", (0, 7)), swap("swap_out", (7, 3))])
+    assert waves == [{"swap_in": [(0, 7)]}, {"swap_out": [(7, 3)]}]
+
+
+def test_a_block_evicted_to_the_tier_is_read_before_its_new_owner_writes_it():
+    offload = Event("offload", 1, 0, (4,), facts=(2, 0))
+    load = Event("load", 1, 1, (4,), facts=((2,), 16))  # the tier slot just written, into block 4
+    assert copy_plan.copy_waves([offload, load]) == [{"offload": [(4, 2)]}, {"load": [(2, 4)]}]
+
+
+def old_fixed_order(events):
+    """The order before the fix: every kind in one batch, swap-outs before swap-ins."""
+    wave: dict = {}
+    for kind, src, dst in copy_plan.copies_of(events):
+        wave.setdefault(kind, []).append((src, dst))
+    return [wave] if wave else []
+
+
+def classroom(seed: int, track: bool = True) -> LLMEngine:
+    """The classroom's workload in the dry mode: 30 requests sharing a system prompt, arriving
+    0 to 8 before each step, in a pool that must swap."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=20, num_cpu_blocks=6,
+                                 preemption_mode="swap", track_kv_content=track))
+    r = random.Random(seed)
+    order = list(range(30))
+    r.shuffle(order)
+    while order or eng.has_pending_work():
+        for _ in range(r.randint(0, 8)):
+            if order:
+                i = order.pop()
+                eng.add_request(f"You are a tutor. Be brief. What is {i} plus {i}?",
+                                SamplingParams(max_tokens=8))
+        eng.step()
+    eng.check_invariants()
+    return eng
+
+
+def test_the_content_check_catches_the_old_copy_order(monkeypatch):
+    # the bookkeeping's own invariants held in these runs: only the bytes were wrong
+    monkeypatch.setattr(step_run, "copy_waves", old_fixed_order)
+    caught = 0
+    for seed in range(40):
+        try:
+            classroom(seed)
+        except InvariantError as e:
+            assert "should hold the K/V of its token" in str(e)
+            caught += 1
+    assert caught >= 1
+
+
+def test_the_classroom_workload_reads_back_its_own_kv_in_every_run():
+    for seed in range(40):
+        classroom(seed)
+
+
+def test_a_resumed_group_that_does_not_fit_leaves_the_pools_exactly_as_they_were():
+    """Two samples preempted by recompute come back together or not at all. The first one's
+    allocation would hash blocks nobody computed (a later prompt hit on them read garbage)."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    eng.add_request("a" * 6, SamplingParams(max_tokens=12))
+    eng.add_request("b" * 6, SamplingParams(max_tokens=12, n=2, temperature=1.0))
+    refused = 0
+    while eng.has_pending_work():
+        waiting = [g for g in eng.scheduler.waiting if len(g.live()) > 1]
+        if waiting and waiting[0].prefilled:
+            seqs = waiting[0].live()
+            before = fingerprint(eng)
+            try:
+                allocate_together(eng.kv, seqs, [s.resume_tokens for s in seqs])
+            except Exception:  # noqa: BLE001 (the refusal is what this test wants)
+                refused += 1
+                assert fingerprint(eng) == before
+            else:
+                for s in seqs:
+                    eng.kv.free(s)
+                    s.token_ids = []
+                break
+        eng.step()
+        eng.check_invariants()
+    assert refused >= 1
+
+
+@pytest.mark.parametrize("track", [True, False])
+def test_tracking_is_on_in_the_dry_mode_by_default_and_can_be_turned_off(track):
+    assert EngineConfig(model=None).tracks_kv_content
+    assert not EngineConfig(model="tiny-random").tracks_kv_content
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8, track_kv_content=track))
+    seq = eng.add_sequence("abcdefg")
+    eng.fork(seq)
+    eng.append(seq, n=3)
+    eng.check_invariants()
+
+
+def test_a_slot_that_holds_another_sequences_kv_is_reported():
+    """The check compares what a slot's K/V were computed from, not only the token: the same
+    token at the same position after a different prefix is another sequence's K/V."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    a = eng.add_sequence("abcdefgh")
+    b = eng.add_sequence("xbcdefgh")  # same tokens at positions 1..7, another prefix
+    assert eng.block_table(a)[1] != eng.block_table(b)[1]
+    eng.content.copy_blocks([(eng.block_table(b)[1], eng.block_table(a)[1])])
+    with pytest.raises(InvariantError, match="another sequence's K/V"):
+        eng.check_invariants()
+    assert isinstance(eng.seqs[a], Sequence)
