@@ -354,13 +354,14 @@ class LLMEngine(PrimitiveOps):
         self.step_count += 1
         self.last_events = events
         self._trace.append(op.to_record())
-        if self.content is not None:  # what this operation wrote reads back right
-            self._check_content(everything=False)
+        if self.content is not None:  # what this operation wrote or shared reads back right
+            shared = [b for e in events if e.kind in ("prefix_hit", "share") for b in e.block_ids]
+            self._check_content(everything=False, shared=shared)
         return result
 
-    def _check_content(self, everything: bool) -> None:
+    def _check_content(self, everything: bool, shared: list[int] = ()) -> None:
         k = self.kv
-        self.content.verify(self.seqs, k.pool, k.cpu_pool, k.tier, everything)
+        self.content.verify(self.seqs, k.pool, k.cpu_pool, k.tier, everything, shared)
 
     def _drop_out_of_window(self) -> list[Event]:
         events: list[Event] = []

@@ -128,50 +128,83 @@ class KVContent:
     # ---- the check ------------------------------------------------------------------------------
 
     def verify(self, seqs: dict[int, Sequence], pool: BlockPool, cpu_pool: BlockPool,
-               tier: OffloadTier, everything: bool = True) -> None:
+               tier: OffloadTier, everything: bool = True, shared: Iterable[int] = ()) -> None:
         """Raise InvariantError where a sequence's tables do not read back its own tokens at its
         own positions (a running one from the GPU pool, a swapped one from swap space), or a
-        cached block or tier slot does not hold its tokens. `everything=False` reads only what
-        the blocks written since the last call can have changed (the check after each
-        operation); True reads every sequence and block."""
+        cached block or tier slot does not hold its tokens. `everything=True` reads every
+        sequence and block. Otherwise (the check after each operation) only what changed: the
+        blocks written since the last call, and `shared`, blocks that became part of another
+        table without a write (a prefix hit, a fork), each read through the tables holding it."""
         touched, self.touched = self.touched, _no_blocks()
         if everything:
-            on_gpu = [s for s in seqs.values() if s.status is SequenceStatus.RUNNING]
-            on_cpu = [s for s in seqs.values() if s.status is SequenceStatus.SWAPPED]
-            cached = list(pool.cached_ids)
-            slots = [slot for slot, _ in tier.entries.values()]
-        else:
-            on_gpu = _owners(seqs, pool, touched["gpu"], SequenceStatus.RUNNING)
-            on_cpu = _owners(seqs, cpu_pool, touched["cpu"], SequenceStatus.SWAPPED)
-            cached = [b for b in touched["gpu"] if pool.blocks[b].state == "cached"]
-            slots = touched["tier"]
-        for space, group in (("gpu", on_gpu), ("cpu", on_cpu)):
-            for seq in group:
-                self._check_seq(seq, self.spaces[space], space)
-        self.check_blocks("gpu", ((b, pool.blocks[b].token_ids) for b in cached))
-        held = {slot: tokens for slot, tokens in tier.entries.values()}
-        self.check_blocks("tier", ((s, held[s]) for s in slots if s in held))
-        if everything:
+            for seq in seqs.values():
+                space = _SPACE.get(seq.status)
+                if space is not None:
+                    self._check_seq(seq, space)
+            cached: Iterable[int] = list(pool.cached_ids)
+            slots: Iterable[int] = [slot for slot, _ in tier.entries.values()]
             for sid in [s for s in self._prefix if s not in seqs]:
                 del self._prefix[sid]
+        else:
+            gpu = touched["gpu"].union(shared)
+            for space, blocks_pool, blocks in (("gpu", pool, gpu), ("cpu", cpu_pool, touched["cpu"])):
+                held: dict[int, set[int]] = {}
+                for b in blocks:
+                    for sid in blocks_pool.blocks[b].owners:
+                        held.setdefault(sid, set()).add(b)
+                for sid, mine in held.items():
+                    seq = seqs.get(sid)
+                    if seq is not None and _SPACE.get(seq.status) == space:
+                        self._check_seq(seq, space, mine)
+            cached = [b for b in gpu if pool.blocks[b].state == "cached"]
+            slots = touched["tier"]
+        self.check_blocks("gpu", ((b, pool.blocks[b].token_ids) for b in cached))
+        entries = {slot: tokens for slot, tokens in tier.entries.values()}
+        self.check_blocks("tier", ((s, entries[s]) for s in slots if s in entries))
 
-    def _check_seq(self, seq: Sequence, slots: dict[int, Label], space: str) -> None:
+    def _check_seq(self, seq: Sequence, space: str, only: set[int] | None = None) -> None:
+        """Every slot of the sequence's tables (`only`: of these blocks), against its tokens. A
+        full read hashes the prefix afresh; a partial one takes the hashes the writes cached."""
         bs = self.block_size
+        slots = self.spaces[space]
         tokens = seq.token_ids
-        prev = 0
-        for p, token in enumerate(tokens):
-            i, offset = divmod(p, bs)
-            for g, table in enumerate(seq.block_tables):
-                block = table[i]
-                if block is None:
-                    continue
-                label = slots.get(block * bs + offset)
-                if label is None or label[0] != p or label[1] != prev or _token(label) != token:
-                    raise InvariantError(
-                        f"seq {seq.seq_id}: {space} block {block} (table {g}, entry {i}) slot "
-                        f"{offset} should hold the K/V of its token {token} at position {p}, "
-                        f"but holds {_describe(label, p, prev)}")
-            prev = chain(prev, token)
+        n = len(tokens)
+        if only is None:
+            prev = 0
+            for p, token in enumerate(tokens):
+                i, offset = divmod(p, bs)
+                for g, table in enumerate(seq.block_tables):
+                    self._check_slot(seq, slots, space, g, table[i], p, prev)
+                prev = chain(prev, token)
+            return
+        for g, table in enumerate(seq.block_tables):
+            for i, block in enumerate(table):
+                if block in only:
+                    for p in range(i * bs, min(n, (i + 1) * bs)):
+                        self._check_slot(seq, slots, space, g, block, p, self._key_before(seq, p))
+
+    def _check_slot(self, seq: Sequence, slots: dict[int, Label], space: str, g: int,
+                    block: int | None, p: int, prev: int) -> None:
+        if block is None:  # a sliding window dropped it
+            return
+        bs = self.block_size
+        token = seq.token_ids[p]
+        label = slots.get(block * bs + p % bs)
+        if label is None or label[0] != p or label[1] != prev or _token(label) != token:
+            raise InvariantError(
+                f"seq {seq.seq_id}: {space} block {block} (table {g}, entry {p // bs}) slot "
+                f"{p % bs} should hold the K/V of its token {token} at position {p}, "
+                f"but holds {_describe(label, p, prev)}")
+
+    def _key_before(self, seq: Sequence, p: int) -> int:
+        """The hash of the sequence's tokens before position p (cached; extended as needed)."""
+        if not p:
+            return 0
+        keys = self._prefix.setdefault(seq.seq_id, [])
+        tokens = seq.token_ids
+        for q in range(len(keys), p):
+            keys.append(chain(keys[q - 1] if q else 0, tokens[q]))
+        return keys[p - 1]
 
     def check_blocks(self, space: str, blocks: Iterable[tuple[int, Iterable[int]]]) -> None:
         """Blocks no sequence holds but a prefix hit may take (cached GPU blocks, tier slots):
@@ -186,15 +219,11 @@ class KVContent:
                                          f"token {token}, but holds {_describe(label)}")
 
 
+_SPACE = {SequenceStatus.RUNNING: "gpu", SequenceStatus.SWAPPED: "cpu"}  # where its tables point
+
+
 def _no_blocks() -> dict[str, set[int]]:
     return {"gpu": set(), "cpu": set(), "tier": set()}
-
-
-def _owners(seqs: dict[int, Sequence], pool: BlockPool, blocks: set[int],
-            status: SequenceStatus) -> list[Sequence]:
-    """The sequences of `status` whose tables point at any of these blocks."""
-    ids = {sid for b in blocks for sid in pool.blocks[b].owners}
-    return [seqs[sid] for sid in ids if sid in seqs and seqs[sid].status is status]
 
 
 def _token(label: Label) -> int:
