@@ -41,14 +41,14 @@ from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, Sequen
 from engine.core.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.byte_tokenizer import ByteTokenizer
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
-from engine.primitive_ops import PrimitiveOps
+from engine.primitive_ops import Primitives
 from engine.requests import check_request_fits, prompt_tokens
 from engine.runtime.protocols import ModelRuntime
 
 TRACE_VERSION = 1
 
 
-class LLMEngine(PrimitiveOps):
+class LLMEngine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -107,6 +107,9 @@ class LLMEngine(PrimitiveOps):
         self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
                                    self.tokenizer.decode)
         self._flight = InFlight(self._post, self.scheduler, self.kv)
+        self._primitives = Primitives(self.kv, self.registry, self.runtime, self.content,
+                                      self.tokenizer, self.vocab_size, self.max_model_len,
+                                      self._rng, self._flight, self._post)
 
     # ---- the paper's primitives ---------------------------------------------------------------
 
@@ -410,11 +413,11 @@ class LLMEngine(PrimitiveOps):
 
     # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {
-        ops.AddSequence.name: PrimitiveOps._op_add_sequence,
-        ops.Append.name: PrimitiveOps._op_append,
-        ops.Fork.name: PrimitiveOps._op_fork,
-        ops.Free.name: PrimitiveOps._op_free,
+        ops.AddSequence.name: lambda eng, op: eng._primitives.add_sequence(op),
+        ops.Append.name: lambda eng, op: eng._primitives.append(op),
+        ops.Fork.name: lambda eng, op: eng._primitives.fork(op),
+        ops.Free.name: lambda eng, op: eng._primitives.free(op),
         ops.AddRequest.name: _op_add_request,
         ops.Step.name: _op_step,
-        ops.SetPrefixCaching.name: PrimitiveOps._op_set_prefix_caching,
+        ops.SetPrefixCaching.name: lambda eng, op: eng._primitives.set_prefix_caching(op),
     }

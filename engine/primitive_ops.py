@@ -1,9 +1,11 @@
 """The paper's own operations applied straight to sequences: add_sequence, append, fork, free.
 
 The lessons' half of the engine's dispatch (serving is `add_request` and `step`, in
-`llm_engine.py`): each handler takes its op from `engine/ops.py` and returns its result and the
-events it caused. In real mode each write is computed by the model right away, one sequence at a
-time; in dry mode `append(seq, n)` draws its tokens from the engine's seeded RNG.
+`llm_engine.py`): `Primitives` is a part of LLMEngine that holds the engine's parts these need
+(never the engine itself: no reference cycle keeps a dropped engine's KV pool alive). Each
+handler takes its op from `engine/ops.py` and returns its result and the events it caused. In
+real mode each write is computed by the model right away, one sequence at a time; in dry mode
+`append(seq, n)` draws its tokens from the engine's seeded RNG.
 """
 
 from __future__ import annotations
@@ -23,22 +25,18 @@ from engine.requests import prompt_tokens, token_list
 from engine.runtime.protocols import ModelRuntime
 
 
-class PrimitiveOps:
-    """Mixed into LLMEngine, whose state these handlers work on."""
+class Primitives:
+    """add_sequence, append, fork and free, on the engine's bookkeeping and runtime."""
 
-    kv: KVCacheManager
-    registry: Registry
-    groups: dict[int, SequenceGroup]
-    runtime: ModelRuntime | None
-    content: KVContent | None
-    tokenizer: object
-    vocab_size: int
-    max_model_len: int
-    _rng: random.Random
-    _flight: InFlight
-    _post: Postprocessor
+    def __init__(self, kv: KVCacheManager, registry: Registry, runtime: ModelRuntime | None,
+                 content: KVContent | None, tokenizer: object, vocab_size: int, max_model_len: int,
+                 rng: random.Random, flight: InFlight, post: Postprocessor) -> None:
+        self.kv, self.registry, self.runtime, self.content = kv, registry, runtime, content
+        self.groups: dict[int, SequenceGroup] = registry.groups
+        self.tokenizer, self.vocab_size, self.max_model_len = tokenizer, vocab_size, max_model_len
+        self._rng, self._flight, self._post = rng, flight, post
 
-    def _op_add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
+    def add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
         tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
         seq = Sequence(self.registry.next_seq_id)
         events = self.kv.allocate(seq, tokens)  # may raise: the sequence is registered after
@@ -51,7 +49,7 @@ class PrimitiveOps:
         self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
 
-    def _op_append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
+    def append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
         seq = self.registry.live(op.seq)
         if op.token_ids is not None:
             tokens = token_list(op.token_ids, "token_ids", self.vocab_size)  # in this model's vocabulary
@@ -72,13 +70,13 @@ class PrimitiveOps:
                 events += self.kv.drop_out_of_window(seq)
         return events, events
 
-    def _op_fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
+    def fork(self, op: ops.Fork) -> tuple[int, list[Event]]:
         parent = self.registry.live(op.seq)
         child = self.registry.new_seq()
         events = self.kv.fork(parent, child)
         return child.seq_id, events
 
-    def _op_free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
+    def free(self, op: ops.Free) -> tuple[list[Event], list[Event]]:
         seq = self.registry.live(op.seq)
         events = self.kv.free(seq)
         self.registry.end(seq, self.kv.step)
@@ -89,7 +87,7 @@ class PrimitiveOps:
             self._flight.report_later(self._post.finish_group(group, events, aborted=True))
         return events, events
 
-    def _op_set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
+    def set_prefix_caching(self, op: ops.SetPrefixCaching) -> tuple[None, list[Event]]:
         # read at every allocation and block seal; blocks cached so far keep their hash
         self.kv.enable_prefix_caching = op.enabled
         return None, []

@@ -1,4 +1,4 @@
-"""The bookkeeping's invariants (DESIGN: ref count = table entries; free, cached and used
+"""The bookkeeping's invariants (ARCHITECTURE.md: ref count = table entries; free, cached and used
 disjoint and complete; hashed blocks full; tables cover exactly their tokens; no draft slot
 outlives its step; a sliding-window group holds exactly the blocks its window can still see),
 checked after operations in tests and on demand."""
