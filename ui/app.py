@@ -20,8 +20,9 @@ from ui import tp_panel
 from ui.compare import compare_tab
 from ui.gpu import ON_ZEROGPU
 from ui.inspector_panel import inspector_panel
-from ui.lesson_player import lessons_tab
+from ui.lesson_player import lesson_figure, lessons_tab
 from ui.page import Page, show
+from ui.picture_box import box_panel
 from ui.playground_panel import playground_panel
 from ui.room_pages import add_room_pages
 from ui.serving_panel import serving_panel
@@ -84,6 +85,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
                 wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
+                wire_box = box_panel(page, lesson_figure)  # the page's room for the picture
                 page.events = gr.Markdown(elem_id="event-log")
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):
@@ -91,7 +93,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             with gr.Column(scale=3, min_width=300):
                 page.metrics = gr.HTML(elem_id="metrics")
         for wire in (wire_playground, wire_serving, wire_lessons, wire_settings, wire_timeline,
-                     wire_inspector):
+                     wire_inspector, wire_box):
             wire()
 
         # the picture shows the engine of the mode in front: the session's, or the lesson's

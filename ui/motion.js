@@ -29,6 +29,8 @@
     if (!cd) return;
     if (pt.data.name === 'pool') send('block:' + cd[0]);
     else if (pt.data.name === 'block tables') send('seq:' + cd[0]);
+    else if (pt.data.name === 'cpu pool') send('cpu:' + cd[0]);
+    else if (pt.data.name === 'cpu tier') send('tier:' + cd[0]);
   }
 
   // The svg group of a scatter trace, found by its name.
@@ -106,6 +108,45 @@
       }
     });
   }, 100);
+
+  // The picture's box: the page tells Python how much room the picture has, so that it is drawn
+  // to fit (viz/fit.py): in presenter mode the whole height of the slide beside the text, else
+  // the column's width (height 0: as tall as it needs). Sent when it changes, not on every frame.
+  let sentBox = '';
+  let boxTimer = null;
+  function measureBox() {
+    const col = document.querySelector('#picture-col');
+    const box = document.querySelector('#pl-box textarea, #pl-box input');
+    const go = document.querySelector('#pl-box-go');
+    if (!col || !box || !go || col.offsetParent === null) return;
+    const r = col.getBoundingClientRect();
+    const slide = document.body.classList.contains('pl-presenter');
+    const w = Math.round(r.width);
+    const h = slide ? Math.max(0, Math.round(window.innerHeight - Math.max(r.top, 0) - 12)) : 0;
+    const value = `${w}x${h}`;
+    if (value === sentBox || w < 100) return;
+    const [ow, oh] = sentBox.split('x').map(Number);
+    if (sentBox && Math.abs(ow - w) < 6 && Math.abs(oh - h) < 6) return;
+    sentBox = value;
+    box.value = value;
+    box.dispatchEvent(new Event('input', { bubbles: true }));
+    setTimeout(() => go.click(), 0);
+  }
+  const measureSoon = () => { clearTimeout(boxTimer); boxTimer = setTimeout(measureBox, 200); };
+  window.addEventListener('resize', measureSoon);
+  // the body's look classes (presenter mode, the lesson in front) change the picture's room
+  new MutationObserver(measureSoon).observe(document.body, { attributes: true, attributeFilter: ['class'] });
+  setInterval(measureBox, 1000); // a late page (Gradio draws its blocks after the script runs)
+
+  // The lesson in front: the Lessons tab selected. Presenter mode then lays the page out as a
+  // slide (ui/theme.py): the picture and the page's text, nothing else.
+  setInterval(() => {
+    const tab = document.querySelector('#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected');
+    const lesson = !!tab && tab.innerText.trim() === 'Lessons';
+    if (document.body.classList.contains('pl-lesson') !== lesson) {
+      document.body.classList.toggle('pl-lesson', lesson);
+    }
+  }, 150);
 
   // A presentation clicker sends the arrow keys or Page Down / Up: they press the lesson's Next
   // and Back. Not while typing in a text box or moving a slider (the keys are theirs then); a

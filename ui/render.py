@@ -43,6 +43,26 @@ def texts_html(session: Session, view: Any) -> str:
     return served + sequences_html(snap, token_text(session))
 
 
+def _chosen(session: Session, snap: Any) -> int | None:
+    """The sequence outlined and acted on: the one picked, else the newest."""
+    chosen = session.selected_seq if session.selected_seq in snap.sequences else None
+    if chosen is None and snap.sequences:
+        chosen = int(list(snap.sequences)[-1])
+    return chosen
+
+
+def session_figure(session: Session) -> Any:
+    """The main picture at the session's cursor, fitted to the page's box for it."""
+    view = session.view()
+    snap = view.snapshot
+    events = list(view.events) if session.pos else []
+    block = session.selected_block
+    if block is not None and not 0 <= block < snap.num_blocks:
+        block = None
+    return pool_figure(snap, events, session.decode, selected_seq=_chosen(session, snap),
+                       selected_block=block, large=session.presenter, box=session.box)
+
+
 def render(session: Session) -> tuple:
     """The page at the session's cursor, from the view recorded there (no engine work on Back,
     Next or the timeline)."""
@@ -50,14 +70,8 @@ def render(session: Session) -> tuple:
     snap = view.snapshot
     events = list(view.events) if session.pos else []
     live = [str(s) for s in snap.sequences]
-    chosen = session.selected_seq if session.selected_seq in snap.sequences else None
-    if chosen is None and live:
-        chosen = int(live[-1])
-    block = session.selected_block
-    if block is not None and not 0 <= block < snap.num_blocks:
-        block = None
-    fig = pool_figure(snap, events, session.decode, selected_seq=chosen, selected_block=block,
-                      large=session.presenter)
+    chosen = _chosen(session, snap)
+    fig = session_figure(session)
     timeline = gr.update(maximum=max(1, len(session.ops)), value=session.pos)
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"

@@ -98,7 +98,7 @@ def settings_panel(page: Page, first: Session, default_mode: str) -> Callable[[]
     @guard
     def on_apply(m, bs, nb, pf, session: Session, n=1, k=0):
         config = with_drafts(tp_panel.with_tp(engine_config(m, bs, nb, pf, page.device), n), k)
-        return show(Session(config))
+        return show(session.fresh(config))
 
     def on_export(session: Session):
         _prune_exports()

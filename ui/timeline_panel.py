@@ -43,7 +43,7 @@ def timeline_panel(page: Page) -> tuple[gr.Group, Callable[[], None]]:
         return show(session)
 
     def on_reset(session: Session):
-        return show(Session(session.config))
+        return show(session.fresh())
 
     def on_play(session: Session):
         return gr.Timer(active=True), session

@@ -88,10 +88,11 @@ def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mappi
     return notes, widest
 
 
-def table_geometry(rows: Sequence[TableRow], width: float) -> tuple[float, int]:
-    """(cell width, entries shown per row) so that the longest table fits the picture's width."""
+def table_geometry(rows: Sequence[TableRow], width: float, min_cell: float = 1.0) -> tuple[float, int]:
+    """(cell width, entries shown per row) so that the longest table fits the picture's width;
+    a cell is never narrower than `min_cell` (the rest of a longer table folds into "+N")."""
     longest = max((len(r.table) + 1 for r in rows), default=1)  # +1: the pending cell
-    cell = max(1.0, min(CELL_W, width / longest))
+    cell = max(min_cell, min(max(CELL_W, min_cell), width / longest))
     return cell, max(2, int(width / cell + 1e-9))  # width / (width / n) may come out as n - 1 + 0.99…
 
 
@@ -105,16 +106,20 @@ def _fold(n: int, cols: int, left: bool) -> tuple[int, int, int | None]:
 
 
 def table_heatmap(snap: Snapshot, rows: Sequence[TableRow], top: float, width: float,
-                  token_text: Callable[[int], str], scale: float = 1.0) -> tuple[go.Heatmap, list[tuple]]:
+                  token_text: Callable[[int], str], scale: float = 1.0,
+                  cells: tuple[float, float] | None = None) -> tuple[go.Heatmap, list[tuple]]:
     """The tables' heatmap (row i at y = top - i) and, per entry drawn, (x, y, seq id, phys id,
-    swapped) for the links. customdata[0] of a cell is the sequence id (the click handler)."""
-    cell, fit = table_geometry(rows, width)
+    swapped) for the links. customdata[0] of a cell is the sequence id (the click handler).
+    cells: (narrowest cell, narrowest cell that also says how full its block is), in plot
+    units; by default 1 and 3 (a cell under 1.5 shows no id)."""
+    narrow, wide_at = cells or (1.0, 3.0)
+    cell, fit = table_geometry(rows, width, narrow)
     cols = min(fit, max((len(r.table) + 1 for r in rows), default=1))
     z = [[None] * cols for _ in rows]
     text = [[""] * cols for _ in rows]
     custom: list[list] = [[None] * cols for _ in rows]
     entries: list[tuple] = []
-    wide = cell >= 3
+    wide = cell >= wide_at - 1e-9
     left = {r.seq.seq_id for r in rows if None in r.table}  # these fold at their start
     for i, row in enumerate(rows):
         seq, table, sid = row.seq, row.table, row.seq.seq_id
@@ -134,7 +139,8 @@ def table_heatmap(snap: Snapshot, rows: Sequence[TableRow], top: float, width: f
             filled = pool[b].num_filled if b < len(pool) else 0
             name = f"{'c' if swapped else '#'}{b}"
             z[i][c] = owner_category(sid)
-            text[i][c] = f"{name} {filled}/{snap.block_size}" if wide else (name if cell >= 1.5 else "")
+            short = name if cell >= min(1.5, narrow) else ""
+            text[i][c] = f"{name} {filled}/{snap.block_size}" if wide else short
             custom[i][c] = [sid, f"{about}logical block {j} → {'CPU' if swapped else 'physical'} block "
                                  f"{b}, {filled}/{snap.block_size} filled"]
             entries.append(((c + 0.5) * cell, top - i, sid, b, swapped))
@@ -165,7 +171,7 @@ def _tail_cell(seq: SequenceView, wide: bool, token_text: Callable[[int], str]) 
     if seq.pending_token is None:
         return None
     tok = token_text(seq.pending_token)
-    return (PENDING, "▸ " + escape(shorten(tok.strip() or "␣", 6)) if wide else "▸",
+    return (PENDING, "▸ " + escape(shorten(tok.strip() or "␣", 10)) if wide else "▸",
             [seq.seq_id, f"pending token {escape(repr(tok))}: sampled, not yet in a slot"])
 
 
@@ -182,11 +188,11 @@ def _fold_cell(row: TableRow, hidden: int, at_start: bool, sid: int, about: str)
 
 
 def table_traces(snap: Snapshot, rows: Sequence[TableRow], top: float, gpu: PoolLayout,
-                 cpu: PoolLayout | None, token_text: Callable[[int], str], scale: float = 1.0
-                 ) -> tuple[list, list[tuple]]:
+                 cpu: PoolLayout | None, token_text: Callable[[int], str], scale: float = 1.0,
+                 cells: tuple[float, float] | None = None) -> tuple[list, list[tuple]]:
     """The tables' traces, in drawing order (the links under the cells, the hatching over them),
     and the entries drawn (table_heatmap)."""
-    table, entries = table_heatmap(snap, rows, top, gpu.width, token_text, scale)
+    table, entries = table_heatmap(snap, rows, top, gpu.width, token_text, scale, cells)
     line = links(entries, gpu, cpu, "block table links", "rgba(60,70,85,0.32)", 1.2)
     return ([line] if line is not None else []) + [table, *dropped_hatch(table)], entries
 

@@ -18,7 +18,7 @@ from engine.core.events import Event
 from engine.core.snapshot import Snapshot
 from viz import palette
 from viz.pool_cells import FAST
-from viz.pool_layout import LABEL_W, PoolLayout
+from viz.pool_layout import PoolLayout
 
 HALF_H = 0.44
 
@@ -93,7 +93,7 @@ def _pending_slots(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, in
 
 def _centre(gpu: PoolLayout, block: int, slot: int) -> tuple[float, float]:
     left, _, y = gpu.box(block)
-    return left + LABEL_W + slot + 0.5, y
+    return left + gpu.label_w + slot + 0.5, y
 
 
 def _outline(gpu: PoolLayout, slots: list, name: str, colour: str, dash: str | None,

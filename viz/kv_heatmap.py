@@ -14,6 +14,8 @@ def kv_figure(k, v, token_labels: Sequence[str], title: str) -> go.Figure:
     """k, v: [block_size, kv_heads, head_dim] tensors (CPU). Rows are slots (labelled by token),
     columns are kv_head x head_dim features."""
     rows = len(token_labels)
+    if rows == 0:  # a block no token was written into holds nothing to show (the caller says so)
+        raise ValueError("this block holds no tokens: there is no K/V to show")
     k2 = k[:rows].reshape(rows, -1).tolist()
     v2 = v[:rows].reshape(rows, -1).tolist()
     labels = [f"{i}: {t}" for i, t in enumerate(token_labels)]
@@ -23,6 +25,6 @@ def kv_figure(k, v, token_labels: Sequence[str], title: str) -> go.Figure:
                                  hovertemplate="slot %{y}<br>feature %{x}<br>%{z:.4f}<extra></extra>"),
                       row=1, col=col)
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title={"text": title, "font": {"size": 13}}, height=160 + 22 * max(rows, 4),
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=150 + 20 * max(rows, 4),
                       margin={"l": 10, "r": 10, "t": 60, "b": 10})
     return fig

@@ -47,11 +47,13 @@ def rects(layout: PoolLayout, ids: Iterable[int], name: str, colour: str, width:
 
 
 def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | None,
-                    in_use: Iterable[int] | None = None, tier: PoolLayout | None = None) -> list:
+                    in_use: Iterable[int] | None = None, tier: PoolLayout | None = None,
+                    label_px: float = 11) -> list:
     """The marks of the last step's changes. With `in_use` (the blocks some table holds now),
     a change to a block that the same step freed again (a finished request, a dropped beam)
     draws no arrow or outline into it: the block is outlined once as "freed" instead. `tier`:
-    the CPU tier's band, where offloads and loads end and start."""
+    the CPU tier's band, where offloads and loads end and start. `label_px`: the type of the
+    freed blocks' label."""
     new, hits, evicted, cow_pairs, swaps, freed = [], [], [], [], [], []
     moves: list[tuple[int, int, bool]] = []  # (GPU block, tier slot, offload?)
     windowed: set[int] = set()  # blocks a sliding window dropped
@@ -91,16 +93,23 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
     out += rects(gpu, hits, "prefix hit flash", palette.SHARED, fill=palette.SHARED, opacity=0.0)
     out += rects(gpu, new, "new block", palette.NEW, 3)
     out += rects(gpu, hits, "prefix hit", palette.PREFIX_HIT, 4, pad=0.16)
-    out += rects(gpu, evicted, "evicted", palette.EVICT, 3, pad=0.16)
+    out += _dashed(rects(gpu, evicted, "evicted", palette.EVICT, 3, pad=0.16))  # not a hit's solid
     out += _arrows(cow_pairs, gpu)
     swap_lines, swap_dots = _swaps(swaps, gpu, cpu)
     tier_lines, tier_dots = _tier_moves(moves, gpu, tier)
     out += swap_lines + tier_lines + _slide(swap_dots + tier_dots)
-    out += _freed(freed, gpu, windowed)
+    out += _freed(freed, gpu, windowed, label_px)
     return out
 
 
-def _freed(freed: Sequence[int], gpu: PoolLayout, windowed: set[int] | None = None) -> list:
+def _dashed(marks: list) -> list:
+    for mark in marks:
+        mark.update(line={"dash": "dash"})
+    return marks
+
+
+def _freed(freed: Sequence[int], gpu: PoolLayout, windowed: set[int] | None = None,
+           label_px: float = 11) -> list:
     """A dotted outline around each block the step freed, and one label under the pool (a label
     per block would sit on the next row's tokens). `windowed`: those a sliding window dropped."""
     ids = [b for b in dict.fromkeys(freed) if 0 <= b < gpu.num_blocks]
@@ -116,7 +125,7 @@ def _freed(freed: Sequence[int], gpu: PoolLayout, windowed: set[int] | None = No
     xy = [(max(r for _, r, _ in boxes), min(y for _, _, y in boxes) - HALF_H)]
     marks.append(go.Scatter(**FAST, x=[x for x, _ in xy], y=[y for _, y in xy], mode="text",
                             text=words, textposition="bottom left", name="freed label",
-                            textfont={"color": palette.FREED, "size": 11}, hoverinfo="skip",
+                            textfont={"color": palette.FREED, "size": label_px}, hoverinfo="skip",
                             showlegend=False))
     return marks
 
@@ -126,12 +135,25 @@ def _centre(layout: PoolLayout, b: int) -> tuple[float, float]:
     return (left + right) / 2, y + HALF_H  # on the row's top edge: the arrow crosses no tokens
 
 
+def _label_end(layout: PoolLayout, b: int, up: bool) -> tuple[float, float]:
+    """Where a copy-on-write arrow starts or ends: the block's id cell (token level), on its
+    top or bottom edge; a block-level cell's centre edge."""
+    left, right, y = layout.box(b)
+    x = left + layout.label_w / 2 if layout.token_level else (left + right) / 2
+    return x, y + (HALF_H if up else -HALF_H)
+
+
 def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
+    """An arrow per copy-on-write, from the copied block's id cell to its copy's: down or up
+    between rows, along the top edge within a row (never through the tokens)."""
     xs: list = []
     ys: list = []
     for src, dst in pairs:
         if max(src, dst) < gpu.num_blocks:
-            (x0, y0), (x1, y1) = _centre(gpu, src), _centre(gpu, dst)
+            ys_src, ys_dst = gpu.box(src)[2], gpu.box(dst)[2]
+            same_row = abs(ys_src - ys_dst) < 1e-9
+            (x0, y0) = _label_end(gpu, src, same_row or ys_dst > ys_src)
+            (x1, y1) = _label_end(gpu, dst, same_row or ys_dst < ys_src)
             xs += [x0, x1, None]
             ys += [y0, y1, None]
     if not xs:

@@ -74,16 +74,18 @@ def block_hover(blk: BlockView, block_size: int, prefix: str = "",
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
                  pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
                  scale: float = 1.0, plot_px: float = 850.0, blank: Collection[int] = (),
-                 groups: Mapping[str, str] | None = None) -> go.Heatmap:
+                 groups: Mapping[str, str] | None = None, chars: int | None = None) -> go.Heatmap:
     """pending: block id -> (slot, token text) of a pending token whose next slot is there;
     scale: type size (presenter mode); blank: blocks drawn without their tokens (a reserve);
-    groups: the KV cache groups' words for the hover (block_hover)."""
+    groups: the KV cache groups' words for the hover (block_hover); chars: the longest token
+    text a slot shows whole (None: what a slot of this picture's width holds in 10 px type)."""
     cols = len(layout.x_edges()) - 1
     z: list[list] = [[None] * cols for _ in range(layout.rows)]
     text = [[""] * cols for _ in range(layout.rows)]
     custom: list[list] = [[None] * cols for _ in range(layout.rows)]
     per_col = layout.columns_per_block
-    chars = max(1, int(plot_px / max(layout.width, 1.0) / (6.3 * scale)))  # 10 px type x scale
+    if chars is None:
+        chars = max(1, int(plot_px / max(layout.width, 1.0) / (6.3 * scale)))  # 10 px type x scale
     show_refs = len(blocks) <= MAX_TEXT_BLOCKS
     for blk in blocks:
         at = layout.where(blk.block_id)
@@ -146,7 +148,7 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         if at is None:
             continue
         left, _, y = layout.box(blk.block_id)
-        xs.append(left + 1.0)  # the label cell is LABEL_W (2) slots wide
+        xs.append(left + layout.label_w / 2)  # the middle of the label cell
         ys.append(y)
         mark = (marks or {}).get(blk.group, "") if blk.state != "free" else ""  # a free page serves none
         texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark))

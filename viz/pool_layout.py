@@ -37,6 +37,7 @@ class PoolLayout:
     place: dict[int, tuple[int, int]] | None = field(default=None, compare=False)
     folds: tuple[tuple[int, int, int], ...] = ()
     num_rows: int | None = None
+    label_w: float = LABEL_W  # token level: the block-id cell's width, in slots
 
     @property
     def rows(self) -> int:
@@ -56,7 +57,7 @@ class PoolLayout:
     @property
     def stride(self) -> float:
         if self.token_level:
-            return LABEL_W + self.block_size + GAP_W
+            return self.label_w + self.block_size + GAP_W
         return self.cell_w
 
     @property
@@ -73,13 +74,13 @@ class PoolLayout:
             return self.x0, self.x0 + self.width, self.y0 - r
         r, c = at
         left = self.x0 + c * self.stride
-        right = left + (LABEL_W + self.block_size if self.token_level else self.cell_w)
+        right = left + (self.label_w + self.block_size if self.token_level else self.cell_w)
         return left, right, self.y0 - r
 
     def anchor(self, block_id: int) -> tuple[float, float]:
         """Where a block-table link ends: the top middle of the block's id cell (or cell)."""
         left, right, y = self.box(block_id)
-        x = left + LABEL_W / 2 if self.token_level else (left + right) / 2
+        x = left + self.label_w / 2 if self.token_level else (left + right) / 2
         return x, y + 0.45
 
     def x_edges(self) -> list[float]:
@@ -91,8 +92,8 @@ class PoolLayout:
             left = self.x0 + c * self.stride
             if c:
                 edges.append(left)  # end of the gap column before this strip
-            edges.append(left + LABEL_W)
-            edges += [left + LABEL_W + s + 1 for s in range(self.block_size)]
+            edges.append(left + self.label_w)
+            edges += [left + self.label_w + s + 1 for s in range(self.block_size)]
         return edges
 
     @property
@@ -103,17 +104,23 @@ class PoolLayout:
 
 def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False,
                keep: Iterable[int] | None = None, plot_px: float = PLOT_PX,
-               slot_px: float = SLOT_PX) -> PoolLayout:
+               slot_px: float = SLOT_PX, label_w: float = LABEL_W,
+               narrower: bool = True) -> PoolLayout:
     """The pool's layout for a picture `plot_px` wide. keep: the blocks that must be drawn (those
     holding data, those the step changed, the selected one); the others may fold. Slots as wide
-    as `slot_px` where the picture stays within FOLD_ROWS rows (folded), else narrower ones."""
-    strip = LABEL_W + block_size + GAP_W
+    as `slot_px` where the picture stays within FOLD_ROWS rows (folded), else narrower ones
+    (`narrower=False`: never narrower; a picture sized to fit its box checks its height itself).
+    `label_w`: the block-id cell's width in slots."""
+    strip = label_w + block_size + GAP_W
     widest = max(1, int(plot_px / slot_px / strip))  # slots that hold a 6-character token
     narrowest = max(widest, round(TARGET_WIDTH / strip))
     if not force_block_level and block_size <= 32:
         fallback = None
+        if not narrower:
+            return _token_layout(num_blocks, block_size, min(widest, max(1, num_blocks)), keep,
+                                 label_w, always_fold=True)
         for per_row in range(min(widest, max(1, num_blocks)), narrowest + 1):
-            layout = _token_layout(num_blocks, block_size, per_row, keep)
+            layout = _token_layout(num_blocks, block_size, per_row, keep, label_w)
             if layout.rows <= FOLD_ROWS:
                 return layout
             if fallback is None and layout.rows <= MAX_TOKEN_ROWS:
@@ -125,14 +132,17 @@ def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False
 
 
 def _token_layout(num_blocks: int, block_size: int, per_row: int,
-                  keep: Iterable[int] | None) -> PoolLayout:
-    plain = PoolLayout(num_blocks, block_size, True, per_row)
-    if plain.rows <= FOLD_ROWS or keep is None:
+                  keep: Iterable[int] | None, label_w: float = LABEL_W,
+                  always_fold: bool = False) -> PoolLayout:
+    plain = PoolLayout(num_blocks, block_size, True, per_row, label_w=label_w)
+    if (plain.rows <= FOLD_ROWS and not always_fold) or keep is None:
         return plain
-    return _fold(num_blocks, block_size, per_row, set(keep))
+    folded = _fold(num_blocks, block_size, per_row, set(keep), label_w)
+    return folded if folded.rows < plain.rows else plain
 
 
-def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int]) -> PoolLayout:
+def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int],
+          label_w: float = LABEL_W) -> PoolLayout:
     """Blocks in id order, per_row to a row; a run of at least two rows' worth of blocks not
     kept becomes one row of its own, labelled by the picture."""
     place: dict[int, tuple[int, int]] = {}
@@ -155,7 +165,7 @@ def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int]) -> Poo
         b += 1
     rows = row + (1 if col else 0)
     return PoolLayout(num_blocks, block_size, True, per_row, place=place, folds=tuple(folds),
-                      num_rows=rows)
+                      num_rows=rows, label_w=label_w)
 
 
 def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayout:

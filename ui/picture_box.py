@@ -1,0 +1,52 @@
+"""The picture's box: how much room the page gives the main picture, measured in the browser
+(ui/motion.js writes "WIDTHxHEIGHT" into a hidden textbox and presses a hidden button) and kept
+on the session and the lesson, so that every figure is drawn to fit it (viz/fit.py). A new box
+(the window resized, presenter mode turned on, a phone turned) redraws the picture at once."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import gradio as gr
+
+from ui.page import Page
+from ui.render import session_figure
+from ui.session import Session
+
+BOX = re.compile(r"^(\d{2,5})x(\d{1,5})$")
+MAX_PX = 8192  # a box larger than any screen is a typo or a probe: ignored
+
+
+def parse_box(value: Any) -> tuple[int, int] | None:
+    """(width, height) from "820x640", or None for anything else (height 0: as tall as needed)."""
+    m = BOX.match(str(value or "").strip())
+    if not m:
+        return None
+    w, h = int(m.group(1)), int(m.group(2))
+    return (w, h) if 100 <= w <= MAX_PX and h <= MAX_PX else None
+
+
+def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable[[], None]:
+    """The hidden box and its button; returns the function that wires them (once the picture
+    and the lesson's state exist). `lesson_figure(ls, presenter)`: the lesson's picture."""
+    box = gr.Textbox(elem_id="pl-box", elem_classes=["pl-hidden"], show_label=False,
+                     container=False)
+    go = gr.Button("picture box", elem_id="pl-box-go", elem_classes=["pl-hidden"])
+
+    def on_box(value, session: Session, ls):
+        size = parse_box(value)
+        if size is None or size == session.box:
+            return gr.update()
+        session.box = size
+        if ls is not None:
+            ls.box = size
+        if session.lesson_front:
+            run = getattr(ls, "run", None)
+            return lesson_figure(ls, session.presenter) if run is not None else gr.update()
+        return session_figure(session)
+
+    def wire() -> None:
+        go.click(on_box, [box, page.state, page.lesson], [page.plot], show_progress="hidden")
+    return wire

@@ -1,0 +1,176 @@
+"""How big the main picture draws everything: its type sizes, slot and row sizes and the pool's
+layout, as one `Sizes`.
+
+Without a box (a test, an old caller) the picture keeps its fixed laptop sizes. Given the box
+the page measured for it (`box=(width, height)` in CSS pixels; height 0: as tall as it needs),
+the picture is fitted: the largest type, from a projector's 26 px down to a floor (14 px in
+presenter mode, the smallest text a class reads), at which every drawn token is whole in its
+slot, every block id in its label cell, every table cell shows its physical id, and the whole
+picture is within the box's height. Widths come from viz/text_width.py, so the fit is decided
+here and a browser test checks it on the drawn page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+
+from viz.pool_cells import block_label, slot_text
+from viz.pool_layout import GAP_W, LABEL_W, PLOT_PX, SLOT_PX, PoolLayout, cpu_layout, gpu_layout
+from viz.text_width import text_px
+
+ROW_PX = 25  # laptop: pixels per row of the picture (21 for tall pools)
+PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode without a measured box
+PRESENTER_TYPES = (26, 24, 22, 20, 18, 17, 16, 15, 14)  # token type sizes tried, largest first
+LAPTOP_TYPES = (10,)  # the laptop look: the playground's 16-slot blocks in one row of ~850 px
+PHONE_TYPES = (12, 11, 10)
+PHONE_PX = 600  # a box narrower than this is a phone's
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Everything the picture's builders size by. k scales titles, labels, notes and table text
+    (12 px at 1); kt scales tokens (10 px at 1) and block ids (11 px at 1)."""
+
+    k: float
+    kt: float
+    plot_px: float  # the plot area's width
+    gpu: PoolLayout
+    chars: int | None = None  # tokens longer than this are shortened ("…"); None: as wide as fits
+    cells: tuple[float, float] | None = None  # the tables' narrowest cells (block_tables)
+    row_px: float | None = None  # pixels per row; None: the laptop's ROW_PX
+    height: int | None = None  # the figure's height; None: from its rows
+    margin_l: float | None = None
+    margin_t: float | None = None
+    legend_chars: int | None = None  # visible characters a legend line holds
+    legend_px: float | None = None  # the legend's type (None: 12k)
+    fitted: bool = False  # sized for a measured box
+    narrow: bool = False  # a phone's width: short titles
+
+    @property
+    def note_px(self) -> float:
+        return 12 * self.k
+
+
+def laptop_sizes(num_blocks: int, block_size: int, block_level: bool, keep: Collection[int],
+                 large: bool) -> Sizes:
+    """The fixed sizes of a picture drawn without a measured box."""
+    k, kt = (1.35, 1.8) if large else (1.0, 1.0)
+    plot_px = PRESENTER_PLOT_PX if large else PLOT_PX
+    gpu = gpu_layout(num_blocks, block_size, block_level, keep, plot_px, SLOT_PX * kt)
+    return Sizes(k, kt, plot_px, gpu)
+
+
+@dataclass(frozen=True)
+class Content:
+    """What the picture will draw, as far as its size depends on it."""
+
+    num_blocks: int
+    block_size: int
+    block_level: bool
+    keep: Collection[int]
+    slot_texts: Sequence[str]  # every drawn slot's text, unshortened (pending ones with "▸")
+    block_labels: Sequence[str]  # every drawn block's id label ("7 ×2")
+    row_labels: Sequence[str]  # the tables' row labels
+    table_texts: tuple[Sequence[str], Sequence[str]]  # (narrow, wide) texts of table cells
+    table_rows: int
+    has_cpu: int = 0  # blocks of the swap space (0: none)
+    has_tier: int = 0  # slots of the CPU tier (0: none)
+    waiting: bool = False
+    freed: bool = False
+    legend_lines: Callable[[int], int] = lambda chars: 2  # lines of the legend at a line budget
+
+
+def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Sizes:
+    """The largest type at which the picture fits `box`; the floor's, tokens shortened, if none."""
+    width, height = box
+    narrow = width < PHONE_PX
+    types = PRESENTER_TYPES if large else PHONE_TYPES if narrow else LAPTOP_TYPES
+    floor = 14.0 if large else 10.0
+    best = None
+    for t in types:
+        sizes, needed, whole = _try(content, t, floor, width, narrow)
+        best = sizes if best is None else best
+        if whole and (not height or needed <= height):
+            return _fill(sizes, needed, height)
+        best = sizes
+    return best
+
+
+def _try(c: Content, t: float, floor: float, width: float, narrow: bool) -> tuple[Sizes, float, bool]:
+    """Sizes at token type t px: (sizes, the height they need, whether every text is whole)."""
+    kt = t / 10
+    k = max(floor / 12, 0.85 * kt) if t > 10 else 1.0
+    slot_px = max([text_px(s, t) for s in c.slot_texts] + [t]) + 0.5 * t
+    label_px = max([text_px(s, 11 * kt) for s in c.block_labels] + [t]) + 0.6 * t
+    label_w = max(0.9, label_px / slot_px)
+    margin_l = max([text_px(s, 14 * k) for s in c.row_labels] + [0]) + 14 * k
+    plot_px = max(60.0, width - margin_l - 8)
+    gpu = gpu_layout(c.num_blocks, c.block_size, c.block_level, c.keep, plot_px - 0.6 * slot_px,
+                     slot_px, label_w, narrower=False)
+    unit = plot_px / (gpu.width + 0.6)  # pixels per plot unit across
+    whole = not gpu.token_level or (unit >= slot_px - 0.5 and gpu.label_w * unit >= label_px - 0.5)
+    chars = None if whole else max(1, int(unit / (0.63 * t)))
+    narrow_text, wide_text = c.table_texts
+    cell_pad = 0.6 * 12 * k
+    cells = (max([text_px(s, 12 * k) for s in narrow_text] + [1]) + cell_pad,
+             max([text_px(s, 12 * k) for s in wide_text] + [1]) + cell_pad)
+    cells_units = (cells[0] / unit, max(cells[0], cells[1]) / unit)
+    if c.table_rows and cells_units[0] * 2 > gpu.width:  # not even two cells (one and "+N")
+        whole = False
+    legend_px = max(floor, 0.8 * 12 * k) if t > 10 else 12.0
+    legend_chars = int((width - 16) / (legend_px * 0.6))
+    legend = c.legend_lines(legend_chars)
+    row_px = max(1.55 * t + 4, 1.8 * 12 * k, 1.4 * 14 * k + 6)
+    span = _span(c, gpu)
+    margin_t = 16 * k * 1.4 + legend * legend_px * 1.45 + 14
+    needed = margin_t + span * row_px + 8
+    sizes = Sizes(k, kt, plot_px, gpu, chars, cells_units, row_px, int(needed), margin_l,
+                  margin_t, legend_chars, legend_px, True, narrow)
+    return sizes, needed, whole
+
+
+def _fill(sizes: Sizes, needed: float, height: float) -> Sizes:
+    """A box taller than the picture needs: rows grow (up to 1.4x) and the rest stays blank
+    under the picture, which keeps the box's height."""
+    if not height:
+        return sizes
+    span = (needed - 8 - sizes.margin_t) / sizes.row_px
+    row_px = min(sizes.row_px * 1.4, (height - 8 - sizes.margin_t) / span)
+    return replace(sizes, row_px=max(sizes.row_px, row_px), height=int(height))
+
+
+def _span(c: Content, gpu: PoolLayout) -> float:
+    """The picture's height in rows: what pool_figure lays out (tables above the pool, headers,
+    the pool's rows and folds, the freed label, the CPU bands, the waiting line)."""
+    top = 2.0 + max(c.table_rows, 1) - 1
+    bottom = -gpu.rows + 0.4 - (0.7 if c.freed else 0.0)
+    below = gpu
+    for n in (c.has_cpu, c.has_tier):
+        if n:
+            band = cpu_layout(n, c.block_size, below)
+            bottom = band.y0 - band.rows + 0.4
+            below = band
+    top += 1.0 if c.waiting else 0.0
+    return top + 1.6 - bottom
+
+
+def content_of(blocks: Sequence, gpu_keep: Collection[int], pending: dict[int, tuple[int, str]],
+               token_text: Callable[[int], str], num_blocks: int, block_size: int) -> tuple[list, list]:
+    """(slot texts, block labels) of the blocks a picture may draw: every block kept (the
+    others may fold away; a free block's label is its id alone)."""
+    slots: list[str] = []
+    labels: list[str] = []
+    for blk in blocks:
+        if blk.block_id not in gpu_keep:
+            continue
+        labels.append(block_label(blk) + "ˢ")  # room for a hybrid's mark
+        slots += [slot_text(token_text(t), 10 ** 6) for t in blk.token_ids]
+        if blk.block_id in pending:
+            slots.append("▸" + slot_text(pending[blk.block_id][1], 10 ** 6))
+    labels.append(str(max(0, num_blocks - 1)))  # a free block's label (any id)
+    return slots, labels
+
+
+__all__ = ["GAP_W", "LABEL_W", "ROW_PX", "Content", "Sizes", "content_of", "fitted_sizes",
+           "laptop_sizes"]
