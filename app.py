@@ -14,6 +14,11 @@ import argparse
 import os
 import sys
 
+if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"):
+    # A ZeroGPU Space: `spaces` before anything imports torch. It patches torch's CUDA when it is
+    # imported and refuses to start where CUDA was initialised first (ui/gpu.py says the rest).
+    import spaces  # noqa: F401
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="PagedLab: watch a paged KV cache work, block by block")
@@ -30,26 +35,33 @@ def main() -> int:
     os.environ.setdefault("PAGEDLAB_WARMUP", "once")
     if args.model:
         os.environ["PAGEDLAB_MODEL"] = args.model  # ui/limits.py reads it when ui is imported
-    from ui import build_app
+    from ui import build_app, limits
     from ui.app import CSS, HEAD, THEME
+    from ui.gpu import main_device, place_gpu_model
 
+    device = main_device(args.device)  # the CPU on ZeroGPU: its GPU lives in GPU calls only
     mode, note = "dry (bookkeeping only, no model)", ""
     if args.model and not args.dry:
-        mode = load_own_model(args.model, args.device)
+        mode = load_own_model(args.model, device)
     elif not args.dry:
         try:
             from engine.runtime import models  # the process-wide model cache, warmed once
 
             print("[pagedlab] loading the default model (SmolLM2-135M-Instruct)...", flush=True)
-            models.load_model("default", args.device, "auto")
+            loaded = models.load_model("default", device, "auto")
+            print(f"[pagedlab] the default model came from {loaded.source} ({loaded.device})",
+                  flush=True)
+            print(f"[pagedlab] ZeroGPU: {place_gpu_model('default')}", flush=True)
             mode = "SmolLM2-135M (real model)"
         except Exception as err:  # the page says why instead of a traceback
             note = (f"\n> **The default model could not be loaded**, so this session starts in dry "
                     f"mode (bookkeeping only). Reason: {err}")
             print(f"[pagedlab] {err}", file=sys.stderr)
-    demo = build_app(mode, args.device, note)
-    demo.queue(default_concurrency_limit=8).launch(server_name=args.host, server_port=args.port,
-                                                  css=CSS, head=HEAD, theme=THEME)
+    demo = build_app(mode, device, note)
+    # a few events at once (more only thrash two cores), and a bounded line: past QUEUE_MAX_SIZE
+    # waiting events a visitor is told the app is busy instead of waiting without end
+    demo.queue(default_concurrency_limit=limits.QUEUE_CONCURRENCY, max_size=limits.QUEUE_MAX_SIZE)
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS, head=HEAD, theme=THEME)
     return 0
 
 

@@ -19,6 +19,8 @@ import os
 import unicodedata
 from typing import Any
 
+from engine import ops
+
 
 class UserError(ValueError):
     """Something the user can fix; its message says how."""
@@ -64,6 +66,23 @@ _ZEROGPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "true")
 TP_SIZES = (1, 3) if _env_int("PAGEDLAB_ALLOW_TENSOR_PARALLEL", 0 if _ZEROGPU else 1, low=0) else (1,)
 #: sessions holding an engine at once (each real-model session holds its own KV pool)
 MAX_SESSIONS = _env_int("PAGEDLAB_MAX_SESSIONS", 64)
+#: MiB the sessions' engines may hold together (KV pools, swap, CPU tier and checkpoints: a
+#: session counts twice its pool; ui/session_budget.py). 6 GiB leaves a 16 GB CPU-basic Space
+#: room for the process, the model and the classroom rooms (README, "On a Hugging Face Space")
+MEMORY_BUDGET_MB = _env_int("PAGEDLAB_MEMORY_BUDGET_MB", 6144)
+#: events the app runs at once, and events that may wait in its queue (a Space's 2 vCPUs: more
+#: at once only thrash; past the queue's size a visitor is told the app is busy)
+QUEUE_CONCURRENCY = _env_int("PAGEDLAB_QUEUE_CONCURRENCY", 4)
+QUEUE_MAX_SIZE = _env_int("PAGEDLAB_QUEUE_MAX_SIZE", 64)
+#: on a ZeroGPU Space, serving work the CPU would take longer than this for goes to the GPU (0:
+#: every run and every serving click after one), and the longest GPU call asked for (an unsigned
+#: visitor has 120 s a day; ui/gpu_jobs.py)
+GPU_AFTER_SECONDS = _env_int("PAGEDLAB_GPU_AFTER_SECONDS", 8, low=0)
+GPU_MAX_SECONDS = _env_int("PAGEDLAB_GPU_MAX_SECONDS", 60)
+#: a session idle this long lets go of its engine (its log and views stay; it rebuilds on use)
+SESSION_IDLE_SECONDS = _env_int("PAGEDLAB_SESSION_IDLE_SECONDS", 900)
+#: ... or this long, when a new engine needs the room
+SESSION_PRESSURE_IDLE_SECONDS = _env_int("PAGEDLAB_SESSION_PRESSURE_IDLE_SECONDS", 120, low=0)
 #: an imported trace file or link, in bytes
 MAX_TRACE_BYTES = _env_int("PAGEDLAB_MAX_TRACE_BYTES", 1 << 20)
 #: scheduler steps of one "Run to the end" click
@@ -153,3 +172,29 @@ def check_config(config: Any) -> None:
         if blocks is None or blocks > most or config.num_cpu_blocks > most:
             raise UserError(f"a real-model pool holds at most {MAX_REAL_POOL_TOKENS} tokens: at "
                             f"block size {config.block_size} that is {most} blocks, got {blocks}")
+
+
+def check_op(op: Any, eng: Any, before: list[dict[str, Any]]) -> None:
+    """An operation within the per-session limits above (a deployment's policy, on top of what
+    the operation itself checks), for a click, for every op of a trace and inside a GPU call;
+    `eng` counts a prompt's tokens (None: not yet), `before` is the log before the op."""
+    if isinstance(op, ops.AddSequence | ops.AddRequest):
+        check_prompt(op.prompt)
+        if isinstance(op.prompt, str) and eng is not None:
+            check_prompt_tokens(len(eng.encode(op.prompt)))
+        elif not isinstance(op.prompt, str):
+            check_prompt_tokens(len(op.prompt))
+    if isinstance(op, ops.Append):
+        count = op.n if op.token_ids is None else len(op.token_ids)
+        if count > MAX_APPEND:
+            raise UserError(f"append adds at most {MAX_APPEND} tokens at a time, got {count}")
+    if isinstance(op, ops.AddRequest):
+        done = sum(1 for o in before if isinstance(o, dict) and o.get("op") == "add_request")
+        if done >= MAX_REQUESTS:
+            raise UserError(f"this session has added {done} requests, the most it may; "
+                            "press Reset to start again")
+        for key, most in (("max_tokens", MAX_REQUEST_TOKENS), ("n", MAX_SAMPLES),
+                          ("beam_width", MAX_BEAM_WIDTH)):
+            value = getattr(op.params, key)
+            if value > most:
+                raise UserError(f"{key} is at most {most} here, got {value}")

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
 
 from engine.ops import OpError
-from ui.gpu import gpu_task
+from ui.gpu_jobs import GpuClock
 from ui.refusal import failed, refused
 from ui.render import render
 from ui.session import Session, UserError
@@ -36,6 +36,7 @@ class Page:
     seq: Any = None
     status: Any = None
     lesson: Any = None  # the Lessons tab's state (its engine is the picture's when in front)
+    gpu: GpuClock = field(default_factory=GpuClock)  # where serving work runs on ZeroGPU
 
     @property
     def outs(self) -> list:
@@ -53,13 +54,13 @@ def show(session: Session) -> tuple:
 
 def guard(fn):
     """Turn a UserError into a gr.Error (a message box) and one log line, keeping the session
-    unchanged; an unexpected exception's traceback goes to the log. On a ZeroGPU Space the
-    handler runs on the GPU (ui/gpu.py)."""
-    fn = gpu_task(fn)
+    unchanged; an unexpected exception's traceback goes to the log. What a session has to tell
+    its visitor (an idle engine let go, a GPU run cut short) shows as a note. Handlers run in
+    this process, on ZeroGPU too (its GPU work goes through ui/gpu_jobs.py)."""
 
     def wrapped(*args: Any) -> Any:
         try:
-            return fn(*args)
+            return _with_notices(fn, args)
         except (UserError, OpError) as err:  # OpError: an operation's argument (engine/ops.py)
             raise refused(fn.__name__, str(err)) from err
         except gr.Error:
@@ -71,3 +72,13 @@ def guard(fn):
                          "operation log is intact (Undo and Reset work); please report this") from err
     wrapped.__name__ = fn.__name__
     return wrapped
+
+
+def _with_notices(fn, args: tuple) -> Any:
+    """Run the handler; then show each session's notice (the one it was given, and the one it
+    returns) as a note beside the page."""
+    out = fn(*args)
+    for value in (*args, *(out if isinstance(out, tuple) else (out,))):
+        if isinstance(value, Session) and (notice := value.take_notice()):
+            gr.Info(notice, duration=15)
+    return out

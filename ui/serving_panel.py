@@ -8,7 +8,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from engine import SamplingParams, ops
-from ui import limits
+from ui import gpu_jobs, limits
 from ui.page import Page, guard, show
 from ui.session import Session, UserError
 
@@ -43,22 +43,18 @@ def serving_panel(page: Page) -> Callable[[], None]:
                 ignore_eos=False)
         except ValueError as err:
             raise UserError(str(err)) from err
-        session.run(ops.AddRequest(text, params))
+        gpu_jobs.serve(page.gpu, session, ops.AddRequest(text, params))
         return show(session)
 
+    # on a ZeroGPU Space, serving work too long for the CPU runs on the GPU (ui/gpu_jobs.py)
     @guard
     def on_step(session: Session):
-        if not session.engine.has_pending_work():
-            raise UserError("no request is waiting or running: add a request first")
-        session.run(ops.Step())
+        gpu_jobs.serve(page.gpu, session, ops.Step())
         return show(session)
 
     @guard
     def on_run_all(session: Session):
-        for _ in range(limits.MAX_RUN_STEPS):
-            if not session.engine.has_pending_work():
-                break
-            session.run(ops.Step())
+        gpu_jobs.run_to_end(page.gpu, session)
         return show(session)
 
     def wire() -> None:
@@ -66,5 +62,7 @@ def serving_panel(page: Page) -> Callable[[], None]:
         add_req.click(on_add_request, [req_prompt, req_n, req_beam, req_max, req_temp, page.state],
                       outs, **quiet)
         step.click(on_step, [page.state], outs, **quiet)
-        run_all.click(on_run_all, [page.state], outs, **quiet)
+        # long runs one at a time, so that the other visitors' clicks keep their turn
+        run_all.click(on_run_all, [page.state], outs, concurrency_limit=1,
+                      concurrency_id="long-runs", **quiet)
     return wire

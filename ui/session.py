@@ -16,8 +16,8 @@ import base64
 import json
 import sys
 import threading
+import time
 import traceback
-import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from ui import limits
 from ui.limits import UserError
+from ui.session_budget import BUDGET, reserve
 
 # The limits this module enforces itself (ui/limits.py reads them from the environment); kept as
 # module names because tests and older callers patch and import them from here.
@@ -32,9 +33,6 @@ MAX_TRACE_BYTES = limits.MAX_TRACE_BYTES
 MAX_OPS = limits.MAX_OPS
 ALLOWED_MODELS = limits.ALLOWED_MODELS
 MAX_SESSIONS = limits.MAX_SESSIONS
-
-_live: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions that hold an engine
-_live_lock = threading.Lock()
 
 
 __all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
@@ -81,6 +79,10 @@ class Session:
         self.selected_seq: int | None = None
         self.selected_block: int | None = None
         self.lesson_front = False  # the picture shows a lesson's engine, not this session's
+        self.active_at = time.monotonic()  # the visitor's last action (idle sessions let go)
+        self.notice = ""  # a sentence for the visitor's next action (ui/page.py shows it)
+        self._adopted: set[int] = set()  # positions whose views a GPU call recorded
+        self._pool_bytes = 0  # the engine's KV pool, swap space and CPU tier (caps checkpoints)
         self.presenter = False  # large type in the picture (presenter mode)
         self.box: tuple[int, int] | None = None  # the page's room for the picture (ui/picture_box.py)
 
@@ -94,9 +96,9 @@ class Session:
         new.presenter, new.box, new.lesson_front = self.presenter, self.box, self.lesson_front
         return new
 
-    # On a ZeroGPU Space a handler runs in a forked GPU worker and its arguments and results are
-    # pickled: a session travels as config + op log, and the worker rebuilds the engine by replay.
-    # what the page shows besides the log (selection, lesson in front, presenter mode) travels too
+    # A session pickles as config + op log (and what the page shows besides: selection, lesson in
+    # front, presenter mode); unpickled, it rebuilds its engine by replay. (On ZeroGPU a GPU call
+    # gets plain data instead, and its views come back: ui/gpu_jobs.py.)
     _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter", "box")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -122,6 +124,15 @@ class Session:
         """Whether the engine is at the cursor now (asking for it costs nothing)."""
         return self._engine is not None and self._at == self.pos
 
+    def behind(self) -> list[dict[str, Any]]:
+        """The operations the engine here would apply to reach the cursor: from where it is,
+        from its nearest checkpoint after a Back, the whole log without an engine."""
+        if self._engine is None:
+            return self.ops[: self.pos]
+        if self._at <= self.pos:
+            return self.ops[self._at: self.pos]
+        return self.ops[max((p for p in self._checkpoints if p <= self.pos), default=0): self.pos]
+
     def view(self) -> View:
         """What the page draws at the cursor: recorded, or recorded now."""
         view = self._views.get(self.pos)
@@ -130,8 +141,32 @@ class Session:
         return view
 
     def decode(self, token_ids: Any) -> str:
-        """Token ids as text (the tokenizer's: the same at every point of the log)."""
-        return (self._engine or self.engine).decode(token_ids)
+        """Token ids as text (the tokenizer's: the same at every point of the log, so an engine
+        anywhere in it will do, and drawing a view never replays)."""
+        if self._engine is None:
+            self._build_engine()
+        return self._engine.decode(token_ids)
+
+    def _build_engine(self) -> None:
+        """A new engine at the log's start, counted in the sessions' memory budget."""
+        BUDGET.sweep()
+        BUDGET.admit(self, reserve(self.config, BUDGET.block_bytes(self.config)), MAX_SESSIONS)
+        self._hold(LLMEngine(self.config))
+        self._at = 0
+        self._note(self._engine)
+
+    def _hold(self, eng: LLMEngine) -> None:
+        """Hold `eng`, counted at its exact size (the first engine of a model is known only once
+        it is built); refused, it is closed at once."""
+        info = eng.engine_info()
+        BUDGET.learn(self.config, info)
+        need = reserve(self.config, info.get("kv bytes per block"))
+        try:
+            BUDGET.admit(self, need, MAX_SESSIONS)
+        except UserError:
+            eng.close()
+            raise
+        self._engine, self._pool_bytes = eng, need // 2
 
     def _move_engine(self, pos: int) -> None:
         """Bring the engine to ops[:pos]: forward by applying the ops in between, back from the
@@ -145,14 +180,26 @@ class Session:
                 eng.restore(self._checkpoints[start])
                 self._at = start
         if eng is None:
-            self._register()
-            eng, self._at = LLMEngine(self.config), 0
-            self._engine = eng
-            self._note(eng)
+            self._build_engine()
+            eng = self._engine
         for op in self.ops[self._at: pos]:
             eng.apply(op)
             self._at += 1
+            if self._at in self._adopted:
+                self._check_adopted(eng)
             self._note(eng)
+
+    def _check_adopted(self, eng: LLMEngine) -> None:
+        """The engine here has replayed up to a view a GPU call recorded: the same bookkeeping
+        (tokens, tables, blocks), or, where the two devices' rounding chose another token, the
+        page goes on from this engine's views and says so."""
+        if self._views[self._at].snapshot == eng.snapshot():
+            return
+        stale = {p for p in self._adopted if p >= self._at}
+        self._views = {p: v for p, v in self._views.items() if p not in stale}
+        self._adopted -= stale
+        self.notice = (f"Replayed here on the CPU, operation {self._at} chose other tokens than "
+                       "the GPU did (the two round differently); the page now shows the CPU's run")
 
     def _note(self, eng: LLMEngine) -> None:
         """Record the view at the engine's point, and a checkpoint where one is due."""
@@ -163,21 +210,18 @@ class Session:
             checkpoint = eng.checkpoint()
             if checkpoint is not None:
                 self._checkpoints[at] = checkpoint
-            if len(self._checkpoints) > MAX_CHECKPOINTS:
+            # at most MAX_CHECKPOINTS, holding at most the pool's own bytes (the budget counts a
+            # session at twice its pool): past either, every other one goes
+            while len(self._checkpoints) > 1 and (len(self._checkpoints) > MAX_CHECKPOINTS or sum(
+                    c.kv_bytes for c in self._checkpoints.values()) > self._pool_bytes):
                 self._every *= 2
                 self._checkpoints = {p: c for p, c in self._checkpoints.items()
                                      if p % self._every == 0}
 
-    def _register(self) -> None:
-        with _live_lock:
-            if self not in _live and len(_live) >= MAX_SESSIONS:
-                raise UserError(f"PagedLab is serving {MAX_SESSIONS} sessions, the most it "
-                                "holds at once; try again in a minute")
-            _live.add(self)
-
     def _drop_future(self, pos: int) -> None:
         """The log now ends at pos: what was recorded after it is gone."""
         self.ops = self.ops[:pos]
+        self._adopted = {p for p in self._adopted if p <= pos}
         self._views = {p: v for p, v in self._views.items() if p <= pos}
         self._checkpoints = {p: c for p, c in self._checkpoints.items() if p <= pos}
 
@@ -185,8 +229,44 @@ class Session:
         """The browser session ended: let go of the engine (and its KV pool) now."""
         self._engine = None  # the engine holds no cycle: its KV pool goes with this reference
         self._checkpoints, self._at = {}, 0  # their saved K/V go too
-        with _live_lock:
-            _live.discard(self)
+        BUDGET.release(self)
+
+    def let_go(self, idle: bool = False) -> bool:
+        """Let go of the engine to make room (ui/session_budget.py): the log and the views stay,
+        and the next action rebuilds the engine from the log. Not while the session is acting."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            held = self._engine is not None
+            minutes = (time.monotonic() - self.active_at) / 60
+            self.close()
+            if held and idle:
+                self.notice = (f"This session was idle for {minutes:.0f} minutes, so its engine "
+                               "was let go to make room for other visitors; it is rebuilt "
+                               f"from its log ({len(self.ops)} operations) when you act on it")
+            return held
+        finally:
+            self.lock.release()
+
+    def adopt(self, base: int, records: list[dict[str, Any]], views: dict[int, View]) -> None:
+        """Take on what a GPU call did from position `base` (ui/gpu_jobs.py): its operations and
+        the views it recorded. Back, Next and the timeline draw those; the engine here replays
+        the operations only when the visitor acts on it, checked against the views."""
+        with self.lock:
+            if base != self.pos or base > len(self.ops):
+                raise UserError("this session moved while the GPU ran; press the button again")
+            if self._engine is not None and self._at > base:  # after a Back: to base first
+                self._move_engine(base)
+            self._drop_future(base)
+            self.ops.extend(records)
+            self._views.update(views)
+            self._adopted.update(views)
+            self.pos = len(self.ops)
+            self.active_at = time.monotonic()
+
+    def take_notice(self) -> str:
+        notice, self.notice = self.notice, ""
+        return notice
 
 
     def run(self, op: ops.Op) -> Any:
@@ -195,11 +275,12 @@ class Session:
         from the log, which holds only operations that succeeded, and the user gets a message
         instead of a traceback."""
         with self.lock:
+            self.active_at = time.monotonic()
             if self.pos >= MAX_OPS:
                 raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
                                 "press Reset or export the trace and start again")
             eng = self.engine
-            self._check_op(op, eng, self.ops[: self.pos])
+            self.check_op(op, eng, self.ops[: self.pos])
             try:
                 result = eng.apply(op)
             except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
@@ -217,36 +298,14 @@ class Session:
             self._note(eng)
             return result
 
-    @staticmethod
-    def _check_op(op: ops.Op, eng: LLMEngine | None, before: list[dict[str, Any]]) -> None:
-        """The per-session limits of ui/limits.py (a deployment's policy, on top of what the
-        operation itself checks), for a click and for every op of a trace."""
-        if isinstance(op, ops.AddSequence | ops.AddRequest):
-            limits.check_prompt(op.prompt)
-            if isinstance(op.prompt, str) and eng is not None:
-                limits.check_prompt_tokens(len(eng.encode(op.prompt)))
-            elif not isinstance(op.prompt, str):
-                limits.check_prompt_tokens(len(op.prompt))
-        if isinstance(op, ops.Append):
-            count = op.n if op.token_ids is None else len(op.token_ids)
-            if count > limits.MAX_APPEND:
-                raise UserError(f"append adds at most {limits.MAX_APPEND} tokens at a time, "
-                                f"got {count}")
-        if isinstance(op, ops.AddRequest):
-            done = sum(1 for o in before if isinstance(o, dict) and o.get("op") == "add_request")
-            if done >= limits.MAX_REQUESTS:
-                raise UserError(f"this session has added {done} requests, the most it may; "
-                                "press Reset to start again")
-            for key, most in (("max_tokens", limits.MAX_REQUEST_TOKENS), ("n", limits.MAX_SAMPLES),
-                              ("beam_width", limits.MAX_BEAM_WIDTH)):
-                value = getattr(op.params, key)
-                if value > most:
-                    raise UserError(f"{key} is at most {most} here, got {value}")
+    #: the per-session limits of ui/limits.py, for a click and for every op of a trace
+    check_op = staticmethod(limits.check_op)
 
     def goto(self, pos: int) -> None:
         """Move the cursor: the page draws the view recorded there; the engine stays where it is
         until an operation (or a K/V read) needs it at the cursor."""
         with self.lock:
+            self.active_at = time.monotonic()
             self.pos = max(0, min(int(pos), len(self.ops)))
             if self.pos not in self._views:  # e.g. a session rebuilt from its pickled log
                 self._move_engine(self.pos)
@@ -293,7 +352,7 @@ class Session:
                 except ValueError:
                     continue  # a malformed record: the replay below says what is wrong with it
                 try:
-                    cls._check_op(op, probe, records[:i])
+                    cls.check_op(op, probe, records[:i])
                 except UserError as err:
                     raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
             engine = LLMEngine.replay(config, records)
@@ -301,7 +360,7 @@ class Session:
             if isinstance(err, UserError):
                 raise
             raise UserError(f"the trace does not replay: {err}") from err
-        session._engine = engine
+        session._hold(engine)
         session.ops = engine.trace
         session.pos = session._at = len(session.ops)
         session._note(engine)
@@ -331,4 +390,4 @@ class Session:
 
 def live_sessions() -> int:
     """Sessions that hold an engine now."""
-    return len(_live)
+    return len(BUDGET)

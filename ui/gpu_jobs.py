@@ -1,0 +1,288 @@
+"""Serving work on a ZeroGPU Space's GPU: what goes there, for how long, and how it comes back.
+
+A click on the CPU costs about a tenth of a second of a 135M model's time; a GPU call costs
+seconds before its first step (a forked worker, CUDA, the weights moved onto the GPU, the engine
+built) and comes out of the visitor's daily GPU quota. So clicks stay on the CPU (ui/gpu.py), and
+only serving work that the CPU would take more than GPU_AFTER_S seconds for goes to the GPU: a
+"Run to the end", or a serving click whose session would first have to replay a long GPU run
+here. Elsewhere (CPU basic, a laptop, a GPU box) everything runs where the app runs.
+
+A GPU call (`run_job`) gets the session as plain data (engine config, op log, what to do), builds
+the engine on the worker's GPU in float32, replays the log, runs the new operations or steps
+until the work is done or its time is nearly up, and returns the new operations and a recorded
+view after each; the session here adopts them (Session.adopt), so Back, Next and the timeline
+draw them at once. Its duration is sized to the work from what this app's earlier calls measured
+(`GpuClock`), and a refusal inside it reaches the visitor as its own sentence (a gr.Error:
+ZeroGPU would name any other exception by its class only).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copyreg
+import dataclasses
+import io
+import math
+import pickle
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import gradio as gr
+
+from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
+from engine.core.outputs import CompletionOutput
+from ui import limits
+from ui.gpu import GPU_DTYPE, ON_ZEROGPU, gpu_function, spaces_error
+from ui.refusal import refused
+from ui.session import Session, UserError, View
+
+GPU_AFTER_S, GPU_MAX_S = limits.GPU_AFTER_SECONDS, limits.GPU_MAX_SECONDS
+
+
+def model_steps(records: list[dict[str, Any]]) -> int:
+    """Forward passes an op log costs to replay (what the estimates count)."""
+    steps = 0
+    for rec in records:
+        kind = rec.get("op") if isinstance(rec, dict) else None
+        if kind == "append":
+            steps += len(rec["token_ids"]) if "token_ids" in rec else int(rec.get("n", 1))
+        elif kind in ("add_sequence", "step"):
+            steps += 1
+    return steps
+
+
+def run_steps(session: Session) -> int:
+    """Scheduler steps a Run to the end may take from the cursor: the longest request's tokens
+    and a step per live request, at most MAX_RUN_STEPS (a run stops there anyway)."""
+    live = len(session.view().requests)
+    if not live:
+        return 0
+    asked = [rec["params"].get("max_tokens", 16) for rec in session.ops[: session.pos]
+             if rec.get("op") == "add_request"]
+    return min(limits.MAX_RUN_STEPS, max(asked, default=16) + live)
+
+
+@dataclass
+class GpuClock:
+    """What this app has measured of its devices: seconds per model step on the CPU and on the
+    GPU, and a GPU call's seconds around its steps (fork, CUDA, weights, engine, transport). It
+    starts from guesses a CPU would meet (a simulated Space's GPU is the CPU) and learns."""
+
+    cpu_step_s: float = 0.15
+    gpu_step_s: float = 0.1
+    gpu_start_s: float = 10.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def cpu_seconds(self, steps: int) -> float:
+        return steps * self.cpu_step_s
+
+    def duration(self, steps: int) -> int:
+        """Seconds a GPU call of `steps` model steps asks for: the estimate with half again for
+        safety, whole seconds, at most GPU_MAX_S."""
+        return min(GPU_MAX_S, math.ceil(1.5 * (self.gpu_start_s + steps * self.gpu_step_s)) + 1)
+
+    def learn_cpu(self, steps: int, seconds: float) -> None:
+        if steps:
+            with self.lock:
+                self.cpu_step_s = 0.5 * self.cpu_step_s + 0.5 * seconds / steps
+
+    def learn_gpu(self, steps: int, step_seconds: float, wall: float) -> None:
+        with self.lock:
+            if steps:
+                self.gpu_step_s = 0.5 * self.gpu_step_s + 0.5 * step_seconds / steps
+            self.gpu_start_s = 0.5 * self.gpu_start_s + 0.5 * max(0.0, wall - step_seconds)
+
+
+@dataclass(frozen=True)
+class GpuJob:
+    """A GPU call's arguments, all plain data: the session's engine config and log up to the
+    cursor, then either new operations or a run of at most `max_steps` steps."""
+
+    config: EngineConfig
+    log: list[dict[str, Any]]
+    new_ops: list[dict[str, Any]]
+    max_steps: int
+    seconds: int  # the duration asked for
+    stop_after: float  # seconds after the call starts to stop stepping
+
+
+class GpuResult:
+    """What a GPU call did: its operations, the view after each (keyed by log position), its
+    model steps and their seconds, and why it stopped ("done", "time", "steps"). Pickled by a
+    pickler that carries what the default one refuses: the snapshots' read-only mappings, and
+    a finished output's decoder (a closure: its text goes instead, decoded on the GPU's side)."""
+
+    def __init__(self, records: list, views: dict[int, View], steps: int, step_seconds: float,
+                 stopped: str) -> None:
+        self.records, self.views, self.steps = records, views, steps
+        self.step_seconds, self.stopped = step_seconds, stopped
+
+    def __reduce__(self) -> tuple:
+        buf = io.BytesIO()
+        pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dispatch_table = copyreg.dispatch_table.copy()
+        pickler.dispatch_table[MappingProxyType] = lambda m: (_read_only, (dict(m),))
+        pickler.dispatch_table[CompletionOutput] = lambda o: (_completion, (
+            o.index, o.token_ids, o.cumulative_logprob, o.finish_reason, o.text))
+        pickler.dump(self.__dict__)
+        return (_load_result, (buf.getvalue(),))
+
+
+def _read_only(mapping: dict) -> MappingProxyType:
+    return MappingProxyType(mapping)
+
+
+class _Decoded:
+    """A finished output's decoder that knows its one text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self, _ids: tuple[int, ...]) -> str:
+        return self.text
+
+
+def _completion(index: int, ids: tuple, logprob: float, reason: Any, text: str) -> CompletionOutput:
+    return CompletionOutput(index, ids, logprob, reason, _Decoded(text))
+
+
+def _load_result(blob: bytes) -> GpuResult:
+    result = GpuResult.__new__(GpuResult)
+    result.__dict__.update(pickle.loads(blob))
+    return result
+
+
+def _job(job: GpuJob) -> GpuResult:
+    """Inside the GPU call: replay, act, record. Refusals and failures become gr.Errors that
+    keep their sentence."""
+    start = time.monotonic()
+    eng = None
+    try:
+        eng = LLMEngine(dataclasses.replace(job.config, device="auto", dtype=GPU_DTYPE))
+        for rec in job.log:
+            eng.apply(rec)
+        records, views, base = [], {}, len(job.log)
+        for rec in job.new_ops:
+            op = ops.parse(rec)
+            Session.check_op(op, eng, job.log + records)
+            if isinstance(op, ops.Step) and not eng.has_pending_work():
+                raise UserError("no request is waiting or running: add a request first")
+            eng.apply(op)
+            records.append(eng.trace[-1])
+            views[base + len(records)] = View.of(eng)
+        stopped = "done"
+        while job.max_steps and eng.has_pending_work():
+            if len(records) >= job.max_steps or time.monotonic() - start > job.stop_after:
+                stopped = "steps" if len(records) >= job.max_steps else "time"
+                break
+            eng.apply(ops.Step())
+            records.append(eng.trace[-1])
+            views[base + len(records)] = View.of(eng)
+        steps = model_steps(job.log) + model_steps(records)
+        return GpuResult(records, views, steps, time.monotonic() - start, stopped)
+    except (UserError, ValueError, OutOfBlocks) as err:
+        raise refused("the GPU run", str(err)) from None
+    except Exception as err:  # a bug: its traceback to the log, a sentence to the visitor
+        traceback.print_exc(file=sys.stderr)
+        raise refused("the GPU run", f"something went wrong on the GPU ({type(err).__name__}); "
+                      "this session's operation log is intact") from None
+    finally:
+        if eng is not None:
+            eng.close()
+
+
+#: the one GPU function (ZeroGPU registers it at launch), asking for the job's own estimate
+run_job = gpu_function(_job, duration=lambda job: job.seconds)
+
+
+def serve(clock: GpuClock, session: Session, op: ops.Op) -> None:
+    """One serving operation (Add request, Step) where it is cheap: here, unless the session
+    would first replay more than GPU_AFTER_S of a GPU run on the CPU."""
+    record = op.to_record()
+    if _to_gpu(clock, session, model_steps([record])) and _on_gpu(clock, session, [record], 0):
+        return
+    _here(clock, session)
+    if isinstance(op, ops.Step) and not session.engine.has_pending_work():
+        raise UserError("no request is waiting or running: add a request first")
+    started = time.monotonic()
+    session.run(op)
+    clock.learn_cpu(model_steps([record]), time.monotonic() - started)
+
+
+def run_to_end(clock: GpuClock, session: Session) -> None:
+    """Step until no request waits or runs (at most MAX_RUN_STEPS): on the GPU when the CPU
+    would take longer than GPU_AFTER_S, else here."""
+    steps = run_steps(session)
+    if steps and _to_gpu(clock, session, steps) and _on_gpu(clock, session, [], steps):
+        return
+    _here(clock, session)
+    started, done = time.monotonic(), 0
+    for _ in range(limits.MAX_RUN_STEPS):
+        if not session.engine.has_pending_work():
+            break
+        session.run(ops.Step())
+        done += 1
+    clock.learn_cpu(done, time.monotonic() - started)
+
+
+def _here(clock: GpuClock, session: Session) -> None:
+    """The engine here brought to the cursor (a replay after a GPU run: measured as CPU steps)."""
+    behind = model_steps(session.behind())
+    started = time.monotonic()
+    session.engine  # noqa: B018 (the property moves the engine)
+    clock.learn_cpu(behind, time.monotonic() - started)
+
+
+def _to_gpu(clock: GpuClock, session: Session, steps: int) -> bool:
+    if not ON_ZEROGPU:
+        return False
+    return clock.cpu_seconds(model_steps(session.behind()) + steps) > GPU_AFTER_S
+
+
+def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], max_steps: int) -> bool:
+    """Run the job on the GPU and adopt what it did; False (and a warning) when ZeroGPU gives
+    no GPU this time (quota spent, queue full, task aborted): the caller runs it here."""
+    log = session.ops[: session.pos]
+    seconds = clock.duration(model_steps(log) + model_steps(new_ops) + max_steps)
+    job = GpuJob(session.config, log, new_ops, max_steps, seconds, 0.8 * seconds - 1)
+    started = time.monotonic()
+    try:
+        result = _in_fresh_thread(run_job, job)
+    except gr.Error as err:
+        if not spaces_error(err):
+            raise  # the job's own refusal, its sentence intact
+        gr.Warning(f"No GPU this time ({err.title}: {err.message}); this runs on the CPU instead")
+        return False
+    clock.learn_gpu(result.steps, result.step_seconds, time.monotonic() - started)
+    session.adopt(len(log), result.records, result.views)
+    if result.stopped == "time":
+        session.notice = (f"The GPU call's {seconds} s ran out after {len(result.records)} "
+                          "steps; press Run to the end again to go on")
+    return True
+
+
+def _in_fresh_thread(fn: Any, *args: Any) -> Any:
+    """fn(*args) in a new thread that carries this one's context (the Gradio request, which
+    ZeroGPU reads the visitor from). ZeroGPU forks its worker from the calling thread, and a
+    thread that has run torch's OpenMP loops leaves the child a pool of threads that do not
+    exist there: its first parallel loop waits forever (the simulated Space showed it, in the
+    worker's first torch.zeros). A new thread has no such pool."""
+    context, out = contextvars.copy_context(), {}
+
+    def target() -> None:
+        try:
+            out["value"] = context.run(fn, *args)
+        except BaseException as err:  # noqa: BLE001 (re-raised in the calling thread)
+            out["error"] = err
+
+    thread = threading.Thread(target=target, name="pagedlab-gpu-call")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
