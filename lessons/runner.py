@@ -68,6 +68,10 @@ class StepView:
     info: Mapping[str, Any] = field(default_factory=dict)  # the engine's description then
     max_model_len: int = 0
     seq_names: Mapping[int, str] = field(default_factory=dict)  # seq id -> the lesson's name
+    # the engine at the point the picture shows: its config and op log (engine_for rebuilds it)
+    config: EngineConfig | None = None
+    trace: tuple = ()
+    bands: tuple = ()  # rows under the pool the page asks for (`chain`, `reservation`)
 
     @property
     def is_last(self) -> bool:
@@ -116,6 +120,7 @@ class LessonRun:
         self.views: list[StepView] = []
         self._shown: int | None = None  # the view on screen (None: the intro)
         self._intro: tuple | None = None  # the intro's view, once the first step has run
+        self._replayed: tuple | None = None  # ((config, trace), engine): engine_for's rebuild
 
     # ---- the UI's API ----------------------------------------------------------------------------
 
@@ -153,6 +158,23 @@ class LessonRun:
     def shown_snapshot(self) -> Snapshot:
         """The snapshot of the page on screen (the intro's before the first page)."""
         return self.current.snapshot if self.current is not None else self.intro_view()[0]
+
+    def engine_for(self, view: StepView | None) -> LLMEngine:
+        """The engine in the state a page's picture shows (None: the intro's), for reading its
+        K/V: the live engine when it is there, else one rebuilt by replaying the op log to that
+        point (kept for the next click). Never another state's bytes."""
+        config, trace = ((view.config, list(view.trace)) if view is not None and view.config
+                         else (self.base_config, []))
+        eng = self.engine
+        if eng.config == config and eng.trace == trace:
+            return eng
+        if self._replayed is not None and self._replayed[0] == (config, trace):
+            return self._replayed[1]
+        if self._replayed is not None:
+            self._replayed[1].close()
+        rebuilt = LLMEngine.replay(config, trace)
+        self._replayed = ((config, trace), rebuilt)
+        return rebuilt
 
     def intro_markdown(self) -> str:
         return self._render(self.lesson.intro)
@@ -234,8 +256,10 @@ class LessonRun:
         step = self.lesson.steps[i]
         asked = None if step.question is None else self._render(step.question.text)
         st = self.state
-        st.events = []
+        st.events, st.shown, st.bands = [], None, []
         for op in step.ops:
+            if op.name != "show":  # `show` looks back at the op before it
+                st.op_start = len(st.events)
             self._run_op(op)
         if self.check_invariants:
             try:
@@ -260,9 +284,12 @@ class LessonRun:
             answer_text = show(answer)
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
+        eng = self.engine
+        snap, events, trace, config = st.shown or (eng.snapshot(), tuple(st.events),
+                                                   tuple(eng.trace), eng.config)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
-                        answer_text, explanation, tuple(st.events), self.engine.snapshot(), tuple(held),
-                        self.engine.engine_info(), self.engine.max_model_len, dict(st.seq_names))
+                        answer_text, explanation, events, snap, tuple(held), eng.engine_info(),
+                        eng.max_model_len, dict(st.seq_names), config, trace, tuple(st.bands))
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()

@@ -30,6 +30,9 @@ class PlayState:
     outputs: dict[int, Any] = field(default_factory=dict)  # request id -> its latest RequestOutput
     events: list[Event] = field(default_factory=list)  # of the current step
     last_result: Any = None
+    op_start: int = 0  # where the current op's events start in `events`
+    shown: tuple | None = None  # `show`: (snapshot, events, trace) the step's picture holds
+    bands: list = field(default_factory=list)  # `chain` / `reservation`: rows under the pool
 
 
 class Player(Protocol):
@@ -116,6 +119,57 @@ def _probe(p: Player, args: list[Any], kw: dict[str, Any]) -> helpers.ProbeResul
     return probe.result(seq)
 
 
+def _show(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    """`show`: the page's picture is the engine as it is now, with the events of the last engine
+    step of the op before (the copy, the reservation, the drafts, the eviction), not the state
+    after the step's last op. The narration is still written after every op ran."""
+    st, eng = p.state, p.engine
+    last = st.events[st.op_start:] if st.op_start < len(st.events) else []
+    step = max((e.step for e in last), default=None)
+    st.shown = (eng.snapshot(), tuple(e for e in last if e.step == step), tuple(eng.trace),
+                eng.config)
+
+
+def _chain(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    """`chain a`: the page's picture draws sequence a's hash chain under the pool: each full
+    block's hash (its first hex digits), chained to the one before it."""
+    seq = seq_id(args[0])
+    snap = p.engine.snapshot()
+    view = snap.sequences.get(seq)
+    if view is None:
+        raise ValueError(f"sequence {seq} is not live: its hash chain cannot be drawn")
+    cells = []
+    for j, b in enumerate(view.block_table):
+        h = snap.blocks[b].block_hash
+        if h is None:
+            cells.append((f"#{b}: no hash", 1.0, "reserved",
+                          f"logical block {j} → block {b}: partly filled, not hashed"))
+            continue
+        cells.append((f"#{b} {h & 0xFFFF:04x}" + (" →" if j + 1 < len(view.block_table) else ""),
+                      1.0, "hash", f"logical block {j} → block {b}: hash {h & 0xFFFFFFFF:08x} = "
+                                   f"xxh64(hash of block {j - 1 if j else 'none'}, its tokens)"))
+    name = p.state.seq_names.get(seq, f"seq {seq}")
+    p.state.bands.append((f"hash chain of {name}: each hash covers its block's tokens and the "
+                          f"hash before it", tuple(cells)))
+
+
+def _reservation(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
+    """`reservation r slots=N`: the page's picture draws what a contiguous allocator would have
+    reserved for request r (N slots) beside what r used (its prompt and output tokens)."""
+    out = p.state.outputs.get(args[0])
+    if out is None:
+        raise ValueError(f"request {args[0]!r} has no output yet: run it first")
+    slots = as_int(kw.get("slots"), "slots")
+    used = len(out.prompt_token_ids) + len(out.outputs[0].token_ids)
+    if not 0 < used <= slots:
+        raise ValueError(f"the request used {used} slots, more than the {slots} reserved")
+    cells = ((f"{used} slots used", float(used), f"owner:{as_int(args[0], 'request')}",
+              "prompt and output tokens"),
+             (f"{slots - used} reserved, never used", float(slots - used), "reserved",
+              "reserved for the longest possible output, never written"))
+    p.state.bands.append((f"contiguous reservation (Fig. 3): one chunk of {slots} slots", cells))
+
+
 def _engine(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     p.reconfigure(kw)
     p.state.outputs.clear()
@@ -139,6 +193,9 @@ VERBS: dict[str, Verb] = {
     # hundreds of ops: their events are not shown one by one; the snapshot tells the story
     "admit": Verb(("workload",), frozenset(), True, lambda p, a, kw: helpers.admit(p.engine, a[0])),
     "engine": Verb((), ENGINE_KEYS - {"model"}, False, _engine),
+    "show": Verb((), frozenset(), False, _show),
+    "chain": Verb(("seq",), frozenset(), False, _chain),
+    "reservation": Verb(("request",), frozenset({"slots"}), False, _reservation),
 }
 
 

@@ -7,7 +7,13 @@ sequence for Append / Fork / Free. The block-id box and Show K/V are the keyboar
 
 The inspector follows its block: whenever the picture changes (any operation, Back, Next, the
 timeline), the note and the K/V figure are written again from the block's state now, so a block
-freed or cached since the click is described as free or cached, not as its old owner's."""
+freed or cached since the click is described as free or cached, not as its old owner's.
+
+It always reads the engine in the state the picture shows: the session's engine moved to the
+cursor, or, for a lesson, `LessonRun.engine_for(page)` (the live engine, or one replayed to the
+page's point: a page shown again after Back / Next, or a page whose picture holds an earlier
+moment of its step). A block that holds no K/V (free, or a CPU block) gets a sentence, not a
+figure. The inspector opens over the column beside the picture (ui/theme.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +26,15 @@ from ui.page import Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
 
-PAST_NOTE = ("\n\n_An earlier point of the log: press **Show K/V** to see this block's bytes "
-             "then (the engine goes back to this point from its nearest checkpoint)._")
+PAST_NOTE = ("\n\n_Press **Show K/V** to see this block's bytes here (the engine is rebuilt at "
+             "this point of the log if it is elsewhere)._")
 DRY_NOTE = "\n\n_Dry mode holds no K/V tensors: choose a real model in Settings to see them._"
+NO_KV = ("\n\n_No K/V to show: no token has been written into this block since it was last "
+         "given out, so nothing the engine will read is in it._")
+CPU_NOTE = {"cpu": ("**CPU block c{b}** (swap space): {what}. The inspector reads GPU blocks: "
+                    "a swapped request's K/V come back into a GPU block when it is swapped in."),
+            "tier": ("**CPU tier slot t{b}**: {what}. The inspector reads GPU blocks: a prefix "
+                     "hit on this slot copies its K/V back into a GPU block (lesson 14).")}
 
 
 def block_summary(session: Session, b: int) -> str:
@@ -57,25 +69,58 @@ def block_layer(snap, b: int, layer: int = 0) -> int:
     return group.layers[0]
 
 
-def lesson_block(ls, b: int) -> tuple[str, object]:
-    """A click on block `b` while a lesson is in front: its note and its K/V in its first layer,
-    read from the lesson's engine."""
+def kv_view(eng, snap, decode, b: int, layer: int, rank=None) -> tuple[str, object]:
+    """(note, K/V figure) of block `b` as `snap` shows it, its bytes read from `eng`, which must
+    be in that state (a block whose tokens differ there is refused, never shown)."""
+    summary = describe_block(snap, decode, snap.block_size, b)
+    blk = snap.blocks[b]
+    if blk.num_filled == 0:
+        return summary + NO_KV, None
+    if tuple(eng.snapshot().blocks[b].token_ids) != tuple(blk.token_ids):
+        raise RuntimeError(f"the engine read for block {b} is not in the state the picture shows")
+    try:
+        k, v = eng.inspect_block(b, layer, rank)
+    except (ValueError, TypeError) as err:
+        raise UserError(str(err)) from err
+    labels = [decode([t]) for t in blk.token_ids]
+    return summary, kv_figure(k, v, labels, f"block {b}, layer {layer}: {blk.state}, ref count "
+                                            f"{blk.ref_count}, {blk.num_filled} slots filled")
+
+
+def lesson_block(ls, b: int, layer: int | None = None) -> tuple[str, object]:
+    """Block `b` while a lesson is in front: its note and its K/V (its first layer unless
+    `layer`), read from the lesson's engine in the state its page shows."""
     run = getattr(ls, "run", None)
     if run is None:
         return "Press Start: the lesson's engine is not running yet.", None
-    eng = run.engine
     snap = run.shown_snapshot
     if not 0 <= b < snap.num_blocks:
         return f"Block {b} is not in this lesson's pool of {snap.num_blocks} blocks.", None
-    summary = describe_block(snap, eng.decode, snap.block_size, b)
-    if eng.config.dry:
-        return summary + DRY_NOTE, None
-    layer = block_layer(snap, b)
-    k, v = eng.inspect_block(b, layer)
-    blk = snap.blocks[b]
-    labels = [eng.decode([t]) for t in blk.token_ids]
-    return summary, kv_figure(k, v, labels, f"block {b}, layer {layer}: {blk.state}, ref count "
-                                            f"{blk.ref_count}, {blk.num_filled} slots filled")
+    if run.engine.config.dry:
+        return describe_block(snap, run.engine.decode, snap.block_size, b) + DRY_NOTE, None
+    layer = block_layer(snap, b) if layer is None else layer
+    return kv_view(run.engine_for(run.current), snap, run.engine.decode, b, layer)
+
+
+def lesson_snapshot(ls):
+    """The snapshot of the lesson page on screen, or None before Start."""
+    run = getattr(ls, "run", None)
+    return None if run is None else run.shown_snapshot
+
+
+def cpu_block(snap, decode, where: str, b: int) -> str:
+    """A sentence on a CPU block (swap space) or a CPU tier slot, which the inspector does not read."""
+    blocks = snap.cpu_blocks if where == "cpu" else snap.tier_blocks
+    if not 0 <= b < len(blocks):
+        return f"There is no {'CPU block' if where == 'cpu' else 'tier slot'} {b}."
+    blk = blocks[b]
+    if blk.state == "free" or not blk.token_ids:
+        what = "free"
+    else:
+        text = decode(list(blk.token_ids)).replace("`", "'").replace("\n", " ")[:80]
+        owner = f" of {', '.join(f'seq {o}' for o in blk.owners)}" if blk.owners else ""
+        what = f"holds {blk.num_filled} tokens{owner}: `{text}`"
+    return CPU_NOTE[where].format(b=b, what=what)
 
 
 def inspector_panel(page: Page) -> Callable[[], None]:
@@ -94,28 +139,36 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")
 
     @guard
-    def on_inspect(b, lyr, session: Session, r=None):
-        eng = session.engine
-        b = limits.whole(0 if b is None else b, "block id", 0, eng.pool_size() - 1)
+    def on_inspect(b, lyr, session: Session, ls=None, r=None):
+        """Show K/V: block `b` in layer `lyr` of the engine the picture shows."""
+        snap = lesson_snapshot(ls) if session.lesson_front else session.view().snapshot
+        if snap is None:
+            return "Press Start: the lesson's engine is not running yet.", None
+        b = limits.whole(0 if b is None else b, "block id", 0, snap.num_blocks - 1)
         lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
-        try:
-            k, v = eng.inspect_block(b, lyr, tp_panel.rank_of(r, session))
-        except (ValueError, TypeError) as err:
-            raise UserError(str(err)) from err
-        blk = eng.snapshot().blocks[b]
-        labels = [eng.decode([t]) for t in blk.token_ids]
-        return kv_figure(k, v, labels, f"block {int(b)}, layer {int(lyr)}: {blk.state}, "
-                         f"ref count {blk.ref_count}, {blk.num_filled} slots filled")
+        if session.lesson_front:
+            return lesson_block(ls, b, lyr)
+        if session.config.dry:
+            return block_summary(session, b) + DRY_NOTE, None
+        return kv_view(session.engine, snap, session.decode, b, lyr, tp_panel.rank_of(r, session))
 
     @guard
     def on_click(value, session: Session, ls=None):
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())
-        if session.lesson_front:  # the picture shows a lesson's engine: inspect its blocks
-            unchanged = tuple(gr.update() for _ in page.outs)
+        lesson = session.lesson_front  # the picture shows a lesson's engine: inspect its blocks
+        unchanged = tuple(gr.update() for _ in page.outs)
+        if what in ("cpu", "tier") and target.isdigit():
+            snap = lesson_snapshot(ls) if lesson else session.view().snapshot
+            decode = ls.run.engine.decode if lesson and ls.run else session.decode
+            note_text = cpu_block(snap, decode, what, int(target)) if snap is not None else ""
+            return (*(unchanged if lesson else show(session)), gr.update(open=True), note_text,
+                    gr.update(), None)
+        if lesson:
             if what != "block" or not target.isdigit():
                 return (*unchanged, *keep)
+            ls.inspected = int(target)
             summary, figure = lesson_block(ls, int(target))
             return (*unchanged, gr.update(open=True), summary, int(target), figure)
         if what == "seq" and target.isdigit() and int(target) in session.view().snapshot.sequences:
@@ -125,34 +178,39 @@ def inspector_panel(page: Page) -> Callable[[], None]:
             return (*show(session), *keep)
         b = int(target)
         session.selected_block = b
-        summary = block_summary(session, b)
-        if session.config.dry:  # dry mode: bookkeeping only, no tensors to show
-            figure = None
-            summary += DRY_NOTE
-        else:
-            figure = on_inspect(b, block_layer(session.view().snapshot, b), session)
+        summary, figure = on_inspect(b, block_layer(session.view().snapshot, b), session)
         return (*show(session), gr.update(open=True), summary, b, figure)
 
-    def on_follow(lyr, session: Session, r=None):
-        """The view changed: describe the selected block as it is now (nothing if no block
-        is selected or a lesson's engine is in front)."""
+    def on_follow(lyr, session: Session, ls=None, r=None):
+        """The view changed: describe the selected block as it is now (in front: the lesson's
+        block on its page, or the session's at its cursor); its K/V when the engine is there
+        without moving it (Back / Next draw recorded views: no engine work)."""
+        if session.lesson_front:
+            b, run = getattr(ls, "inspected", None), getattr(ls, "run", None)
+            if b is None or run is None or not 0 <= b < run.shown_snapshot.num_blocks:
+                return gr.update(), gr.update()
+            snap = run.shown_snapshot
+            summary = describe_block(snap, run.engine.decode, snap.block_size, b)
+            if run.engine.config.dry:
+                return summary + DRY_NOTE, None
+            return summary + PAST_NOTE, None
         b = session.selected_block
-        if session.lesson_front or b is None or not 0 <= b < session.view().snapshot.num_blocks:
+        if b is None or not 0 <= b < session.view().snapshot.num_blocks:
             return gr.update(), gr.update()
         summary = block_summary(session, b)
         if session.config.dry:
             return summary + DRY_NOTE, None
-        if not session.engine_ready:  # Back / Next draw recorded views: no engine work for K/V
+        if not session.engine_ready:
             return summary + PAST_NOTE, None
         try:
-            return summary, on_inspect(b, lyr, session, r)
+            return on_inspect(b, lyr, session, ls, r)
         except gr.Error:  # e.g. a layer box left out of range: keep the note, drop the figure
             return summary, None
 
     def wire() -> None:
-        inspect.click(on_inspect, [block_id, layer, page.state, rank], [kv_plot])
+        inspect.click(on_inspect, [block_id, layer, page.state, page.lesson, rank], [note, kv_plot])
         # the status line, not the picture: see the shards picture in ui/app.py
-        page.status.change(on_follow, [layer, page.state, rank], [note, kv_plot],
+        page.status.change(on_follow, [layer, page.state, page.lesson, rank], [note, kv_plot],
                            show_progress="hidden")
         click_go.click(on_click, [click_box, page.state, page.lesson],
                        [*page.outs, box, note, block_id, kv_plot], **page.quiet)

@@ -5,11 +5,13 @@ checkbox; the right-arrow key presses Next."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gradio as gr
 
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
-from lessons.page_text import page_markdown
+from lessons.page_text import keyed_markdown, page_markdown
 from ui.page import Page
 from ui.refusal import refused
 from ui.render import model_status, token_text
@@ -21,9 +23,25 @@ class LessonSession:
 
     def __init__(self) -> None:
         self.run: LessonRun | None = None
+        self.box: tuple[int, int] | None = None  # the page's room for the picture
+        self.inspected: int | None = None  # the block the inspector shows
 
     def __deepcopy__(self, memo: dict) -> LessonSession:
         return LessonSession()
+
+
+def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:
+    """The lesson's picture on screen, fitted to the page's box (None before Start)."""
+    run = ls.run
+    if run is None:
+        return None
+    eng = run.engine
+    step = run.current
+    if step is None:
+        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=ls.box)
+    return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=ls.box,
+                       seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
+                       bands=step.bands)
 
 
 def lesson_list_markdown(lessons) -> str:
@@ -44,15 +62,15 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         lessons, error = [], f"**A lesson failed to load:** {err}"
     by_title = {lesson.title: lesson for lesson in lessons}
     state = page.lesson = gr.State(LessonSession())
-    with gr.Row():
+    with gr.Row(elem_id="lesson-choose"):
         choice = gr.Dropdown(list(by_title), label="lesson", value=next(iter(by_title), None),
                              min_width=160, scale=3)
         start = gr.Button("Start", variant="primary", elem_id="lesson-start", min_width=70, scale=1)
-    with gr.Accordion("All lessons", open=False):
+    with gr.Accordion("All lessons", open=False, elem_id="lesson-all"):
         gr.Markdown(error or lesson_list_markdown(lessons), elem_id="lesson-list")
     progress = gr.Markdown(elem_id="lesson-progress")
     question = gr.Markdown(elem_id="lesson-question")
-    with gr.Row():
+    with gr.Row(elem_id="lesson-nav"):
         back = gr.Button("◀ Back", elem_id="lesson-back", min_width=70)
         nxt = gr.Button("Next ▶", variant="primary", elem_id="lesson-next", min_width=70)
         restart = gr.Button("Restart", min_width=70)
@@ -73,8 +91,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         if step is None:
             snap, info, max_len = run.intro_view()
             return (ls, f"**{run.lesson.title}**: page 0 of {run.total}",
-                    gr.update(value=run.intro_markdown(), elem_classes=cls), ask,
-                    pool_figure(snap, (), eng.decode, large=presenter_on),
+                    gr.update(value=keyed_markdown(run.intro_markdown()), elem_classes=cls), ask,
+                    lesson_figure(ls, presenter_on),
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
                     metrics_html(snap, info, max_len), f"{where} · lesson page 0")
@@ -83,8 +101,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         snap = step.snapshot
         return (ls, f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}",
                 gr.update(value=text, elem_classes=cls), ask,
-                pool_figure(snap, step.events, eng.decode, large=presenter_on,
-                            seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()}),
+                lesson_figure(ls, presenter_on),
                 event_log_markdown(list(step.events), empty="This step ran no operation."),
                 sequences_html(snap, token_text(eng)),
                 metrics_html(snap, step.info, step.max_model_len),

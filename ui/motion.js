@@ -121,6 +121,11 @@
     if (!col || !box || !go || col.offsetParent === null) return;
     const r = col.getBoundingClientRect();
     const slide = document.body.classList.contains('pl-presenter');
+    // the slide's row starts under the top bar: its height is the rest of the screen (ui/theme.py)
+    const top = `${Math.ceil(r.top + window.scrollY + 6)}px`;
+    if (document.body.style.getPropertyValue('--pl-top') !== top) {
+      document.body.style.setProperty('--pl-top', top);
+    }
     const w = Math.round(r.width);
     const h = slide ? Math.max(0, Math.round(window.innerHeight - Math.max(r.top, 0) - 12)) : 0;
     const value = `${w}x${h}`;

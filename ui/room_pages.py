@@ -25,7 +25,7 @@ def add_room_pages(demo: gr.Blocks, registry: RoomRegistry) -> None:
     """Add the two pages and the API to the app (call outside its `with gr.Blocks()`)."""
     with demo:
         gr.Markdown(f"**Classroom mode**: [open a room for your class]({CLASS_PATH.lstrip('/')}), "
-                    "one engine on the projector, every student's request in it.")
+                    "one engine on the projector, every student's request in it.", elem_id="room-link")
     with demo.route("Classroom", CLASS_PATH, show_in_navbar=False):
         _teacher_page(demo, registry)
         add_room_api(registry)

@@ -33,19 +33,65 @@ body:has(#status [data-testid=status-tracker]:not(.hide)) #pool-plot {
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
 #controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
-/* Presenter mode, for a projector at 1280 x 720 and up: what the class reads (the lesson's
-   narration, the step's events, the picture, which draws its own large type) grows; the
-   teacher's controls stay compact so that the tabs, the picture and the sentence about the
-   step fit on one screen without scrolling. */
-.presenter { font-size: 1.3em !important; line-height: 1.4 }
-body.pl-presenter #title p { font-size: 1.05em }
-body.pl-presenter #landing { display: none }
-body.pl-presenter #status p { font-size: 1.0em }
-body.pl-presenter #lesson-progress, body.pl-presenter #lesson-question,
-body.pl-presenter #event-log { font-size: 1.15em !important; line-height: 1.4 }
-body.pl-presenter #controls-col button { font-size: 1.05em !important }
+/* Presenter mode, for a projector at 1280 x 720 and up: the page is a SLIDE. The picture takes
+   the left ~63% of the screen at its full height (it is drawn to fit the box the page measured:
+   ui/picture_box.py), the column beside it the rest; nothing scrolls. --slide is the body text:
+   20 px at 1280 x 720, growing with the screen (30 px at 1920 x 1080). With a lesson in front
+   (pl-lesson, set by ui/motion.js) the column holds only the page: where it is, its title, the
+   key sentence (24 px and up), the rest of the text, the question, Back / Next. */
+body.pl-presenter { --slide: max(20px, min(1.5625vw, 2.78vh)); }
+body.pl-presenter .gradio-container { padding-top: 2px !important; padding-bottom: 0 !important;
+  max-width: none !important }
+body.pl-presenter footer, body.pl-presenter #landing, body.pl-presenter #status,
+body.pl-presenter #room-link { display: none !important }
+body.pl-presenter #top-bar { min-height: 0; padding: 0 !important; margin: 0 !important }
+body.pl-presenter #title p { font-size: 15px; margin: 0 }
+body.pl-presenter #look .block { padding: 2px 8px !important }
+body.pl-presenter #look label { white-space: nowrap }
+body.pl-presenter .gradio-container .main > .wrap { padding-top: 0 !important }
+body.pl-presenter #main-row { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important;
+  align-items: stretch; gap: 14px }
+body.pl-presenter #picture-col { flex: 0 0 63% !important; max-width: 63%; min-width: 0 !important }
+body.pl-presenter #controls-col { flex: 1 1 0 !important; min-width: 0 !important;
+  overflow-y: auto; overflow-x: hidden; position: relative }
+body.pl-presenter #below { display: none !important }
+body.pl-presenter #event-log { font-size: 16px !important; line-height: 1.35; max-height: none }
+body.pl-presenter #controls-col button { font-size: 16px !important }
 body.pl-presenter #controls-col .tab-container button {
-  font-size: 0.95em !important; padding: 4px 4px !important }
+  font-size: 15px !important; padding: 4px 4px !important }
+/* the lesson slide: nothing of the teacher's setup, the page's text large */
+body.pl-presenter.pl-lesson #controls-col .tab-wrapper, body.pl-presenter.pl-lesson #lesson-choose,
+body.pl-presenter.pl-lesson #lesson-all, body.pl-presenter.pl-lesson #event-log,
+body.pl-presenter.pl-lesson #playground-tools { display: none !important }
+body.pl-presenter.pl-lesson #controls-col { overflow-y: hidden }
+body.pl-presenter.pl-lesson #controls-col .tabitem { padding: 0 !important; border: 0 !important }
+body.pl-presenter.pl-lesson #controls-col .tabitem > .column { gap: 6px !important }
+body.pl-presenter.pl-lesson #lesson-progress { order: 1 }
+body.pl-presenter.pl-lesson #lesson-narration { order: 2 }
+body.pl-presenter.pl-lesson #lesson-question { order: 3 }
+body.pl-presenter.pl-lesson #lesson-nav { order: 4 }
+body.pl-presenter #lesson-progress .prose, body.pl-presenter #lesson-progress .prose * {
+  font-size: 16px !important; line-height: 1.3 }
+body.pl-presenter #lesson-narration .prose, body.pl-presenter #lesson-question .prose {
+  font-size: var(--slide) !important; line-height: 1.32 }
+body.pl-presenter #lesson-narration .prose :is(p, li, td, th, ul, ol, table, code, strong, em),
+body.pl-presenter #lesson-question .prose :is(p, li, strong, em, code) {
+  font-size: inherit !important; line-height: inherit; margin-top: 0 }
+body.pl-presenter #lesson-narration .prose p { margin-bottom: 0.45em }
+body.pl-presenter #lesson-narration .prose h3 { font-size: 1.2em !important; margin: 0 0 0.3em 0 }
+body.pl-presenter #lesson-narration .prose blockquote { font-size: 1.2em !important }
+body.pl-presenter #lesson-nav button { font-size: 0.9em !important; min-height: 0; padding: 6px 10px }
+/* the key sentence of a lesson page: a quote in the page's Markdown (lessons/page_text.py) */
+#lesson-narration blockquote { border-left: 5px solid #2563eb; margin: 0.2em 0 0.6em 0;
+  padding: 0.15em 0 0.15em 0.6em; font-weight: 600; color: #111827; font-style: normal;
+  font-size: 1.08em; background: none }
+#lesson-narration blockquote p { margin: 0 }
+/* the block inspector opens over the column beside the picture, not a screen under it */
+#controls-col { position: relative }
+#inspector:has(> .label-wrap.open) { position: absolute !important; top: 0; left: 0; right: 0;
+  z-index: 30; max-height: 100%; overflow-y: auto; box-shadow: 0 4px 18px rgba(15,23,42,.25);
+  background: var(--block-background-fill, #fff) }
+body:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 92vh }
 #top-bar .gap, #top-bar .form { gap: 2px }
 #landing p { margin: 2px 0 0 0; color: #334155 }
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;

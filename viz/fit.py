@@ -45,11 +45,17 @@ class Sizes:
     legend_chars: int | None = None  # visible characters a legend line holds
     legend_px: float | None = None  # the legend's type (None: 12k)
     fitted: bool = False  # sized for a measured box
+    slot_text_px: float = 0.0  # fitted: the pixels a slot's text may take (0: not fitted)
+    token_px: float = 10.0
     narrow: bool = False  # a phone's width: short titles
 
     @property
     def note_px(self) -> float:
         return 12 * self.k
+
+    def fits(self, text: str) -> bool:
+        """Whether `text` is whole in a slot of this fitted picture."""
+        return text_px(_plain(text), self.token_px) <= self.slot_text_px
 
 
 def laptop_sizes(num_blocks: int, block_size: int, block_level: bool, keep: Collection[int],
@@ -79,6 +85,7 @@ class Content:
     waiting: bool = False
     freed: bool = False
     legend_lines: Callable[[int], int] = lambda chars: 2  # lines of the legend at a line budget
+    bands: int = 0  # labelled bands under the pool (viz/bands.py)
 
 
 def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Sizes:
@@ -89,15 +96,18 @@ def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Siz
     floor = 14.0 if large else 10.0
     best = None
     for t in types:
-        sizes, needed, whole = _try(content, t, floor, width, narrow)
-        best = sizes if best is None else best
-        if whole and (not height or needed <= height):
-            return _fill(sizes, needed, height)
-        best = sizes
+        for fold in (False, True):  # every block drawn where the box has room, else free runs fold
+            if fold is False and not (height and not narrow):
+                continue  # a box with no height (a laptop, a phone): fold as before
+            sizes, needed, whole = _try(content, t, floor, width, narrow, fold)
+            if whole and (not height or needed <= height):
+                return _fill(sizes, needed, height)
+            best = sizes
     return best
 
 
-def _try(c: Content, t: float, floor: float, width: float, narrow: bool) -> tuple[Sizes, float, bool]:
+def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
+         fold: bool = True) -> tuple[Sizes, float, bool]:
     """Sizes at token type t px: (sizes, the height they need, whether every text is whole)."""
     kt = t / 10
     k = max(floor / 12, 0.85 * kt) if t > 10 else 1.0
@@ -107,7 +117,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool) -> tupl
     margin_l = max([text_px(s, 14 * k) for s in c.row_labels] + [0]) + 14 * k
     plot_px = max(60.0, width - margin_l - 8)
     gpu = gpu_layout(c.num_blocks, c.block_size, c.block_level, c.keep, plot_px - 0.6 * slot_px,
-                     slot_px, label_w, narrower=False)
+                     slot_px, label_w, narrower=False, fold=fold)
     unit = plot_px / (gpu.width + 0.6)  # pixels per plot unit across
     whole = not gpu.token_level or (unit >= slot_px - 0.5 and gpu.label_w * unit >= label_px - 0.5)
     chars = None if whole else max(1, int(unit / (0.63 * t)))
@@ -126,7 +136,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool) -> tupl
     margin_t = 16 * k * 1.4 + legend * legend_px * 1.45 + 14
     needed = margin_t + span * row_px + 8
     sizes = Sizes(k, kt, plot_px, gpu, chars, cells_units, row_px, int(needed), margin_l,
-                  margin_t, legend_chars, legend_px, True, narrow)
+                  margin_t, legend_chars, legend_px, True, narrow, unit - 0.4 * t, t)
     return sizes, needed, whole
 
 
@@ -152,6 +162,7 @@ def _span(c: Content, gpu: PoolLayout) -> float:
             bottom = band.y0 - band.rows + 0.4
             below = band
     top += 1.0 if c.waiting else 0.0
+    bottom -= 2.0 * c.bands  # each: its label and its row (viz/bands.py)
     return top + 1.6 - bottom
 
 
@@ -165,12 +176,20 @@ def content_of(blocks: Sequence, gpu_keep: Collection[int], pending: dict[int, t
         if blk.block_id not in gpu_keep:
             continue
         labels.append(block_label(blk) + "ˢ")  # room for a hybrid's mark
-        slots += [slot_text(token_text(t), 10 ** 6) for t in blk.token_ids]
-        if blk.block_id in pending:
-            slots.append("▸" + slot_text(pending[blk.block_id][1], 10 ** 6))
+        slots += [_plain(slot_text(token_text(t), 10 ** 6)) for t in blk.token_ids]
+    # a pending token (sampled, in no slot yet) is drawn in its slot only if it is whole there
+    slots += ["▸"] * bool(pending)
     labels.append(str(max(0, num_blocks - 1)))  # a free block's label (any id)
     return slots, labels
 
 
-__all__ = ["GAP_W", "LABEL_W", "ROW_PX", "Content", "Sizes", "content_of", "fitted_sizes",
+def _plain(text: str) -> str:
+    """What an escaped slot text shows ("&amp;" is one character wide)."""
+    return text.replace("&lt;", "<").replace("&amp;", "&")
+
+
+MAX_ROWS = 10  # a fitted picture draws at most this many table rows (the rest are counted)
+
+
+__all__ = ["MAX_ROWS", "GAP_W", "LABEL_W", "ROW_PX", "Content", "Sizes", "content_of", "fitted_sizes",
            "laptop_sizes"]

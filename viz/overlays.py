@@ -135,11 +135,11 @@ def _centre(layout: PoolLayout, b: int) -> tuple[float, float]:
     return (left + right) / 2, y + HALF_H  # on the row's top edge: the arrow crosses no tokens
 
 
-def _label_end(layout: PoolLayout, b: int, up: bool) -> tuple[float, float]:
-    """Where a copy-on-write arrow starts or ends: the block's id cell (token level), on its
-    top or bottom edge; a block-level cell's centre edge."""
+def _label_end(layout: PoolLayout, b: int, up: bool, at: float = 0.5) -> tuple[float, float]:
+    """Where a copy-on-write arrow starts or ends: the block's id cell (token level; `at`: how
+    far across it), on its top or bottom edge; a block-level cell's centre edge."""
     left, right, y = layout.box(b)
-    x = left + layout.label_w / 2 if layout.token_level else (left + right) / 2
+    x = left + layout.label_w * at if layout.token_level else (left + right) / 2
     return x, y + (HALF_H if up else -HALF_H)
 
 
@@ -148,12 +148,13 @@ def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
     between rows, along the top edge within a row (never through the tokens)."""
     xs: list = []
     ys: list = []
-    for src, dst in pairs:
+    for i, (src, dst) in enumerate(pairs):
         if max(src, dst) < gpu.num_blocks:
+            at = 0.5 if len(pairs) == 1 else 0.2 + 0.6 * i / (len(pairs) - 1)  # side by side
             ys_src, ys_dst = gpu.box(src)[2], gpu.box(dst)[2]
             same_row = abs(ys_src - ys_dst) < 1e-9
-            (x0, y0) = _label_end(gpu, src, same_row or ys_dst > ys_src)
-            (x1, y1) = _label_end(gpu, dst, same_row or ys_dst < ys_src)
+            (x0, y0) = _label_end(gpu, src, same_row or ys_dst > ys_src, at)
+            (x1, y1) = _label_end(gpu, dst, same_row or ys_dst < ys_src, at)
             xs += [x0, x1, None]
             ys += [y0, y1, None]
     if not xs:

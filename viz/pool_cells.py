@@ -74,11 +74,14 @@ def block_hover(blk: BlockView, block_size: int, prefix: str = "",
 def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Callable[[int], str],
                  pending: Mapping[int, tuple[int, str]], name: str, prefix: str = "",
                  scale: float = 1.0, plot_px: float = 850.0, blank: Collection[int] = (),
-                 groups: Mapping[str, str] | None = None, chars: int | None = None) -> go.Heatmap:
+                 groups: Mapping[str, str] | None = None, chars: int | None = None,
+                 fits: Callable[[str], bool] | None = None) -> go.Heatmap:
     """pending: block id -> (slot, token text) of a pending token whose next slot is there;
     scale: type size (presenter mode); blank: blocks drawn without their tokens (a reserve);
     groups: the KV cache groups' words for the hover (block_hover); chars: the longest token
-    text a slot shows whole (None: what a slot of this picture's width holds in 10 px type)."""
+    text a slot shows whole (None: what a slot of this picture's width holds in 10 px type);
+    fits: whether a pending token's "▸token" is whole in its slot (else the slot shows "▸" and
+    the table's last cell names the token)."""
     cols = len(layout.x_edges()) - 1
     z: list[list] = [[None] * cols for _ in range(layout.rows)]
     text = [[""] * cols for _ in range(layout.rows)]
@@ -116,7 +119,9 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
                 custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: {escape(repr(tok))}"]
             elif pend is not None and pend[0] == s:
                 z[r][col] = PENDING
-                text[r][col] = "▸" + slot_text(pend[1], max(1, chars - 1))
+                whole = "▸" + slot_text(pend[1], 10 ** 6)
+                short = "▸" + slot_text(pend[1], max(1, chars - 1))
+                text[r][col] = (whole if fits(whole) else "▸") if fits else short
                 custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: next, the pending "
                                                 f"token {escape(repr(pend[1]))} (sampled, not yet written)"]
             else:

@@ -35,10 +35,11 @@ import plotly.graph_objects as go
 from engine.core.events import Event
 from engine.core.snapshot import SequenceView, Snapshot
 from viz import figure_text, palette
+from viz.bands import Band, bands_below
 from viz.block_tables import TableRow, group_words, links, row_labels, table_rows, table_traces
 from viz.draft_marks import draft_marks
 from viz.figure_text import FONT
-from viz.fit import ROW_PX, Content, Sizes, content_of, fitted_sizes, laptop_sizes
+from viz.fit import MAX_ROWS, ROW_PX, Content, Sizes, content_of, fitted_sizes, laptop_sizes
 from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
 from viz.pool_layout import cpu_layout
@@ -102,7 +103,7 @@ def _table_texts(snap: Snapshot, rows: Sequence[TableRow], token_text: Callable[
 
 def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], keep: set[int],
            pending: dict, token_text: Callable[[int], str], labels: list[str], block_level: bool,
-           large: bool, box: tuple[float, float] | None) -> Sizes:
+           large: bool, box: tuple[float, float] | None, bands: int = 0) -> Sizes:
     if not box or not box[0]:
         return laptop_sizes(snap.num_blocks, snap.block_size, block_level, keep, large)
     slots, ids = content_of(snap.blocks, keep, pending, token_text, snap.num_blocks, snap.block_size)
@@ -112,7 +113,7 @@ def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], ke
                       _table_texts(snap, rows, token_text), len(rows), len(snap.cpu_blocks),
                       len(snap.tier_blocks), any(not s.block_table for s in snap.sequences.values()),
                       any(e.kind in ("free", "reject", "drop") for e in events),
-                      lambda chars: head + len(figure_text.legend(chars, ex)))
+                      lambda chars: head + len(figure_text.legend(chars, ex)), bands)
     return fitted_sizes(content, box, large)
 
 
@@ -121,12 +122,13 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 seq_labels: Mapping[int, str] | None = None, selected_seq: int | None = None,
                 selected_block: int | None = None, block_level: bool = False,
                 large: bool = False, reserved: Collection[int] = (),
-                box: tuple[float, float] | None = None) -> go.Figure:
+                box: tuple[float, float] | None = None, bands: Sequence[Band] = ()) -> go.Figure:
     """The whole picture for one snapshot and the events of the step that led to it.
     `large`: presenter mode (large type, for a projector). `reserved`: blocks held back from the
     sequences drawn (a classroom's shrunk pool): one hatched region, no table rows. `box`: the
     (width, height) in pixels the page has for the picture (height 0: as tall as it needs): the
-    picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes."""
+    picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes. `bands`: labelled
+    rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation)."""
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -140,20 +142,27 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     seqs = [s for s in snap.sequences.values()
             if s.block_table and not (reserved and _held(s) <= reserved)]
     rows = table_rows(snap, seqs)
+    hidden = 0
+    if box and box[0] and len(rows) > MAX_ROWS:  # a fitted picture: the first tables, counted
+        per_seq = len(rows) // max(1, len(seqs))
+        shown = max(1, MAX_ROWS // per_seq)
+        hidden = len(seqs) - shown
+        rows = table_rows(snap, seqs[:shown])
     pending = _pending_slots(rows, bs, token_text)
     keep = _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
     sz = _sizes(snap, events, rows, keep, pending, token_text,
-                ["▶ " + n["text"] for n in plain], block_level, large, box)
+                ["▶ " + n["text"] for n in plain], block_level, large, box, len(bands))
     k, kt, gpu = sz.k, sz.kt, sz.gpu
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
     tier = cpu_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
     groups = snap.kv_cache_groups
     words = {g.name: group_words(g) for g in groups} if len(groups) > 1 or groups[0].sliding else None
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
-                                 plot_px=sz.plot_px, blank=reserved, groups=words, chars=sz.chars)]
+                                 plot_px=sz.plot_px, blank=reserved, groups=words, chars=sz.chars,
+                                 fits=sz.fits if sz.fitted else None)]
     marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
     ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
     traces += [ids] if ids is not None else []
@@ -179,7 +188,12 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     fig = go.Figure(traces, **FAST)
     notes, _ = row_labels(rows, top, k, seq_labels, selected_seq, selected_block if drawn else None)
     top, bottom = _notes(notes, snap, rows, seqs, gpu, cpu, tier, top, sz, seq_labels, reserved,
-                         bool(marks), any(t.name == "freed label" for t in traces), len(entries))
+                         bool(marks), any(t.name == "freed label" for t in traces), len(entries),
+                         hidden)
+    if bands:
+        drawn_bands, band_notes, bottom = bands_below(bands, bottom, gpu.width, k)
+        fig.add_traces(drawn_bands)
+        notes += band_notes
     mine = [i for i, r in enumerate(rows) if r.seq.seq_id == selected_seq]
     if mine:  # one outline around all the selected sequence's rows (they are kept together)
         lo, hi = 2.0 + len(rows) - 1 - mine[-1] - 0.5, 2.0 + len(rows) - 1 - mine[0] + 0.5
@@ -194,7 +208,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
 
 def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gpu, cpu, tier,
            top: float, sz: Sizes, seq_labels: Mapping[int, str] | None, reserved: frozenset,
-           marks: bool, freed: bool, entries: int) -> tuple[float, float]:
+           marks: bool, freed: bool, entries: int, hidden: int = 0) -> tuple[float, float]:
     """The headers and notes over and under the tables and the pool, added to `notes`; returns
     the picture's (top, bottom) in rows."""
     font = {"size": sz.note_px, "color": palette.MUTED}
@@ -204,9 +218,10 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
         return words(True) if sz.fitted and text_px(long, sz.note_px) > sz.plot_px - 8 else long
 
     if rows:
+        more = f" · {hidden} more sequences' tables not drawn" if hidden else ""
         notes.append(dict(x=0, y=top + 0.55, xanchor="left", yanchor="bottom", showarrow=False,
                           text=fitting(lambda n: figure_text.tables_header(
-                              len(snap.kv_cache_groups) > 1, n)), font=font))
+                              len(snap.kv_cache_groups) > 1, n or bool(hidden)) + more), font=font))
     for row, first, last in gpu.folds:
         notes.append(dict(x=gpu.width / 2, y=gpu.y0 - row, showarrow=False, font=font,
                           text=f"blocks {first}–{last} free ({last - first + 1} blocks)"))

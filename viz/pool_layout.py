@@ -105,11 +105,12 @@ class PoolLayout:
 def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False,
                keep: Iterable[int] | None = None, plot_px: float = PLOT_PX,
                slot_px: float = SLOT_PX, label_w: float = LABEL_W,
-               narrower: bool = True) -> PoolLayout:
+               narrower: bool = True, fold: bool = True) -> PoolLayout:
     """The pool's layout for a picture `plot_px` wide. keep: the blocks that must be drawn (those
     holding data, those the step changed, the selected one); the others may fold. Slots as wide
     as `slot_px` where the picture stays within FOLD_ROWS rows (folded), else narrower ones
-    (`narrower=False`: never narrower; a picture sized to fit its box checks its height itself).
+    (`narrower=False`: never narrower, and free runs fold only with `fold`: a picture sized to
+    fit its box checks its height itself).
     `label_w`: the block-id cell's width in slots."""
     strip = label_w + block_size + GAP_W
     widest = max(1, int(plot_px / slot_px / strip))  # slots that hold a 6-character token
@@ -117,8 +118,10 @@ def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False
     if not force_block_level and block_size <= 32:
         fallback = None
         if not narrower:
-            return _token_layout(num_blocks, block_size, min(widest, max(1, num_blocks)), keep,
-                                 label_w, always_fold=True)
+            per_row = min(widest, max(1, num_blocks))
+            if not fold:
+                return PoolLayout(num_blocks, block_size, True, per_row, label_w=label_w)
+            return _token_layout(num_blocks, block_size, per_row, keep, label_w, always_fold=True)
         for per_row in range(min(widest, max(1, num_blocks)), narrowest + 1):
             layout = _token_layout(num_blocks, block_size, per_row, keep, label_w)
             if layout.rows <= FOLD_ROWS:

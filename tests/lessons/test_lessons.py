@@ -56,15 +56,21 @@ def test_lesson_plays_to_the_end(path: Path, default_model) -> None:
     assert run.done and run.question_for_next() is None
 
 
+KEY_WORDS = 40  # a key sentence a class reads in one breath, 24 px on a projector
+
+
 def assert_readable_page(view) -> None:
-    """What the class reads: a short lead on screen, the rest folded, no raw Python values."""
+    """What the class reads: the page's own key sentence (quoted by its writer), short; no raw
+    Python values anywhere on the page."""
     import re
 
-    from lessons.page_text import LEAD_WORDS, page_markdown, split_lead
+    from lessons.page_text import page_markdown, split_key
 
-    lead, rest = split_lead(view.narration_markdown)
-    assert len(lead.split()) <= LEAD_WORDS or "." not in lead.rstrip(".")  # one long sentence
-    shown = re.sub(r"`[^`]*`", "", page_markdown(view).split("<details>")[0])  # code may say False
+    assert any(p.lstrip().startswith(">") for p in view.narration_markdown.split("\n\n")), \
+        f"page {view.index + 1} ({view.title}) quotes no key sentence"
+    key, _ = split_key(view.narration_markdown)
+    assert 0 < len(key.split()) <= KEY_WORDS, key
+    shown = re.sub(r"`[^`]*`", "", page_markdown(view))  # code may say False
     assert not re.search(r"\bTrue\b|\bFalse\b|\[\d+(, \d+)*\]|\w\(s\)", shown), shown
 
 
@@ -250,16 +256,15 @@ def test_the_picture_names_a_lessons_sequences_as_its_text_does() -> None:
     assert seen
 
 
-def test_a_page_shows_its_lead_and_folds_the_rest() -> None:
-    from lessons.page_text import MORE, split_lead
+def test_a_page_shows_its_key_sentence_first_and_folds_nothing() -> None:
+    from lessons.page_text import page_markdown, split_key
 
-    text = ("Look at block 3. It is shared. Words" + " word" * 60 + " end.\n\nA second paragraph.")
-    lead, rest = split_lead(text)
-    assert lead == "Look at block 3. It is shared." and rest.endswith("A second paragraph.")
-    assert rest.startswith("Words") and "end." in rest
+    text = "Look at block 3. It is shared.\n\n> **The copy** holds the same\n> bytes.\n\nA last one."
+    assert split_key(text) == ("**The copy** holds the same bytes.",
+                               "Look at block 3. It is shared.\n\nA last one.")
+    assert split_key("Look at block 3. It is shared.\n\nMore.") == ("Look at block 3.",
+                                                                      "It is shared.\n\nMore.")
     view = _run(load(Path("lessons") / "07_fragmentation.md")).next()
-    from lessons.page_text import page_markdown
-
     page = page_markdown(view)
-    assert page.startswith(f"### {view.title}") and (MORE in page) == ("<details>" in page)
+    assert page.startswith(f"### {view.title}\n\n> ") and "<details>" not in page
     assert_readable_page(view)
