@@ -84,7 +84,8 @@ def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mappi
         elif selected_block is not None and row.seq.status != "swapped" and selected_block in row.table:
             label = f"<b>{label}</b>"
         notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
-                          font={"color": palette.owner_colour(sid), "size": 14 * k}))
+                          font={"color": palette.readable_on_white(palette.owner_colour(sid)),
+                                "size": 14 * k}))
     return notes, widest
 
 

@@ -14,12 +14,15 @@ SHARED = "#f0e442"  # a block with ref count > 1
 PENDING = "#dfe8f5"  # the slot the pending token will take
 BORDER = "#dde1e6"  # plot background: shows through the gaps between slots and blocks
 INK = "#1f2933"  # text
-MUTED = "#5f6b7a"
-OWNERS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#332288", "#882255")
+MUTED = "#4b5563"  # 5.7:1 on the picture's grey background, 7.5:1 on white
+# Okabe-Ito's hues, a few made a shade lighter or darker so that the text drawn on them (white on
+# the dark ones, the picture's grey ink on the light ones: plotly's own choice) reads at 4.5:1 or
+# more (tests/viz/test_contrast.py)
+OWNERS = ("#0072b2", "#eea400", "#008460", "#bb4d8a", "#68bceb", "#be5400", "#332288", "#882255")
 NEW = "#117733"  # outline of a block allocated in the last step
 PREFIX_HIT = "#b8860b"
-EVICT = "#d55e00"
-FREED = "#5f6670"  # a block the last step gave back
+EVICT = "#b2182b"  # red, dashed (a prefix hit is gold and solid)
+FREED = "#4a5059"  # a block the last step gave back
 RESERVED = "#d5d9df"  # blocks a teacher holds back from the class: grey, no owner colour
 COW = "#111111"
 SWAP = "#6a3d9a"
@@ -64,6 +67,38 @@ def lab(rgb: tuple[float, float, float]) -> tuple[float, float, float]:
     f = [t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
          for t in (xyz[0] / 0.95047, xyz[1], xyz[2] / 1.08883)]
     return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def luminance(colour: str) -> float:
+    """WCAG relative luminance of a "#rrggbb" colour."""
+    r, g, b = (_linear(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two "#rrggbb" colours (1 to 21)."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def plotly_text_on(fill: str) -> str:
+    """The colour plotly draws a heatmap's text in on `fill` (its Color.contrast: white on a
+    dark fill by tinycolor's brightness, its default line grey #444 on a light one)."""
+    r, g, b = (int(fill[i:i + 2], 16) for i in (1, 3, 5))
+    return "#ffffff" if (299 * r + 587 * g + 114 * b) / 1000 < 128 else "#444444"
+
+
+def readable_on_white(colour: str) -> str:
+    """`colour` darkened just enough to read at 4.5:1 on white (a row label in its owner's hue)."""
+    r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    while contrast(f"#{r:02x}{g:02x}{b:02x}", "#ffffff") < 4.6:
+        r, g, b = (int(v * 0.92) for v in (r, g, b))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def text_on(fill: str) -> str:
+    """White or ink, whichever reads better on `fill` (the block ids drawn on their blocks)."""
+    return "#ffffff" if contrast("#ffffff", fill) >= contrast(INK, fill) else INK
 
 
 def is_dark(colour: str) -> bool:

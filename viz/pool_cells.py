@@ -157,8 +157,8 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         ys.append(y)
         mark = (marks or {}).get(blk.group, "") if blk.state != "free" else ""  # a free page serves none
         texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark))
-        dark = blk.block_id not in blank and palette.is_dark(COLOURS[category(blk)])
-        colours.append("#ffffff" if dark else palette.INK)  # readable on the block's own colour
+        fill = palette.FREE if blk.block_id in blank else COLOURS[category(blk)]
+        colours.append(palette.text_on(fill))  # readable on the block's own colour
     return go.Scatter(**FAST, x=xs, y=ys, mode="text", text=texts, name="block ids",
                       textfont={"size": 11 * scale, "color": colours}, hoverinfo="skip",
                       showlegend=False)

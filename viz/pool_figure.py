@@ -156,6 +156,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     sz = _sizes(snap, events, rows, keep, pending, token_text,
                 ["▶ " + n["text"] for n in plain], block_level, large, box, len(bands))
     k, kt, gpu = sz.k, sz.kt, sz.gpu
+    small = max(k, 14 / 11) if large else k  # 11 px text (the CPU bands): 14 px and up presenting
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
     tier = cpu_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
     groups = snap.kv_cache_groups
@@ -167,17 +168,17 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
     traces += [ids] if ids is not None else []
     if cpu is not None:
-        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=k,
+        traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=small,
                                    plot_px=sz.plot_px, groups=words))
     if tier is not None:
-        traces.append(tier_heatmap(snap.tier_blocks, snap.tier_lru, tier, token_text, scale=k))
+        traces.append(tier_heatmap(snap.tier_blocks, snap.tier_lru, tier, token_text, scale=small))
     entries: list[tuple] = []
     if rows:
         tables, entries = table_traces(snap, rows, top, gpu, cpu, token_text, k, sz.cells)
         traces += tables
     in_use = [b.block_id for b in snap.blocks if b.state == "used"]
     traces += change_overlays([e for e in events if not reserved.intersection(e.block_ids)], gpu,
-                              cpu, in_use, tier, label_px=11 * k)
+                              cpu, in_use, tier, label_px=11 * small)
     traces += draft_marks(events, snap, gpu, token_text, kt)
     traces += reserved_region(gpu, sorted(reserved))
     if drawn:
