@@ -103,7 +103,9 @@ class LLMEngine:
         self._rng = random.Random(config.seed)
         self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool,
                                           groups, self.kv.tier)
-        self.scheduler = Scheduler(config, self.kv)
+        # drafts are verified where that pays: the runtime says what a verification costs
+        self.scheduler = Scheduler(config, self.kv, None if self.runtime is None
+                                   else self.runtime.draft_cost)
         self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
                                    self.tokenizer.decode)
         self._flight = InFlight(self._post, self.scheduler, self.kv)

@@ -59,13 +59,11 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
 
 def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> tuple:
     """One sequence's part of a forward pass (engine/runtime/protocols.py's StepItem): its
-    tokens from num_computed on, its block table, and the tables of its other KV cache groups."""
+    tokens from num_computed on, its block table, the rows of logits it wants, the tables of
+    its other KV cache groups, and its id (a decode row stays on the device under that key)."""
     tables = seq.block_tables
-    if len(tables) > 1:
-        return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:])
-    if num_logits > 1:
-        return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits)
-    return (seq.token_ids[num_computed:], num_computed, tables[0])
+    return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:],
+            seq.seq_id)
 
 
 def move_blocks(runtime: Any, events: list[Event], content: KVContent | None = None) -> None:
@@ -123,7 +121,7 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
     launched = Launched(step, rows, fresh, counts, drafts=dict(drafts))
     # a draft's verification decides the next step's lookup: read its picks now
     launched.overlap = (async_scheduling and not structural and not drafts
-                        and all(d.params.top_p >= 1.0 for d in draws)
+                        and not sched.lookup_due and all(d.params.top_p >= 1.0 for d in draws)
                         and scores.can_overlap)
     if launched.overlap:
         launched.picks = scores.pick_rows(draws)
@@ -133,6 +131,13 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
     else:
         launched.tokens = scores.sample_many(draws) if draws else []
         launched.tops = scores.top_many(beam_rows, beam_ks) if beam_rows else []
+        if drafts:  # greedy drafts: kept or not as the device decided, read with the picks
+            first = len(sched.prefills)
+            for i, seq in enumerate(sched.decodes):
+                if seq.seq_id in drafts and groups[seq.request_id].params.temperature == 0:
+                    kept = scores.accepted(first + i)
+                    if kept is not None:
+                        launched.accepted[seq.seq_id] = kept
     return launched
 
 

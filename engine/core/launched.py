@@ -24,6 +24,8 @@ class Launched:
     fresh: set[int]  # requests whose prefill this step finished: their first token
     counts: list[tuple[int, int]]  # (draws, top-k rows) per request, in rows' order
     drafts: dict[int, int] = field(default_factory=dict)  # seq id -> draft tokens to verify
+    accepted: dict[int, int] = field(default_factory=dict)  # seq id -> drafts kept, decided on
+    # the device (greedy rows of a step through the decode graphs); the host compares the others
     overlap: bool = False  # may land after the next step is launched
     picks: Any = None  # a device handle (pick_rows) under overlap
     tokens: list[tuple[int, float]] = field(default_factory=list)

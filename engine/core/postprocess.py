@@ -77,7 +77,7 @@ class Postprocessor:
         for seq, _ in seq_rows:
             if drafts and seq.seq_id in drafts:  # k + 1 picks: verify the draft
                 self._verify(group, seq, [next(tokens) for _ in range(1 + drafts[seq.seq_id])],
-                             events)
+                             events, launched.accepted.get(seq.seq_id))
                 continue
             token, logprob = next(tokens)
             if seq.inflight_step == step:
@@ -96,13 +96,18 @@ class Postprocessor:
         return seqs[0].status is SequenceStatus.FINISHED if len(seqs) == 1 else not group.live()
 
     def _verify(self, group: SequenceGroup, seq: Sequence, picks: list[tuple[int, float]],
-                events: list[Event]) -> None:
+                events: list[Event], on_device: int | None = None) -> None:
         """Speculative decoding (engine/core/speculation.py): the draft tokens the picks confirm,
         then the first pick that differs (or the bonus pick after them all), each token checked
         for an end as without drafts. The last token taken waits as pending, in no slot; the
         slots of every draft token after the kept ones are rolled back."""
         draft = seq.token_ids[-seq.num_draft:]
-        accepted = accepted_prefix(draft, [t for t, _ in picks])
+        # the device's decision (greedy rows of the decode graphs), or the picks compared here
+        accepted = on_device if on_device is not None else accepted_prefix(draft, [t for t, _ in picks])
+        if on_device is not None and self.kv.content is not None:  # tests: the two must agree
+            if on_device != accepted_prefix(draft, [t for t, _ in picks]):
+                raise AssertionError(f"seq {seq.seq_id}: the device kept {on_device} draft tokens, "
+                                     f"the picks confirm {accepted_prefix(draft, [t for t, _ in picks])}")
         reason = None
         taken = 0
         for token, logprob in picks[:accepted + 1]:
@@ -114,6 +119,7 @@ class Postprocessor:
                 break
         kept = min(accepted, taken)  # drafts that became output
         group.accepted_tokens += kept
+        self.scheduler.drafting.verified(seq, len(draft), kept, self.kv.step)
         self.kv.settle_draft(seq, taken - 1, kept, events)
         seq.pending_token = seq.output_ids[-1]
         if reason:

@@ -25,15 +25,16 @@ Torch-free: it moves blocks in the bookkeeping and says what to run; the engine 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
+from engine.core.draft_policy import DraftPolicy
 from engine.core.events import Event
 from engine.core.group_admission import allocate_together
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
-from engine.core.speculation import propose_ngram
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ScheduledStep:
     preempted: list[SequenceGroup] = field(default_factory=list)
     aborted: list[SequenceGroup] = field(default_factory=list)
     drafts: dict[int, int] = field(default_factory=dict)  # seq id -> draft tokens after its decode
+    lookup_due: bool = False  # land this step at once: the next one looks up drafts
 
     @property
     def num_tokens(self) -> int:
@@ -65,9 +67,15 @@ class ScheduledStep:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager,
+                 draft_cost: Callable[[int, int], float] | None = None) -> None:
         self.config = config
         self.kv = kv
+        # speculative decoding's choices; `draft_cost(B, q)`: a verification step of B sequences
+        # of q tokens against a decode step, as the runtime measured it (1 in the dry mode)
+        self.drafting = DraftPolicy(config.prompt_lookup_min, config.prompt_lookup_max,
+                                    config.num_speculative_tokens,
+                                    draft_cost or (lambda num_seqs, q: 1.0))
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # in arrival order
         self.swapped: deque[SequenceGroup] = deque()
@@ -156,27 +164,39 @@ class Scheduler:
         self._continue_prefills(chunked, out)
 
     def _draft(self, out: ScheduledStep) -> None:
-        """Speculative decoding: a decoding sequence whose text a prompt lookup continues gets
-        slots for its draft after its pending token, all or nothing, while the free blocks and
-        the step's token budget last. Beams do not draft, nor does a sequence whose last token
-        is still on the GPU (async scheduling): its lookup would not know that token."""
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens - out.num_tokens
+        """Speculative decoding (engine/core/draft_policy.py): decoding sequences whose text
+        their n-gram index continues propose drafts; when verifying them pays, each gets slots
+        for its draft after its pending token, all or nothing, while the free blocks and the
+        step's token budget last. Beams do not draft, nor does a sequence whose last token is
+        still on the device (async scheduling): its tail is not known."""
+        cfg, policy, step = self.config, self.drafting, self.kv.step
         groups = {g.request_id: g for g in self.running}
+        proposals: list[tuple[Sequence, list[int]]] = []
+        waiting: list[Sequence] = []  # their last token on the device: no lookup this step
         for seq in out.decodes:
             group = groups[seq.request_id]
             room = group.params.max_tokens - len(seq.output_ids) - 1  # the last pick: no draft
-            k = min(cfg.num_speculative_tokens, room, budget)
-            if k <= 0 or group.params.beam_width > 1 or seq.inflight_step >= 0:
+            k = min(cfg.num_speculative_tokens, room)
+            if k <= 0 or group.params.beam_width > 1:
                 continue
-            draft = propose_ngram(seq.token_ids, k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
-            if not draft or self.kv.blocks_needed_to_append(seq, len(draft)) > \
-                    self.kv.pool.num_allocatable:
+            if seq.inflight_step >= 0:
+                waiting.append(seq)
                 continue
-            self.kv.append_draft(seq, draft, out.events)
-            out.drafts[seq.seq_id] = len(draft)
-            group.draft_tokens += len(draft)
-            budget -= len(draft)
+            draft = policy.propose(seq, k, step)
+            if draft:
+                proposals.append((seq, draft))
+        if policy.pays(proposals, len(out.decodes)):
+            budget = cfg.max_num_batched_tokens - out.num_tokens
+            for seq, draft in proposals:
+                draft = draft[:budget]
+                if not draft or self.kv.blocks_needed_to_append(seq, len(draft)) > \
+                        self.kv.pool.num_allocatable:
+                    continue
+                self.kv.append_draft(seq, draft, out.events)
+                out.drafts[seq.seq_id] = len(draft)
+                groups[seq.request_id].draft_tokens += len(draft)
+                budget -= len(draft)
+        out.lookup_due = policy.lookup_due(waiting, step, bool(out.drafts))
 
     def _continue_prefills(self, groups: list[SequenceGroup], out: ScheduledStep) -> None:
         """The next chunk of each prompt being prefilled, oldest first, as the budget allows."""

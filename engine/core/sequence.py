@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 #: async scheduling: the token a sequence sampled in the step still on the GPU, written into its
 #: slot (and block) before the host knows it; the postprocess puts the real id in when the step lands
@@ -52,6 +53,7 @@ class Sequence:
     # speculative decoding: draft tokens at the end of token_ids whose slots are reserved for
     # this step's verification (0 between steps: the postprocess keeps or rolls back each one)
     num_draft: int = 0
+    drafting: Any = None  # its n-gram index and lookups' back-off (engine/core/draft_policy.py)
 
     @property
     def num_tokens(self) -> int:

@@ -2,8 +2,9 @@
 
 **Drafting by prompt lookup** (vLLM's "ngram" method): a sequence whose last n tokens occurred
 earlier in its prompt or output proposes the tokens that followed that occurrence, trying the
-longest n first. No second model: text that repeats itself (code, an edit of a given document,
-a summary quoting its source) drafts well; free prose rarely does.
+longest n first (engine/core/ngram_index.py keeps each sequence's n-grams; when a step drafts is
+engine/core/draft_policy.py's). No second model: text that repeats itself (code, an edit of a
+given document, a summary quoting its source) drafts well; free prose rarely does.
 
 **Verification**: the target model computes the pending token and the k drafts in one pass, a
 query of k + 1 positions, and the step picks a token at each position exactly as it would
@@ -17,29 +18,6 @@ the engine without drafts.
 """
 
 from __future__ import annotations
-
-from array import array
-
-
-def propose_ngram(tokens: list[int], k: int, n_min: int, n_max: int) -> list[int]:
-    """Up to k tokens that followed the latest earlier occurrence of the last n tokens, for the
-    largest n from n_max down to n_min that occurs; [] when none does.
-
-    It runs for every decoding sequence every step, so the search is bytes.rfind over the
-    tokens packed as 4-byte integers (in C), not a Python loop over the text."""
-    size = len(tokens)
-    if size <= n_min:
-        return []
-    earlier = array("i", tokens[:size - 1]).tobytes()  # an occurrence must end before the tail
-    for n in range(min(n_max, size - 1), n_min - 1, -1):
-        tail = array("i", tokens[size - n:]).tobytes()
-        end = len(earlier)
-        while (at := earlier.rfind(tail, 0, end)) >= 0:
-            if at % 4 == 0:  # on a token boundary
-                start = at // 4
-                return tokens[start + n:start + n + k]
-            end = at + len(tail) - 1
-    return []
 
 
 def accepted_prefix(draft: list[int], picks: list[int]) -> int:

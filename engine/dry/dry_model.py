@@ -43,6 +43,10 @@ class DryScores:
         n = len(DRY_ALPHABET)
         return DRY_ALPHABET[n // 2], -math.log(n)
 
+    def accepted(self, index: int) -> int | None:
+        """No device: the host compares a draft with its picks."""
+        return None
+
     def top_many(self, rows: list[int], ks: list[int]) -> list[list[tuple[int, float]]]:
         return [self.top(row, k) for row, k in zip(rows, ks, strict=True)]
 

@@ -1,26 +1,26 @@
-"""Decode steps from static buffers, replayed as CUDA graphs: the engine's hot loop.
+"""Decode and verification steps from static buffers, replayed as CUDA graphs: the hot loop.
 
 A decode step of a small model is several hundred small kernels (30 layers of norms, projections,
 RoPE, our paged attention, MLP). Launched one by one from Python, the launches cost far more than
-the bytes they move. So a pure-decode step runs from *static* buffers: on a GPU its whole forward
-pass, LM head and greedy choice included, is captured once per batch-size bucket as a CUDA graph
-and then replayed with one call.
+the bytes they move. So a step whose every sequence computes Q tokens (Q = 1: a decode; Q = k + 1:
+a pending token and its draft of up to k, verified in one pass) runs from static buffers: on a GPU
+its whole forward pass, LM head, greedy choice and the drafts' acceptance included, is captured
+once per (batch bucket, Q) as a CUDA graph and then replayed with one call. Shorter drafts are
+padded to Q (as vLLM pads them): a padding query writes no K/V and its logits are never read.
 
-What the host does per step is one pass over the batch: it writes every sequence's token,
-position, slot, length and block table into one pinned int32 buffer, copies that buffer to the
-device in one transfer, replays the graph of the smallest bucket that holds the batch, and reads
-back the greedy tokens and their log probabilities in one transfer. Rows past the batch are
-padding: slot -1 (nothing is written) and length 1 (a harmless read of the first block).
+The block tables stay on the device between steps (engine/runtime/persistent_batch.py): the host
+sends each step's tokens, positions, draft lengths and rows, and the table entries that changed,
+in one transfer of one pinned int32 buffer:
 
-Buffer layout (int32), for a capacity of B sequences with block tables W blocks wide, and G KV
-cache groups (one for most models; a hybrid model's groups each have their slots and tables):
+    [ tokens B x Q | positions B | drafts B | rows B | changed entries: index D | block id D ]
 
-    [ tokens B | positions B | seq_lens B | slots G x B | block_tables G x B x W ]
+On the device, inside the graph, each row's tables are gathered from the persistent tables, and
+every query's position, slot and context length computed from them. Rows past the batch are
+padding: position -1 (no slot, no write), the all-zero table row. Two pinned buffers are used in
+turn: under async scheduling the host fills step t + 1's while step t's copy may still wait.
 
-On the CPU there is nothing to replay: the same function runs eagerly on the exact batch
-(no padding), so the tests exercise the buffer layout and the forward pass the graphs capture;
-there it returns the logits alone and the sampler makes the greedy choice only for a step with
-a greedy row (a sampled step has no use for it).
+On the CPU there is nothing to replay: the same function runs eagerly on the exact batch (no
+padding), so the tests exercise the layout and the forward pass the graphs capture.
 """
 
 from __future__ import annotations
@@ -32,71 +32,94 @@ from typing import Any
 
 import torch
 
+from engine.runtime.persistent_batch import PersistentTables
 from engine.runtime.row_reductions import greedy_pair
 
 GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+#: a verification step's cost over a decode step's, per draft token, where none was measured:
+#: the 2-core CPU's (SmolLM2, k = 4: 44 ms a step against 37 ms, bench/results/speculative_cpu.json)
+DEFAULT_VERIFY_COST = 0.05
 
 
 class DecodeOutputs:
-    """The static outputs of one bucket: float32 logits and, on a GPU, the greedy choice (ids
-    and log probs). No log probabilities over the vocabulary: the sampler computes them only
-    for a step that needs them (beam search), and on a CPU the greedy choice too."""
+    """The static outputs of one graph: float32 logits [B x Q, vocab] and, on a GPU, the greedy
+    choice (ids and log probs) and, for Q > 1, how many of each row's draft tokens the greedy
+    choices confirm (`accepted` [B])."""
 
-    def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor | None = None,
-                 greedy_ids: torch.Tensor | None = None,
-                 greedy_logprobs: torch.Tensor | None = None) -> None:
-        self.logits, self.logprobs = logits, logprobs
-        self.greedy_ids, self.greedy_logprobs = greedy_ids, greedy_logprobs
+    def __init__(self, logits: torch.Tensor, greedy_ids: torch.Tensor | None = None,
+                 greedy_logprobs: torch.Tensor | None = None,
+                 accepted: torch.Tensor | None = None) -> None:
+        self.logits, self.greedy_ids, self.greedy_logprobs = logits, greedy_ids, greedy_logprobs
+        self.accepted = accepted
 
-    def rows(self, n: int) -> DecodeOutputs:
-        def head(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t[:n]
+    def rows(self, n: int, q: int) -> DecodeOutputs:
+        def head(t: torch.Tensor | None, m: int) -> torch.Tensor | None:
+            return None if t is None else t[:m]
 
-        return DecodeOutputs(self.logits[:n], head(self.logprobs), head(self.greedy_ids),
-                             head(self.greedy_logprobs))
+        return DecodeOutputs(self.logits[:n * q], head(self.greedy_ids, n * q),
+                             head(self.greedy_logprobs, n * q), head(self.accepted, n))
+
+
+class DecodeStep:
+    """What the runner hands over for one step of n sequences of q tokens each."""
+
+    __slots__ = ("tokens", "positions", "drafts", "keys", "tables", "q")
+
+    def __init__(self, tokens: list[int], positions: list[int], drafts: list[int],
+                 keys: list[Any], tables: list[list[list[int | None]]], q: int) -> None:
+        self.tokens = tokens  # n x q, row after row (a draft padded with zeros)
+        self.positions = positions  # each row's first new token's position
+        self.drafts = drafts  # each row's draft length (q - 1 at most; 0 for a decode)
+        self.keys = keys  # each row's sequence (the persistent batch keeps its tables)
+        self.tables = tables  # tables[g][i]: KV cache group g's table of row i
+        self.q = q
 
 
 class DecodeGraphs:
-    """Static-buffer decode for one ModelRunner; CUDA graphs when the device is a GPU.
+    """Static-buffer steps for one ModelRunner; CUDA graphs when the device is a GPU.
 
-    `forward(ids, positions, slots, seq_lens, tables, max_seq_len)` is the runner's
-    decoder + LM head on tensors of B rows (slots [groups, B], tables [groups, B, W]),
-    returning [B, vocab] logits. A bound method is held
-    weakly: the runner owns these graphs, and a reference back to it would make a cycle that
-    keeps the runner, and the KV pool it reads, alive until a garbage collection.
-    `close()` drops the graphs, their memory pool and the buffers at once.
+    `forward(ids, positions, slots, seq_lens, tables, max_seq_len, q)` is the runner's decoder +
+    LM head on B x q tokens (slots [groups, B x q], tables [groups, B, W]), returning [B x q,
+    vocab] logits. A bound method is held weakly: the runner owns these graphs, and a reference
+    back to it would make a cycle that keeps the runner, and the KV pool it reads, alive until a
+    garbage collection. `close()` drops the graphs, their memory pool and the buffers at once.
     """
 
     def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device,
                  max_batch: int, max_blocks_per_seq: int, max_seq_len: int,
                  use_graphs: bool | None = None, pad: bool | None = None,
-                 num_groups: int = 1) -> None:
+                 num_groups: int = 1, block_size: int = 16, max_query: int = 1) -> None:
         self._forward: Callable[[], Callable[..., torch.Tensor] | None] = (
             weakref.WeakMethod(forward) if inspect.ismethod(forward) else lambda: forward)
         self.device = device
         self.use_graphs = device.type == "cuda" if use_graphs is None else use_graphs
         self.pad = self.use_graphs if pad is None else pad  # round batches up to the buckets
         self.sizes = tuple(b for b in GRAPH_BATCH_SIZES if b < max_batch) + (max_batch,)
-        self.max_batch = max_batch
-        self.width = max_blocks_per_seq
+        self.max_batch, self.max_query, self.block_size = max_batch, max_query, block_size
+        # a padding query of a row near the end of its context reads one block further
+        self.width = max_blocks_per_seq + -(-(max_query - 1) // block_size)
         # The kernel's split-K grid is fixed at capture: size it for the longest context.
-        self.max_seq_len = max_seq_len
+        self.max_seq_len = max_seq_len + max_query - 1
         self.num_groups = num_groups
-        self._tables_at = (3 + num_groups) * max_batch  # where the block tables start
-        n = self._tables_at + num_groups * max_batch * max_blocks_per_seq
+        self.state = PersistentTables(num_groups, max_batch, self.width, device)
+        b = max_batch
+        self._at = {"tokens": 0, "positions": b * max_query, "drafts": b * (max_query + 1),
+                    "rows": b * (max_query + 2), "changes": b * (max_query + 3)}
+        self._room = num_groups * b * self.width  # changed entries a step may send: all of them
+        n = self._at["changes"] + 2 * self._room
         pin = device.type == "cuda"
-        # Two pinned buffers, used in turn: under async scheduling the host fills step t + 1's
-        # while step t's copy may still wait in the stream (each records when its copy is done)
         self._hosts = [torch.zeros(n, dtype=torch.int32, pin_memory=pin) for _ in range(2)]
         self._copied: list[Any] = [None, None]
         self._turn = 0
         self.host = self._hosts[0]
         self._host_np = self.host.numpy()
         self.buffer = torch.zeros(n, dtype=torch.int32, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, DecodeOutputs] = {}
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[int, int], DecodeOutputs] = {}
         self._pool: Any = None
         self.num_replays = 0
+        self.ratios: dict[int, float] = {}  # bucket -> a verification graph's time / a decode's
+        self.check_tables = False  # compare the device's tables with the step's every step
         self.closed = False
 
     def close(self) -> None:
@@ -108,12 +131,13 @@ class DecodeGraphs:
         self._copied = [None, None]
         self._hosts, self.host, self._host_np = [], None, None
         self.buffer = None
+        self.state = None
         self.closed = True
 
     # ---- public -------------------------------------------------------------------------------
 
-    def fits(self, num_seqs: int, table_width: int) -> bool:
-        return num_seqs <= self.max_batch and table_width <= self.width
+    def fits(self, num_seqs: int, table_width: int, q: int = 1) -> bool:
+        return num_seqs <= self.max_batch and table_width <= self.width and q <= self.max_query
 
     def bucket(self, num_seqs: int) -> int:
         if not self.pad:
@@ -121,62 +145,99 @@ class DecodeGraphs:
         return next(b for b in self.sizes if b >= num_seqs)
 
     @torch.inference_mode()
-    def run(self, token_ids: list[int], positions: list[int], slots: list[int],
-            tables: list[list[int]], num_blocks: int | None = None,
-            feed: Callable[[torch.Tensor], None] | None = None,
-            starts: list[int] | None = None) -> DecodeOutputs | None:
-        """One decode step for len(token_ids) sequences (position p's token goes to slot s).
-        `slots` and `tables` hold every KV cache group's, group after group (n each); with
-        `starts`, table k is written from column starts[k] on (a sliding window's tail: the
-        columns before it are never read, so they keep whatever valid ids they held).
-        With `num_blocks`, the tables are checked to name blocks of the pool (in one pass over
-        the buffer); None comes back, and nothing runs, when one does not. `feed(ids)` writes
-        token ids the host does not have yet into the device's ids (async scheduling)."""
-        n = len(token_ids)
+    def run(self, step: DecodeStep, num_blocks: int | None = None,
+            feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs | None:
+        """One step of len(step.positions) sequences. With `num_blocks`, the table entries sent
+        are checked to name blocks of the pool; None comes back, and nothing runs, when one does
+        not. `feed(ids)` writes token ids the host does not have yet into the device's ids
+        (async scheduling: ids is [B, q], a row's first token)."""
+        n, q = len(step.positions), step.q
+        size = self.prepare(step, num_blocks)
+        if size is None:
+            return None
+        if feed is not None:
+            feed(self.buffer[:size * q].view(size, q))
+        if not self.use_graphs:
+            return self._compute(size, q).rows(n, q)
+        if (size, q) not in self.graphs:
+            self._capture(size, q)
+        self.graphs[(size, q)].replay()
+        self.num_replays += 1
+        return self.outputs[(size, q)].rows(n, q)
+
+    def prepare(self, step: DecodeStep, num_blocks: int | None = None) -> int | None:
+        """The step's inputs into the device's buffer and its table changes into the persistent
+        tables; returns the bucket it runs in (None: a block id outside the pool was sent)."""
+        n = len(step.positions)
         size = self.bucket(n)
         self._next_host()
-        starts = starts or [0] * len(tables)
-        used = self._fill(token_ids, positions, slots, tables, size, starts)
-        if num_blocks is not None:
-            widest = max(s + len(t) for s, t in zip(starts, tables, strict=True))
-            b, w = self.max_batch, self.width
-            region = self._host_np[self._tables_at:self._tables_at + self.num_groups * b * w]
-            region = region.reshape(self.num_groups, b, w)[:, :n, :widest]
-            if region.min() < 0 or region.max() >= num_blocks:
-                region[:] = 0  # no bad id stays behind for a later step's check to trip on
-                return None
+        rows = self.state.rows_for(step.keys)
+        index: list[int] = []
+        value: list[int] = []
+        self.state.changes(rows, step.tables, index, value)
+        if num_blocks is not None and value and (min(value) < 0 or max(value) >= num_blocks):
+            self.state = PersistentTables(self.num_groups, self.max_batch, self.width, self.device)
+            return None
+        used = self._fill(step, rows, size, index, value)
         self.buffer[:used].copy_(self.host[:used], non_blocking=True)
         if self.use_graphs:
             self._copied[self._turn] = torch.cuda.Event()
             self._copied[self._turn].record()
-        if feed is not None:
-            feed(self.buffer[:n])
-        if not self.use_graphs:
-            return self._compute(size).rows(n)
-        if size not in self.graphs:
-            self._capture(size)
-        self.graphs[size].replay()
-        self.num_replays += 1
-        return self.outputs[size].rows(n)
+        if index:
+            at, m = self._at["changes"], len(index)
+            flat = self.state.tables.view(-1)
+            flat.index_copy_(0, self.buffer[at:at + m].long(), self.buffer[at + m:at + 2 * m])
+        if self.check_tables:
+            self.state.check(rows, step.tables)
+        return size
 
     @torch.inference_mode()
-    def capture(self, sizes: tuple[int, ...] | None = None,
+    def capture(self, sizes: tuple[int, ...] | None = None, queries: tuple[int, ...] = (1,),
                 progress: Callable[[int, int], None] | None = None) -> None:
-        """Capture the graphs of these buckets now (default: all), largest first so that the
-        smaller ones reuse its memory pool. Otherwise each is captured at its first use.
-        `progress(done, total)` is called after each one."""
+        """Capture the graphs of these buckets and query lengths now (default: every bucket,
+        Q = 1), largest first so that the smaller ones reuse its memory pool. Otherwise each is
+        captured at its first use. `progress(done, total)` is called after each one."""
         if not self.use_graphs:
             return
-        todo = sorted(sizes or self.sizes, reverse=True)
-        for i, size in enumerate(todo):
+        todo = [(s, q) for q in sorted(queries, reverse=True)
+                for s in sorted(sizes or self.sizes, reverse=True)]
+        for i, (size, q) in enumerate(todo):
             if progress is not None:
                 progress(i, len(todo))
-            if size not in self.graphs:
-                groups = self.num_groups
-                self._fill([0] * size, [0] * size, [-1] * size * groups, [[0]] * size * groups, size,
-                           [0] * size * groups)
+            if (size, q) not in self.graphs:
+                self._fill_padding(size, q)
                 self.buffer.copy_(self.host)
-                self._capture(size)
+                self._capture(size, q)
+        if max(queries) > 1:
+            self._measure(max(queries))
+
+    def cost_ratio(self, num_seqs: int, q: int) -> float:
+        """What a step of num_seqs sequences of q tokens costs against a decode step: measured
+        when the graphs were captured, else DEFAULT_VERIFY_COST per draft token."""
+        if q <= 1:
+            return 1.0
+        measured = self.ratios.get(self.bucket(min(num_seqs, self.max_batch)))
+        return measured if measured is not None else 1.0 + DEFAULT_VERIFY_COST * (q - 1)
+
+    def _measure(self, q: int) -> None:
+        """Time each bucket's verification graph against its decode graph, replayed on padding
+        rows (which write nothing): what a draft must pay for."""
+        self._fill_padding(self.sizes[-1], q)
+        self.buffer.copy_(self.host)
+
+        def replay_ms(key: tuple[int, int]) -> float:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.graphs[key].replay()
+            start.record()
+            for _ in range(3):
+                self.graphs[key].replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+
+        for size in self.sizes:
+            if (size, 1) in self.graphs and (size, q) in self.graphs:
+                self.ratios[size] = replay_ms((size, q)) / replay_ms((size, 1))
 
     # ---- internals ------------------------------------------------------------------------------
 
@@ -188,58 +249,82 @@ class DecodeGraphs:
         self.host = self._hosts[self._turn]
         self._host_np = self.host.numpy()
 
-    def _fill(self, token_ids: list[int], positions: list[int], slots: list[int],
-              tables: list[list[int]], size: int, starts: list[int] | None = None) -> int:
-        b, w, h = self.max_batch, self.width, self._host_np
-        n = len(token_ids)
-        h[0:n] = token_ids
-        h[b:b + n] = positions
-        h[2 * b:2 * b + n] = [p + 1 for p in positions]
-        if size > n:  # padding rows: write nothing, read one slot of whatever block row 0 names
-            h[n:size] = 0
-            h[b + n:b + size] = 0
-            h[2 * b + n:2 * b + size] = 1
-        for g in range(self.num_groups):
-            at = (3 + g) * b
-            h[at:at + n] = slots[g * n:(g + 1) * n]
-            h[at + n:at + size] = -1
-            base = self._tables_at + g * b * w
-            for i, table in enumerate(tables[g * n:(g + 1) * n]):
-                at = base + i * w + (starts[g * n + i] if starts else 0)
-                h[at:at + len(table)] = table
-        # Entries past a table's end are never read (the kernel stops at the sequence's length).
-        return self._tables_at + (self.num_groups - 1) * b * w + size * w
+    def _fill(self, step: DecodeStep, rows: list[int], size: int, index: list[int],
+              value: list[int]) -> int:
+        h, at, n, q = self._host_np, self._at, len(rows), step.q
+        h[0:n * q] = step.tokens
+        p, d, r = at["positions"], at["drafts"], at["rows"]
+        h[p:p + n] = step.positions
+        h[d:d + n] = step.drafts
+        h[r:r + n] = rows
+        if size > n:  # padding rows: no position (no write), the all-zero table row
+            h[n * q:size * q] = 0
+            h[p + n:p + size] = -1
+            h[d + n:d + size] = 0
+            h[r + n:r + size] = self.state.pad_row
+        if not index:
+            return at["changes"]
+        if len(index) > self._room:
+            raise ValueError("more changed table entries than the decode buffers hold")
+        c, m = at["changes"], len(index)
+        h[c:c + m] = index
+        h[c + m:c + 2 * m] = value
+        return c + 2 * m
 
-    def _views(self, size: int) -> tuple[torch.Tensor, ...]:
-        b, w, buf, groups = self.max_batch, self.width, self.buffer, self.num_groups
-        return (buf[0:size], buf[b:b + size], buf[3 * b:(3 + groups) * b].view(groups, b)[:, :size],
-                buf[2 * b:2 * b + size],
-                buf[self._tables_at:].view(groups, b, w)[:, :size])
+    def _fill_padding(self, size: int, q: int) -> None:
+        """Every row a padding row: what a capture runs on."""
+        h, at = self._host_np, self._at
+        h[0:size * q] = 0
+        h[at["positions"]:at["positions"] + size] = -1
+        h[at["drafts"]:at["drafts"] + size] = 0
+        h[at["rows"]:at["rows"] + size] = self.state.pad_row
 
-    def _compute(self, size: int) -> DecodeOutputs:
-        ids, pos, slots, lens, tables = self._views(size)
+    def _compute(self, size: int, q: int) -> DecodeOutputs:
+        """Positions, slots and context lengths of every query from the rows' tables, then the
+        forward pass: no host reads (a capture would fail on one)."""
+        at, buf, bs = self._at, self.buffer, self.block_size
+        ids = buf[0:size * q].long()
+        pos = buf[at["positions"]:at["positions"] + size].long()
+        drafts = buf[at["drafts"]:at["drafts"] + size].long()
+        rows = buf[at["rows"]:at["rows"] + size].long()
+        tables = self.state.tables.index_select(1, rows)  # [groups, size, width]
+        live = pos >= 0
+        base = pos.clamp(min=0)
+        j = torch.arange(q, device=buf.device)
+        real = (j[None, :] <= drafts[:, None]) & live[:, None]  # [size, q]: not a padding query
+        # a padding query repeats its row's last real position (RoPE reads a valid one)
+        qpos = base[:, None] + torch.minimum(j[None, :], drafts[:, None])
+        cols = (qpos // bs)[None].expand(self.num_groups, size, q)
+        blocks = tables.gather(2, cols)  # [groups, size, q]
+        slots = torch.where(real[None], blocks * bs + qpos % bs, -1).flatten(1)
+        seq_lens = torch.where(live, base + q, q).to(torch.int32)
         forward = self._forward()
         if forward is None:
             raise RuntimeError("the model runner these decode graphs belong to is gone")
-        logits = forward(ids.long(), pos.long(), slots.long(), lens, tables,
-                              self.max_seq_len).float()
+        logits = forward(ids, qpos.flatten(), slots, seq_lens, tables, self.max_seq_len,
+                         q).float()
         if not self.use_graphs:  # eager: a sampled step has no use for the greedy choice
             return DecodeOutputs(logits)
-        # in the graph: a greedy step then reads its tokens back with no kernel of its own
-        return DecodeOutputs(logits, None, *greedy_pair(logits))
+        best, best_lp = greedy_pair(logits)
+        accepted = None
+        if q > 1:  # the greedy picks confirm a draft's tokens while each equals its pick
+            picks = best.view(size, q)[:, :q - 1]
+            match = (picks == ids.view(size, q)[:, 1:]) & (j[None, :q - 1] < drafts[:, None])
+            accepted = match.int().cumprod(1).sum(1)
+        return DecodeOutputs(logits, best, best_lp, accepted)
 
-    def _capture(self, size: int) -> None:
+    def _capture(self, size: int, q: int) -> None:
         # Warm up on a side stream first (Triton compiles its kernels, cuBLAS picks its
         # algorithms): nothing of that may happen inside the capture.
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._compute(size)
+                self._compute(size, q)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self.outputs[size] = self._compute(size)
-        self.graphs[size] = graph
+            self.outputs[(size, q)] = self._compute(size, q)
+        self.graphs[(size, q)] = graph

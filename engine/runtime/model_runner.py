@@ -31,7 +31,7 @@ import torch
 
 from engine.runtime.attention_plugin import METADATA_KWARG, PagedMetadata, use_paged_attention
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.decode_graphs import DecodeGraphs
+from engine.runtime.decode_graphs import DecodeGraphs, DecodeStep
 from engine.runtime.lean_decoder import lean_forward
 from engine.runtime.sampler import TorchScores, fused_sampling_available
 from engine.runtime.sampler_workspace import SamplerWorkspace
@@ -49,6 +49,7 @@ class ScheduledSeq:
     # the tables of the KV cache groups after the first (hybrid models), None where a
     # sliding-window group dropped a block (the first table may hold None too: all-sliding)
     group_tables: tuple[list[int | None], ...] = ()
+    key: Any = None  # the sequence, from step to step (its decode row stays on the device)
 
     def tables(self) -> tuple[list[int | None], ...]:
         return (self.block_table,) + tuple(self.group_tables)
@@ -63,7 +64,7 @@ class ModelRunner:
     """Runs batches of scheduled sequences through the model, reading and writing the paged pool."""
 
     def __init__(self, loaded_model: Any, cache_engine: CacheEngine, max_batch: int = 256,
-                 use_graphs: bool | None = None, use_lean: bool = True) -> None:
+                 use_graphs: bool | None = None, use_lean: bool = True, max_query: int = 1) -> None:
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.cache = cache_engine
@@ -93,9 +94,11 @@ class ModelRunner:
         # than the arithmetic on them)
         self.sampler_workspace = SamplerWorkspace()
         self.layout = cache_engine.layout  # which group's table and which page slot each layer reads
+        # decodes, and verifications of up to max_query - 1 draft tokens, from static buffers
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs,
-                                   num_groups=self.layout.num_groups)
+                                   num_groups=self.layout.num_groups, block_size=self.block_size,
+                                   max_query=max_query)
 
     def close(self) -> None:
         """Let go of this runner's own tensors now: decode graphs, static buffers, the sampler's
@@ -166,7 +169,8 @@ class ModelRunner:
             from kernels import sampling
 
             sampling.warm_up(int(self.lm_head.weight.shape[0]), self.device)
-        self.graphs.capture(progress=progress)
+        queries = (1, self.graphs.max_query) if self.graphs.max_query > 1 else (1,)
+        self.graphs.capture(queries=queries, progress=progress)
         torch.cuda.synchronize(self.device)
         self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's
         seconds = time.perf_counter() - start
@@ -187,73 +191,87 @@ class ModelRunner:
             self._modules_only -= 1
 
     def execute_scores(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
-        """The step's scores: pure-decode batches through the static decode path (CUDA graphs on
-        a GPU), anything else (prefills, mixed batches) through `execute`."""
-        if not self._modules_only and all(len(s.token_ids) == 1 for s in batch) and self.graphs.fits(
-                len(batch), max((len(s.block_table) for s in batch), default=0)):  # groups: as long
-            return self.decode(batch, feed)
+        """The step's scores: a batch whose every sequence computes a decode token (and maybe a
+        draft after it: all its new tokens' logits) through the static path (CUDA graphs on a
+        GPU), anything else (prefills, mixed batches) through `execute`."""
+        if not self._modules_only and all(s.num_logits == len(s.token_ids) for s in batch):
+            q = max(len(s.token_ids) for s in batch)
+            q = self.graphs.max_query if q > 1 else 1  # one graph per bucket for every draft
+            width = max((len(s.block_table) for s in batch), default=0)  # groups: as long
+            if self.graphs.fits(len(batch), width, q):
+                return self.decode(batch, feed, q)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 
-    def decode(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
-        """One decode token per sequence, from the static buffers (see decode_graphs.py)."""
+    def decode(self, batch: list[ScheduledSeq], feed: Feed | None = None, q: int = 1) -> TorchScores:
+        """Every sequence's new tokens (a decode token, then up to q - 1 draft tokens) from the
+        static buffers (see decode_graphs.py): q logits rows a sequence, the draft padded."""
         if not batch:
             raise ValueError("decode() needs at least one scheduled sequence")
         bs, limit = self.block_size, self.max_model_len
-        num_groups = self.layout.num_groups
+        windows = self.layout.windows
         tokens: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []  # group after group: [group 0's B | group 1's B | ...]
-        tables: list[list[int]] = []  # likewise
+        drafts: list[int] = []
+        keys: list[Any] = []
         # One pass, a few operations per sequence (this runs for every sequence of every step);
         # anything unusual goes through the full check, which says what is wrong.
         for i, seq in enumerate(batch):
             p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
-            if (len(ids) != 1 or not 0 <= p < limit or len(table) <= p // bs
-                    or len(seq.group_tables) != num_groups - 1):
+            end = p + len(ids)
+            if (not 1 <= len(ids) <= q or p < 0 or end > limit or len(table) <= (end - 1) // bs
+                    or len(seq.group_tables) != len(windows) - 1):
                 self._check(i, seq)
-            tokens.append(ids[0])
+            if len(windows) > 1 or windows[0]:
+                self._check_windows(i, seq)
+            tokens += ids
+            if len(ids) < q:
+                tokens += [0] * (q - len(ids))
             positions.append(p)
-        starts: list[int] = []  # a sliding table goes in from the window's first block on
-        for g, window in enumerate(self.layout.windows):
-            for i, seq in enumerate(batch):
-                table = seq.block_table if g == 0 else seq.group_tables[g - 1]
-                p = seq.num_computed
-                if len(table) <= p // bs:
-                    self._check(i, seq)
-                first = max(0, p - window + 1) // bs if window else 0
-                if first:  # what the window hides is never read: no None reaches the buffer
-                    table = table[first:]
-                    if None in table:
-                        self._check(i, seq)
-                slots.append(table[p // bs - first] * bs + p % bs)
-                tables.append(table)
-                starts.append(first)
+            drafts.append(len(ids) - 1)
+            keys.append(seq.key)
         if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
             for i, _ in feed[0]:
-                tokens[i] = 0
-        out = self.graphs.run(tokens, positions, slots, tables,
-                              num_blocks=self.cache.num_gpu_blocks,
-                              feed=None if feed is None else lambda ids: _feed_into(ids, None, feed),
-                              starts=starts)
+                tokens[i * q] = 0
+        tables = [[s.block_table for s in batch]]
+        tables += [[s.group_tables[g] for s in batch] for g in range(len(windows) - 1)]
+        step = DecodeStep(tokens, positions, drafts, keys, tables, q)
+        out = self.graphs.run(step, num_blocks=self.cache.num_gpu_blocks,
+                              feed=None if feed is None else lambda ids: _feed_into(ids[:, 0], None, feed))
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self._check(i, seq)
-        self.num_tokens_computed += len(batch)
+        self.num_tokens_computed += sum(len(s.token_ids) for s in batch)
         self.num_forward_passes += 1
         greedy = None if out.greedy_ids is None else (out.greedy_ids, out.greedy_logprobs)
-        return TorchScores(out.logits, out.logprobs, greedy, workspace=self.sampler_workspace)
+        rows = None if q == 1 else [i * q + j for i, s in enumerate(batch)
+                                    for j in range(len(s.token_ids) - s.num_logits, len(s.token_ids))]
+        return TorchScores(out.logits, None, greedy, workspace=self.sampler_workspace, rows=rows,
+                           accepted=out.accepted)
+
+    def _check_windows(self, i: int, seq: ScheduledSeq) -> None:
+        """A sliding group's table must hold every block its window still shows the new tokens
+        (the entries before it may be dropped: None, never read)."""
+        bs, p = self.block_size, seq.num_computed
+        for g, window in enumerate(self.layout.windows):
+            table = seq.block_table if g == 0 else seq.group_tables[g - 1]
+            first = max(0, p - window + 1) // bs if window else 0
+            if None in table[first:]:
+                self._check(i, seq)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,
-                        max_seq_len: int) -> torch.Tensor:
-        """Decoder + LM head for one token per sequence: what the decode graphs capture. `slots`
-        [groups, B] and `tables` [groups, B, W]: one row per KV cache group. No host reads in
-        here (a capture would fail on one)."""
-        query_starts = self._query_starts[: input_ids.shape[0] + 1]
+                        max_seq_len: int, q: int = 1) -> torch.Tensor:
+        """Decoder + LM head for q tokens per sequence: what the decode graphs capture. `slots`
+        [groups, B x q] and `tables` [groups, B, W]: one row per KV cache group. No host reads
+        in here (a capture would fail on one)."""
+        num_seqs = tables.shape[1]
+        query_starts = self._query_starts[: num_seqs + 1]
+        if q > 1:
+            query_starts = query_starts * q
         meta = PagedMetadata(
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
             block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
-            max_query_len=1, max_seq_len=max_seq_len, layout=self.layout,
+            max_query_len=q, max_seq_len=max_seq_len, layout=self.layout,
         )
         if self.lean is not None:
             return lean_forward(self.lean, meta, input_ids, positions)

@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 #: One sequence's part of a forward pass: (the tokens to compute, how many of its tokens are
-#: already in the cache (the position of the first new one), its block table).
+#: already in the cache (the position of the first new one), its block table[, the rows of
+#: logits it wants (its last ones)[, the tables of its other KV cache groups[, a key that names
+#: the sequence from step to step]]]).
 StepItem = tuple[Sequence[int], int, Sequence[int]]
 
 #: Async scheduling: ([(index in the batch, row)], tokens). The item's one new token is not on
@@ -86,6 +88,11 @@ class Scores(Protocol):
         """`sample_many`, with the reading deferred to `Picks.result()`."""
         ...
 
+    def accepted(self, index: int) -> int | None:
+        """Of a step that verifies drafts: how many draft tokens of its sequence `index` (in the
+        step's order) the greedy picks confirm, as the device decided it; None where it did not."""
+        ...
+
     def top_many(self, rows: list[int], ks: list[int]) -> list[list[TokenLogprob]]:
         """The ks[i] most likely next tokens of rows[i], best first (beam candidates)."""
         ...
@@ -123,6 +130,11 @@ class ModelRuntime(Protocol):
         """One forward pass over `items` (their new tokens' K/V written into their slots):
         the scores of each item's last new token, in order. `feed` only where the last step's
         scores could overlap (`Scores.can_overlap`)."""
+        ...
+
+    def draft_cost(self, num_seqs: int, q: int) -> float:
+        """What a step of num_seqs sequences of q tokens each (a decode and q - 1 draft tokens to
+        verify) costs, as a multiple of a decode step of those sequences."""
         ...
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:

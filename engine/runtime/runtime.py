@@ -37,7 +37,12 @@ class Runtime:
             device=self.loaded.device, dtype=self.loaded.dtype,
             num_offload_blocks=config.num_offload_blocks,
         )
-        self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512))
+        # a verification of k drafts is a static step of k + 1 queries a sequence
+        drafts = config.num_speculative_tokens if config.speculative_method else 0
+        self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512),
+                                  max_query=1 + drafts)
+        # the tests track content: the device's decode tables are then checked every step too
+        self.runner.graphs.check_tables = config.tracks_kv_content
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
@@ -57,6 +62,12 @@ class Runtime:
         self._check_open()
         batch = [ScheduledSeq(*item) for item in items]
         return self.runner.execute_scores(batch, feed)
+
+    def draft_cost(self, num_seqs: int, q: int) -> float:
+        """A step of num_seqs sequences verifying q - 1 draft tokens each, against a decode step
+        (speculative decoding drafts only where that pays: engine/core/draft_policy.py), with a
+        margin of 5% for the spread of the measurement and the step's lost overlap."""
+        return 1.05 * self.runner.graphs.cost_ratio(num_seqs, q)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()

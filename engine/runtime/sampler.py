@@ -73,11 +73,19 @@ class TorchScores:
 
     def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor | None = None,
                  greedy: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 workspace: SamplerWorkspace | None = None, fused: bool | None = None) -> None:
+                 workspace: SamplerWorkspace | None = None, fused: bool | None = None,
+                 rows: list[int] | None = None, accepted: torch.Tensor | None = None) -> None:
         """`logits` [rows, vocab], float32 or bfloat16. `logprobs` and `greedy` (token ids,
         their log probs): already computed on the device (by the decode graph), when they were.
         `workspace`: scratch reused across steps (the torch path). `fused`: draw with the Triton
-        kernel; None = where it runs natively (CUDA); True on a CPU needs TRITON_INTERPRET=1."""
+        kernel; None = where it runs natively (CUDA); True on a CPU needs TRITON_INTERPRET=1.
+        `rows`: where the engine's row i lies among the logits' rows (a verification step's
+        drafts are padded to one length); None: row i is row i. `accepted`: per sequence of a
+        verification step, how many of its draft tokens the greedy picks confirm (the decode
+        graph decides it on the device; it comes back with the greedy picks)."""
+        self._map = rows
+        self._accepted_t = accepted
+        self._accepted: list[int] | None = None
         self._raw = logits
         self._logits: torch.Tensor | None = None
         self.num_rows = logits.shape[0]
@@ -125,8 +133,28 @@ class TorchScores:
     def greedy(self, row: int) -> tuple[int, float]:
         if self._greedy is None:
             best, best_lp = self._greedy_pair()
-            self._greedy = list(zip(best.tolist(), best_lp.tolist(), strict=True))
-        return self._greedy[row]
+            parts = [best.double(), best_lp.double()]
+            if self._accepted_t is not None:  # in the same transfer
+                parts.append(self._accepted_t.double())
+            values = torch.cat(parts).tolist()
+            n = best.shape[0]
+            self._greedy = list(zip(map(int, values[:n]), values[n:2 * n], strict=True))
+            self._accepted = [int(v) for v in values[2 * n:]] if self._accepted_t is not None else None
+        return self._greedy[row if self._map is None else self._map[row]]
+
+    def accepted(self, index: int) -> int | None:
+        """How many draft tokens of the step's sequence `index` its greedy picks confirm, as the
+        device decided it; None where the device did not (the host compares the picks)."""
+        if self._accepted_t is None:
+            return None
+        if self._greedy is None:
+            self.greedy(0)
+        return self._accepted[index]
+
+    def _mapped(self, requests: list[SampleRequest]) -> list[SampleRequest]:
+        """The requests with the engine's rows turned into rows of the logits."""
+        m = self._map
+        return requests if m is None else [r._replace(row=m[r.row]) for r in requests]
 
     def sample_many(self, requests: list[SampleRequest]) -> list[tuple[int, float]]:
         """(token, its log probability under the model) for each request, in order. Greedy
@@ -134,6 +162,13 @@ class TorchScores:
         for the rare row that the rejection rounds could not settle (see `draw`)."""
         if not requests:
             return []
+        requests, m, self._map = self._mapped(requests), self._map, None  # rows of the logits now
+        try:
+            return self._sample_many(requests)
+        finally:
+            self._map = m
+
+    def _sample_many(self, requests: list[SampleRequest]) -> list[tuple[int, float]]:
         sampled = [r for r in requests if r.params.temperature > 0]
         if not sampled:
             return [self.greedy(r.row) for r in requests]
@@ -160,6 +195,14 @@ class TorchScores:
         """`sample_many` for async scheduling, with nothing read back yet: one pick per row
         (greedy, or the row's draw), left on the device. Only for requests whose draws always
         settle at once (no top-p: its rare unsettled rows need the host)."""
+        if self._map is not None:  # picks by the engine's rows: the next step reads them so
+            m = torch.tensor(self._map, dtype=torch.long, device=self._raw.device)
+            picks = self._pick_rows(self._mapped(requests))
+            return StepPicks(picks.tokens.index_select(0, m), picks.logprobs.index_select(0, m),
+                             [r.row for r in requests])
+        return self._pick_rows(requests)
+
+    def _pick_rows(self, requests: list[SampleRequest]) -> StepPicks:
         sampled = [r for r in requests if r.params.temperature > 0]
         if len(sampled) < len(requests):  # some row is greedy: start from the greedy picks
             best, best_lp = self._greedy_pair()
@@ -228,6 +271,8 @@ class TorchScores:
         first: one top-k over all the rows (beam candidates of the whole step), one transfer."""
         if not rows:
             return []
+        if self._map is not None:
+            rows = [self._map[r] for r in rows]
         idx = to_device(rows, torch.long, self.logits.device)
         values, ids = torch.topk(self.logprobs().index_select(0, idx), max(ks), dim=-1)
         both = torch.stack([ids.double(), values.double()]).tolist()

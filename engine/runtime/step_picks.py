@@ -19,6 +19,7 @@ class StepPicks:
 
     def __init__(self, tokens: torch.Tensor, logprobs: torch.Tensor, draw_rows: list[int]) -> None:
         self.tokens = tokens  # int64 [rows], where the next step's inputs read
+        self.logprobs = logprobs
         self.draw_rows = draw_rows
         both = torch.stack([tokens.double(), logprobs.double()])  # ids are exact in float64
         if tokens.device.type == "cuda":

@@ -40,6 +40,10 @@ class RemoteScores:
     def logprobs(self) -> torch.Tensor:
         return self.full().logprobs()
 
+    def accepted(self, index: int) -> int | None:
+        """The workers' picks come back as tokens: the host compares a draft with them."""
+        return None
+
     def greedy(self, row: int) -> tuple[int, float]:
         return self._greedy[row]
 

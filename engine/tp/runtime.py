@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 from engine.config import EngineConfig
 from engine.core.kv_groups import groups_of
+from engine.runtime.decode_graphs import DEFAULT_VERIFY_COST
 from engine.runtime.protocols import Feed, StepItem
 from engine.tp.comm import PollingWaiter, broadcast_object, gloo_group
 from engine.tp.launch import Workers, start_workers, stop_workers
@@ -262,6 +263,11 @@ class TPRuntime:
 
     # Copies and swaps ride with the next message, in order: every rank applies them to its own
     # slice of the same block ids before it runs that step.
+    def draft_cost(self, num_seqs: int, q: int) -> float:
+        """Workers run every step eagerly (no graphs): a verification costs about what one on a
+        CPU does over its decode (engine/runtime/decode_graphs.py's default), with a 5% margin."""
+        return 1.05 * (1.0 + DEFAULT_VERIFY_COST * (q - 1))
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
             self._pending.append(("copy_blocks", [tuple(p) for p in pairs]))

@@ -10,10 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
-from engine.core.speculation import accepted_prefix, propose_ngram
+from engine.core.ngram_index import NgramIndex
+from engine.core.speculation import accepted_prefix
 from tests.engine.test_async_scheduling import dry_sampling, run, same_outputs
 
 SPEC = {"speculative_method": "ngram", "num_speculative_tokens": 4}
+
+
+def propose_ngram(tokens: list[int], k: int, n_min: int, n_max: int, chain: int = 64) -> list[int]:
+    """What a fresh index of the tokens proposes (the engine's keeps one per sequence)."""
+    return NgramIndex(n_min, n_max, chain).propose(list(tokens), len(tokens), k)
 
 
 def test_a_lookup_drafts_what_followed_the_latest_earlier_occurrence() -> None:
@@ -22,7 +28,9 @@ def test_a_lookup_drafts_what_followed_the_latest_earlier_occurrence() -> None:
     assert propose_ngram(text, 3, 2, 4) == [3, 7, 1]  # [1, 2] last seen at 4: 3, 7, 1 followed
     assert propose_ngram(text, 1, 2, 4) == [3]
     assert propose_ngram([5, 6, 7, 8], 4, 2, 4) == []  # nothing repeats
-    assert propose_ngram([4, 4, 4], 4, 2, 2) == [4]  # an overlapping match: what is there
+    assert propose_ngram([4, 4, 4], 4, 2, 2) == [4, 4, 4, 4]  # a loop goes on looping
+    # "red, " twice: the latest occurrence is one period back; the draft repeats the period
+    assert propose_ngram([9, 5, 6, 5, 6], 4, 2, 2) == [5, 6, 5, 6]
 
 
 def test_the_longest_matching_tail_wins() -> None:
@@ -36,7 +44,8 @@ def _lookup_by_hand(tokens: list[int], k: int, n_min: int, n_max: int) -> list[i
     for n in range(min(n_max, len(tokens) - 1), n_min - 1, -1):
         for start in range(len(tokens) - n - 1, -1, -1):
             if tokens[start:start + n] == tokens[len(tokens) - n:]:
-                return tokens[start + n:start + n + k]
+                run = tokens[start + n:]  # what followed, repeating where it reaches the end
+                return [run[j % len(run)] for j in range(k)]
     return []
 
 
@@ -44,10 +53,28 @@ def _lookup_by_hand(tokens: list[int], k: int, n_min: int, n_max: int) -> list[i
 @given(tokens=st.lists(st.sampled_from([0, 1, 2, 256, 65536, 2**31 - 1, -1]), max_size=40),
        k=st.integers(1, 6), n_min=st.integers(1, 3), extra=st.integers(0, 3))
 def test_the_lookup_finds_what_a_search_by_hand_finds(tokens, k, n_min, extra) -> None:
-    """The packed-bytes search agrees with the obvious loop (ids whose bytes could match across
-    token boundaries included)."""
+    """The index (its chain as long as the occurrences) agrees with the obvious loop."""
     assert propose_ngram(tokens, k, n_min, n_min + extra) == \
         _lookup_by_hand(tokens, k, n_min, n_min + extra)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=st.lists(st.sampled_from([0, 1, 2, 3]), min_size=1, max_size=60),
+       cuts=st.lists(st.integers(1, 60), max_size=6), k=st.integers(1, 5))
+def test_an_index_grown_step_by_step_proposes_what_a_fresh_one_does(tokens, cuts, k) -> None:
+    """The engine's index grows with the sequence (a few tokens a step, drafts never indexed):
+    at every length it proposes what an index built at once on the same tokens would."""
+    grown = NgramIndex(2, 4)
+    for end in sorted({min(c, len(tokens)) for c in cuts} | {len(tokens)}):
+        assert grown.propose(tokens, end, k) == NgramIndex(2, 4).propose(tokens, end, k)
+
+
+def test_a_lookup_walks_at_most_chain_occurrences() -> None:
+    """On text that loops, a lookup stops after `chain` occurrences of the tail's n_min tokens
+    (the longest match among the latest of them wins): its work per step is bounded."""
+    text = [7, 8, 1, 2, 3] + [9, 1, 2, 4] * 20 + [7, 8, 1, 2]
+    assert propose_ngram(text, 2, 2, 4, chain=64) == [3, 9]  # the whole tail [7, 8, 1, 2], far back
+    assert propose_ngram(text, 2, 2, 4, chain=8) == [4, 7]  # among the latest 8: [1, 2] at best
 
 
 def test_a_draft_is_kept_up_to_the_first_pick_that_differs() -> None:

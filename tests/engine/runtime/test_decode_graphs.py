@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.decode_graphs import DecodeGraphs
+from engine.runtime.decode_graphs import DecodeGraphs, DecodeStep
 from engine.runtime.model_runner import ModelRunner, ScheduledSeq
 
 BS = 4
@@ -75,7 +75,7 @@ def test_the_captured_forward_never_reads_the_device(tiny_model, monkeypatch, us
     in the lean decoder and in the module path (transformers' mask building would read the
     device, so the runner hands it a ready-made mask)."""
     runner = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, BS), max_batch=4,
-                         use_lean=use_lean)
+                         use_lean=use_lean, max_query=3)
     assert (runner.lean is not None) == use_lean
     batch = prefilled_batch(runner, tiny_model.tokenizer, PROMPTS)
     reads = []
@@ -107,12 +107,15 @@ def test_the_captured_forward_never_reads_the_device(tiny_model, monkeypatch, us
         f.name: unguarded(getattr(ops, f.name)) for f in dataclasses.fields(ops)
         if f.name != "name"}))
     graphs = runner.graphs
-    graphs._fill([s.token_ids[0] for s in batch], [s.num_computed for s in batch],
-                 [s.block_table[s.num_computed // BS] * BS + s.num_computed % BS for s in batch],
-                 [s.block_table for s in batch], 3)
-    graphs.buffer.copy_(graphs.host)
-    with torch.inference_mode():
-        graphs._compute(3)
+    for q in (1, 3):  # a decode, and a verification of drafts of up to 2 tokens (one padded)
+        step = DecodeStep([t for i, s in enumerate(batch) for t in (s.token_ids[0], 5, 6)[:q]],
+                          [s.num_computed for s in batch], [min(i, q - 1) for i in range(3)],
+                          [10 + i for i in range(3)], [[s.block_table for s in batch]], q)
+        allowed["on"] = True
+        graphs.prepare(step)  # the host's part: it may read what it likes
+        allowed["on"] = False
+        with torch.inference_mode():
+            graphs._compute(3, q)
     assert reads == []
 
 
@@ -127,7 +130,7 @@ def test_graph_replay_equals_eager_on_cuda():
     want = eager.execute_scores(prefilled_batch(eager, lm.tokenizer, PROMPTS))
     batch = prefilled_batch(graphed, lm.tokenizer, PROMPTS)
     got = graphed.execute_scores(batch)
-    assert graphed.graphs.num_replays == 1 and 4 in graphed.graphs.graphs
+    assert graphed.graphs.num_replays == 1 and (4, 1) in graphed.graphs.graphs
     torch.testing.assert_close(got.logits, want.logits, atol=1e-4, rtol=1e-4)
     assert [got.greedy(i)[0] for i in range(3)] == [want.greedy(i)[0] for i in range(3)]
     torch.testing.assert_close(graphed.cache.kv_cache, eager.cache.kv_cache, atol=1e-5, rtol=1e-5)

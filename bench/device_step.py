@@ -1,0 +1,263 @@
+"""Steps that stay on the device (issue 31), measured: speculative decoding against none, the
+engine's tokens per pass against Hugging Face's prompt lookup, a hybrid model against the same
+model all full, and a 1.2B model's decode step against its HBM roofline, with the host's share.
+
+    python bench/device_step.py --device cuda --out bench/results/device_step_h100.json
+    python bench/device_step.py --smoke --out /tmp/device_step.json     # CPU: the script runs
+
+Models are random weights in SmolLM2-135M's shapes (30 layers, 9 / 3 heads of 64) and in
+Llama-3.2-1B's (16 layers, hidden 2048, 32 / 8 heads: 1.24e9 parameters), built in code from one
+seed (bench/hybrid.py's `build`), bfloat16, async scheduling on. Every ratio compares two runs
+made in this one process on the same device, both warm.
+
+- `spec`: batches of 1, 8 and 64 requests, 128 new tokens each, k = 4 drafts against none.
+  Greedy on a repetitive prompt (a random model loops: its drafts are kept) and sampled at
+  temperature 1 (nothing repeats: nothing to draft). Tokens/s (median of 3 runs after a warm-up),
+  and tokens per pass: a sequence's output tokens over the decode steps it took.
+- `hf_lookup`: the same model and prompt in HF `generate` with prompt_lookup_num_tokens=4, batch
+  1: tokens per forward pass (calls of the model counted by a hook).
+- `hybrid`: 32 requests of 1,024- and 4,096-token prompts, 256 new tokens: half the layers with a
+  128-token window against every layer full: tokens/s.
+- `roofline`: the 1.2B model at 64 and 256 sequences of 512-token prompts: the steady decode
+  step's wall time (async, and synchronous), the graph's GPU time, the roofline (weights + KV over
+  the copy bandwidth measured here); the host's time a step is the synchronous step less the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from bench import hybrid  # noqa: E402
+from bench.copy_bandwidth import copy_bandwidth  # noqa: E402
+from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+
+REPEAT = "one two three four five six seven eight " * 8
+FULL = dict(batches=[1, 8, 64], new=128, hybrid_prompts=[1024, 4096], hybrid_requests=32,
+            hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512, roof_new=64)
+SMOKE = dict(batches=[1, 4], new=24, hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
+             roof_seqs=[4], roof_prompt=48, roof_new=8)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def engine(path: str, device: str, k: int, seqs: int, blocks: int, **kw) -> LLMEngine:
+    spec = {"speculative_method": "ngram", "num_speculative_tokens": k} if k else {}
+    return LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
+                                  num_gpu_blocks=blocks, max_num_seqs=seqs,
+                                  enable_prefix_caching=False,
+                                  async_scheduling=kw.pop("async_scheduling", True), **spec, **kw))
+
+
+def dtype(device: str) -> str:
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+def timed_runs(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) -> dict:
+    """A warm-up run, then 3 timed runs of the same requests (no prefix cache: the same work)."""
+    eng.generate(prompts, params)
+    times, outs, steps = [], None, 0
+    for _ in range(3):
+        sync(device)
+        t0, s0 = time.perf_counter(), eng.step_count
+        outs = eng.generate(prompts, params)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        steps = eng.step_count - s0
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    secs = statistics.median(times)
+    return {"tokens": tokens, "seconds": round(secs, 4), "runs_s": [round(t, 4) for t in times],
+            "tokens_per_s": round(tokens / secs, 1), "steps": steps,
+            # a sequence's tokens over the steps after its prefill (every sequence decodes in each)
+            "tokens_per_pass": round(tokens / len(outs) / max(1, steps - 1), 3),
+            "drafted": sum(o.draft_tokens for o in outs), "kept": sum(o.accepted_tokens for o in outs),
+            "ids": [list(o.outputs[0].token_ids) for o in outs]}
+
+
+def spec(path: str, device: str, sizes: dict) -> dict:
+    rows = []
+    top = max(sizes["batches"])
+    engines = {k: engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
+    for batch in sizes["batches"]:
+        for label, params in (("greedy, repetitive", SamplingParams(max_tokens=sizes["new"],
+                                                                    ignore_eos=True)),
+                              ("sampled T=1, nothing to draft", SamplingParams(
+                                  max_tokens=sizes["new"], temperature=1.0, seed=1,
+                                  ignore_eos=True))):
+            prompts = [REPEAT + str(i) for i in range(batch)]
+            got = {k: timed_runs(eng, prompts, params, device) for k, eng in engines.items()}
+            row = {"batch": batch, "workload": label,
+                   "drafts_over_none": round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3),
+                   "same_tokens": got[4].pop("ids") == got[0].pop("ids"),
+                   "k0": got[0], "k4": got[4]}
+            rows.append(row)
+            print(json.dumps({x: row[x] for x in ("batch", "workload", "drafts_over_none",
+                                                   "same_tokens")}
+                             | {"tokens_per_pass_k4": got[4]["tokens_per_pass"]}), flush=True)
+    for eng in engines.values():
+        eng.close()
+    return {"rows": rows}
+
+
+def hf_lookup(path: str, device: str, sizes: dict) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype(device))).to(device)
+    ids = torch.tensor([tok.encode(REPEAT + "0")], device=device)
+    calls = [0]
+    model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    out = {}
+    for label, kw in (("plain", {}), ("prompt_lookup_4", {"prompt_lookup_num_tokens": 4})):
+        for _ in range(2):  # the second run is timed
+            calls[0] = 0
+            sync(device)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                gen = model.generate(ids, do_sample=False, max_new_tokens=sizes["new"],
+                                     min_new_tokens=sizes["new"], pad_token_id=0, **kw)
+            sync(device)
+            secs = time.perf_counter() - t0
+        new = gen.shape[1] - ids.shape[1]
+        out[label] = {"new_tokens": new, "forward_passes": calls[0],
+                      "tokens_per_pass": round(new / max(1, calls[0] - 1), 3),  # the prefill aside
+                      "tokens_per_s": round(new / secs, 1)}
+    del model
+    return out
+
+
+def hybrid_speed(paths: dict[str, str], device: str, sizes: dict) -> dict:
+    out = {}
+    n, new = sizes["hybrid_requests"], sizes["hybrid_new"]
+    for plen in sizes["hybrid_prompts"]:
+        row = {}
+        for name, path in paths.items():
+            eng = LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device),
+                                         block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 256,
+                                         max_num_batched_tokens=8192, async_scheduling=True))
+            params = SamplingParams(max_tokens=new, ignore_eos=True)
+            eng.generate(hybrid._prompts(2, plen, plen, 2), SamplingParams(max_tokens=8, ignore_eos=True))
+            times = []
+            for r in range(3):
+                prompts = hybrid._prompts(n, plen, plen, 10 + r)
+                sync(device)
+                t0 = time.perf_counter()
+                eng.generate(prompts, params)
+                sync(device)
+                times.append(time.perf_counter() - t0)
+            eng.close()
+            row[name] = {"tokens_per_s": round(n * new / statistics.median(times), 1),
+                         "runs_s": [round(t, 3) for t in times]}
+        row["hybrid_over_full"] = round(row["hybrid"]["tokens_per_s"] / row["full"]["tokens_per_s"], 3)
+        out[str(plen)] = row
+        print(json.dumps({"prompt": plen, "hybrid_over_full": row["hybrid_over_full"]}), flush=True)
+    return out
+
+
+def roofline(path: str, device: str, sizes: dict) -> dict:
+    from engine.runtime.models import load_model
+
+    lm = load_model(path, device, dtype(device))
+    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    kv_per_token = 2 * lm.num_layers * lm.num_kv_heads * lm.head_dim * lm.dtype.itemsize
+    bw = copy_bandwidth(device)
+    out = {"copy_bandwidth_gb_s": round(bw / 1e9, 1), "weight_bytes": weight_bytes,
+           "parameters": sum(p.numel() for p in lm.model.parameters())}
+    plen, new = sizes["roof_prompt"], sizes["roof_new"]
+    for n in sizes["roof_seqs"]:
+        row = {"roofline_ms": 1e3 * (weight_bytes + n * (plen + new // 2) * kv_per_token) / bw}
+        for overlap in (True, False):
+            eng = engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64,
+                         async_scheduling=overlap)
+            prompts = hybrid._prompts(n, plen, plen, n)
+            eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
+            for p in prompts:
+                eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
+            steps = []
+            while eng.has_pending_work():
+                t0 = time.perf_counter()
+                result = eng.step()
+                steps.append((time.perf_counter() - t0, result.num_prefills, result.num_decodes))
+            full = [s for s, p, d in steps if p == 0 and d == n]
+            key = "async" if overlap else "sync"
+            row[f"{key}_step_ms"] = round(1e3 * statistics.median(full[2:]), 3)
+            if overlap:
+                row["graph_gpu_ms"] = _replay_ms(eng, n)
+            eng.close()
+        row["async_over_roofline"] = round(row["async_step_ms"] / row["roofline_ms"], 3)
+        if row.get("graph_gpu_ms"):
+            row["graph_over_roofline"] = round(row["graph_gpu_ms"] / row["roofline_ms"], 3)
+            row["host_ms_per_step"] = round(row["sync_step_ms"] - row["graph_gpu_ms"], 3)
+        out[str(n)] = row
+        print(json.dumps({"seqs": n} | row), flush=True)
+    return out
+
+
+def _replay_ms(eng: LLMEngine, n: int) -> float | None:
+    """One replay of the decode graph of n sequences, on padding rows (which write nothing):
+    the step's GPU part."""
+    graphs = eng.runtime.runner.graphs
+    key = (graphs.bucket(n), 1)
+    if not graphs.use_graphs or key not in graphs.graphs:
+        return None
+    graphs._fill_padding(*key)
+    graphs.buffer.copy_(graphs.host)
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graphs.graphs[key].replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return round(statistics.median(times), 4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--only", nargs="+", default=["spec", "hf_lookup", "hybrid", "roofline"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    sizes = SMOKE if args.smoke else FULL
+    if args.smoke:
+        hybrid.SIZES.update(hybrid.SMOKE)
+    folder = Path(tempfile.mkdtemp(prefix="device-step-"))
+    result: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                    "torch": torch.__version__, "smoke": args.smoke, "sizes": sizes}
+    full = hybrid.build(folder / "full", hybrid=False)
+    for stage in args.only:
+        t0 = time.perf_counter()
+        if stage == "spec":
+            result["spec"] = spec(full, args.device, sizes)
+        elif stage == "hf_lookup":
+            result["hf_lookup"] = hf_lookup(full, args.device, sizes)
+        elif stage == "hybrid":
+            paths = {"hybrid": hybrid.build(folder / "hybrid", hybrid=True), "full": full}
+            result["hybrid"] = hybrid_speed(paths, args.device, sizes)
+        elif stage == "roofline":
+            shape = hybrid.ONE_B if not args.smoke else {**hybrid.SHAPE, "num_hidden_layers": 2}
+            result["roofline"] = roofline(hybrid.build(folder / "one_b", False, shape), args.device,
+                                          sizes)
+        result.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 1)
+        with open(args.out, "w") as f:  # after every stage: a later one may not finish
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
