@@ -101,8 +101,8 @@ class Room:
                 max_tokens=self.settings.max_tokens, temperature=0.0)))
             except ValueError as err:
                 raise RoomError(str(err)) from err
-            if label is None:
-                label = self._new_label(name)
+            if label is None or (name and name != label):  # a new student, or a name changed
+                label = self._new_label(name, student_key)
                 self._students[student_key] = label
             self._sent[student_key] = sent + 1
             room_id = self._id_base + rid
@@ -125,8 +125,12 @@ class Room:
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return f"{system}\n\n{prompt}" if system else prompt
 
-    def _new_label(self, name: str) -> str:
-        taken = set(self._students.values())
+    def _new_label(self, name: str, student_key: str = "") -> str:
+        """The name as the student typed it (each request keeps the name it was sent with), made
+        unique against the other students' names; "student N" without one."""
+        if name and self._students.get(student_key, "").startswith(name):
+            return self._students[student_key]  # the same name typed again: the same label
+        taken = {v for k, v in self._students.items() if k != student_key}
         label = name or f"student {len(self._students) + 1}"
         k = 2
         while label in taken:

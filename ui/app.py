@@ -82,11 +82,12 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                         compare_tab()
                     with gr.Tab("Settings", id="settings") as settings_tab:
                         wire_settings = settings_panel(page, first, default_mode)
+                # the step's events (and the playground's next move) right under the controls
+                page.events = gr.Markdown(elem_id="event-log")
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
                 wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
                 wire_box = box_panel(page, lesson_figure)  # the page's room for the picture
-                page.events = gr.Markdown(elem_id="event-log")
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):
                 page.seqs = gr.HTML(elem_id="sequences")

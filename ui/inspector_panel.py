@@ -148,8 +148,8 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
         if session.lesson_front:
             return lesson_block(ls, b, lyr)
-        if session.config.dry:
-            return block_summary(session, b) + DRY_NOTE, None
+        if session.config.dry:  # a press of Show K/V asks for tensors the dry mode has not
+            raise UserError("the dry mode has no K/V tensors to inspect; load a model")
         return kv_view(session.engine, snap, session.decode, b, lyr, tp_panel.rank_of(r, session))
 
     @guard
@@ -178,6 +178,9 @@ def inspector_panel(page: Page) -> Callable[[], None]:
             return (*show(session), *keep)
         b = int(target)
         session.selected_block = b
+        if session.config.dry:  # dry mode: bookkeeping only, no tensors to show
+            return (*show(session), gr.update(open=True), block_summary(session, b) + DRY_NOTE, b,
+                    None)
         summary, figure = on_inspect(b, block_layer(session.view().snapshot, b), session)
         return (*show(session), gr.update(open=True), summary, b, figure)
 

@@ -113,29 +113,54 @@
   // to fit (viz/fit.py): in presenter mode the whole height of the slide beside the text, else
   // the column's width (height 0: as tall as it needs). Sent when it changes, not on every frame.
   let sentBox = '';
+  let sentRoom = '';
   let boxTimer = null;
+  // the room of the picture column `col` as "WxH" (height 0 outside the slide / projector view)
+  function roomOf(col, slide) {
+    const r = col.getBoundingClientRect();
+    // the slide's row starts under the top bar: its height is the rest of the screen (ui/theme.py)
+    const top = `${Math.ceil(r.top + window.scrollY + 18)}px`;
+    if (slide && document.body.style.getPropertyValue('--pl-top') !== top) {
+      document.body.style.setProperty('--pl-top', top);
+    }
+    const w = Math.round(r.width);
+    const h = slide ? Math.max(0, Math.round(window.innerHeight - Math.max(r.top, 0) - 18)) : 0;
+    return [w, h];
+  }
+  const changed = (old, w, h) => {
+    if (!old) return true;
+    const [ow, oh] = old.split('x').map(Number);
+    return Math.abs(ow - w) >= 6 || Math.abs(oh - h) >= 6;
+  };
   function measureBox() {
     const col = document.querySelector('#picture-col');
     const box = document.querySelector('#pl-box textarea, #pl-box input');
     const go = document.querySelector('#pl-box-go');
-    if (!col || !box || !go || col.offsetParent === null) return;
-    const r = col.getBoundingClientRect();
-    const slide = document.body.classList.contains('pl-presenter');
-    // the slide's row starts under the top bar: its height is the rest of the screen (ui/theme.py)
-    const top = `${Math.ceil(r.top + window.scrollY + 6)}px`;
-    if (document.body.style.getPropertyValue('--pl-top') !== top) {
-      document.body.style.setProperty('--pl-top', top);
+    if (col && box && go && col.offsetParent !== null) {
+      const slide = document.body.classList.contains('pl-presenter');
+      const [w, h] = roomOf(col, slide);
+      // a slide's picture drawn for another box (a report overtaken by a later one) asks again
+      const gd = document.querySelector('#pool-plot .js-plotly-plot');
+      const stale = slide && gd?._fullLayout && gd.layout?.meta?.fit &&
+        Math.abs(gd._fullLayout.height - h) > 14 && Date.now() - (window.plBoxAt || 0) > 1500;
+      if (w >= 100 && (changed(sentBox, w, h) || stale)) {
+        window.plBoxAt = Date.now();
+        sentBox = `${w}x${h}`;
+        box.value = `${sentBox}#${window.plBoxAt}`; // newer reports win (ui/picture_box.py)
+        box.dispatchEvent(new Event('input', { bubbles: true }));
+        setTimeout(() => go.click(), 0);
+      }
     }
-    const w = Math.round(r.width);
-    const h = slide ? Math.max(0, Math.round(window.innerHeight - Math.max(r.top, 0) - 12)) : 0;
-    const value = `${w}x${h}`;
-    if (value === sentBox || w < 100) return;
-    const [ow, oh] = sentBox.split('x').map(Number);
-    if (sentBox && Math.abs(ow - w) < 6 && Math.abs(oh - h) < 6) return;
-    sentBox = value;
-    box.value = value;
-    box.dispatchEvent(new Event('input', { bubbles: true }));
-    setTimeout(() => go.click(), 0);
+    // a classroom's projector page: its timer reads the box on its next tick
+    const roomCol = document.querySelector('#room-picture-col');
+    const roomBox = document.querySelector('#room-box textarea, #room-box input');
+    if (roomCol && roomBox && roomCol.offsetParent !== null) {
+      const [w, h] = roomOf(roomCol, document.body.classList.contains('pl-projector'));
+      if (w >= 100 && changed(sentRoom, w, h)) {
+        sentRoom = roomBox.value = `${w}x${h}`;
+        roomBox.dispatchEvent(new Event('input', { bubbles: true }));
+      }
+    }
   }
   const measureSoon = () => { clearTimeout(boxTimer); boxTimer = setTimeout(measureBox, 200); };
   window.addEventListener('resize', measureSoon);

@@ -15,17 +15,24 @@ from ui.page import Page
 from ui.render import session_figure
 from ui.session import Session
 
-BOX = re.compile(r"^(\d{2,5})x(\d{1,5})$")
+BOX = re.compile(r"^(\d{2,5})x(\d{1,5})(?:#(\d{1,16}))?$")
 MAX_PX = 8192  # a box larger than any screen is a typo or a probe: ignored
 
 
 def parse_box(value: Any) -> tuple[int, int] | None:
-    """(width, height) from "820x640", or None for anything else (height 0: as tall as needed)."""
+    """(width, height) from "820x640" (or "820x640#<time>"), or None for anything else (height
+    0: as tall as needed)."""
     m = BOX.match(str(value or "").strip())
     if not m:
         return None
     w, h = int(m.group(1)), int(m.group(2))
     return (w, h) if 100 <= w <= MAX_PX and h <= MAX_PX else None
+
+
+def box_time(value: Any) -> int:
+    """When the page measured the box (its "#<time>"; 0 without one)."""
+    m = BOX.match(str(value or "").strip())
+    return int(m.group(3)) if m and m.group(3) else 0
 
 
 def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable[[], None]:
@@ -36,10 +43,10 @@ def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable
     go = gr.Button("picture box", elem_id="pl-box-go", elem_classes=["pl-hidden"])
 
     def on_box(value, session: Session, ls):
-        size = parse_box(value)
-        if size is None or size == session.box:
+        size, at = parse_box(value), box_time(value)
+        if size is None or at < session.box_at:  # a report overtaken by a later one: ignored
             return gr.update()
-        session.box = size
+        session.box, session.box_at = size, at
         if ls is not None:
             ls.box = size
         if session.lesson_front:

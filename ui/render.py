@@ -8,6 +8,7 @@ from typing import Any
 
 import gradio as gr
 
+from ui.hints import next_move
 from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
@@ -76,6 +77,7 @@ def render(session: Session) -> tuple:
     seq_choice = gr.update(choices=live, value=str(chosen) if chosen is not None else None)
     where = f"operation {session.pos} of {len(session.ops)}"
     mode = model_status(session.config)
-    return (fig, event_log_markdown(events), texts_html(session, view),
+    hint = f"**Try next:** {next_move(snap, events, chosen)}\n\n"
+    return (fig, hint + event_log_markdown(events), texts_html(session, view),
             metrics_html(snap, view.info, view.max_model_len), timeline, seq_choice,
             f"{mode} · {where}")

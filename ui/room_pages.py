@@ -14,6 +14,7 @@ import gradio as gr
 
 from classroom import RoomError, RoomRegistry
 from classroom.settings import BLOCK_SIZES, MODELS, RoomSettings
+from ui.picture_box import parse_box
 from ui.room_api import add_room_api, room_errors, student_key, student_link
 from ui.room_render import metrics_html, projector_figure, qr_svg, queues_html, requests_html, student_html
 
@@ -37,18 +38,25 @@ def _code_from_link(request: gr.Request) -> str:
     return dict(request.query_params).get("code", "") if request else ""
 
 
-def _joined(code: str, request: gr.Request | None) -> tuple[str, str]:
-    """The room's code, the student link and its QR code, for the projector."""
+def _joined(code: str, request: gr.Request | None) -> tuple[str, str, str]:
+    """The room's code, the student link and its QR code, for the projector; and, apart (the
+    projector view hides it), the teacher's note when phones cannot reach the link."""
     link = student_link(request, code)
     text = f"### Room {code}\nOpen **[{link}]({link})** (or scan the code) and press Send."
+    warning = ""
     if "//127." in link or "//localhost" in link:
-        text += ("\n\n_Phones cannot reach this address: open this page by the machine's network "
-                 "address (e.g. http://192.168.1.20:7860/class), or set PAGEDLAB_PUBLIC_URL._")
-    return text, qr_svg(link)
+        warning = ("_Phones cannot reach this address: open this page by the machine's network "
+                   "address (e.g. http://192.168.1.20:7860/class), or set PAGEDLAB_PUBLIC_URL._")
+    return text, qr_svg(link), warning
 
 
 def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
-    with gr.Accordion("Open a room", open=True) as open_box:
+    # the projector view: the picture at presenter size, the room's link and numbers; the
+    # teacher's controls, settings and notes hidden (ui/theme.py), a click away
+    projector = gr.Checkbox(label="projector view (hide the teacher's controls)", elem_id="room-projector")
+    projector.change(lambda on: on, [projector], None, queue=False,
+                     js="(on) => { document.body.classList.toggle('pl-projector', !!on); return on; }")
+    with gr.Accordion("Open a room", open=True, elem_id="room-open-box") as open_box:
         with gr.Row():
             model = gr.Dropdown(list(MODELS), value="default", label="model")
             block_size = gr.Dropdown(list(BLOCK_SIZES), value=16, label="block size (tokens)")
@@ -63,27 +71,28 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             chars = gr.Number(value=300, label="prompt length (characters)")
         open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
     # the projector: the picture first, the room's code and numbers beside it
-    with gr.Row():
-        with gr.Column(scale=3):
+    with gr.Row(elem_id="room-main"):
+        with gr.Column(scale=3, elem_id="room-picture-col"):
             plot = gr.Plot(show_label=False, elem_id="room-plot")
-            with gr.Row():
+            with gr.Row(elem_id="room-controls"):
                 buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm", min_width=80)
                            for a, label in (("pause", "Pause"), ("resume", "Resume"), ("step", "Step"),
                                             ("clear", "Clear room"), ("prefix_off", "Prefix cache off"),
                                             ("prefix_on", "Prefix cache on"), ("restore", "Whole pool"))}
-            with gr.Row():
+            with gr.Row(elem_id="room-shrink-row"):
                 shrink_to = gr.Number(value=32, label="blocks for the class",
                                       min_width=120)  # half the room's pool once it is open
                 buttons["shrink"] = gr.Button("Shrink pool", elem_id="room-shrink", size="sm")
                 said = gr.Markdown(elem_id="room-said")
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_id="room-side"):
             with gr.Row():
                 joined = gr.Markdown(elem_id="room-joined")
                 qr = gr.HTML(elem_id="room-qr")
+            warning = gr.Markdown(elem_id="room-warning")
             metrics = gr.HTML(elem_id="room-metrics-box")
             queues = gr.HTML(elem_id="room-queues")
     requests = gr.HTML(elem_id="room-requests-box")
-    with gr.Row():
+    with gr.Row(elem_id="room-keys"):
         code = gr.Textbox(label="room code (to project a room opened elsewhere)", elem_id="room-code",
                           max_length=12)
         # hidden on the projector; the copy button lets the teacher keep it for another browser
@@ -91,6 +100,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                             elem_id="room-secret", max_length=64, buttons=["copy"])
     shown_step = gr.State(-1)
     timer = gr.Timer(1.0)
+    box = gr.Textbox(elem_id="room-box", elem_classes=["pl-hidden"], show_label=False, container=False)
 
     @room_errors
     def on_open(m, bs, nb, sw, mt, sp, st, ea, ch, request: gr.Request):
@@ -107,11 +117,11 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         """/class?code=X projects a room opened elsewhere (without its secret)."""
         c = _code_from_link(request).strip().upper()
         if not c:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return (*_joined(c, request), c, gr.Accordion(open=False))
 
     open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each, chars],
-                   [joined, qr, code, secret, open_box, shrink_to])
+                   [joined, qr, warning, code, secret, open_box, shrink_to])
 
     def make_control(action: str):
         def on_control(c, s, value):
@@ -126,21 +136,23 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     for action, btn in buttons.items():
         btn.click(make_control(action), [code, secret, shrink_to], [said])
 
-    def on_tick(c, last_step):
+    def on_tick(c, last_step, box_value, large):
         try:
             view = registry.get(c).view if c else None
         except RoomError as err:
             return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step
         if view is None:
             return gr.skip(), "", "", "", last_step
-        step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"])
-        fig = projector_figure(view) if step != last_step else gr.skip()
+        size = parse_box(box_value)
+        step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"],
+                size, bool(large))  # a new box or view redraws the picture too
+        fig = projector_figure(view, size, bool(large)) if step != last_step else gr.skip()
         return fig, metrics_html(view), queues_html(view), requests_html(view), step
 
-    timer.tick(on_tick, [code, shown_step], [plot, metrics, queues, requests, shown_step],
-               show_progress="hidden")
+    timer.tick(on_tick, [code, shown_step, box, projector],
+               [plot, metrics, queues, requests, shown_step], show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
-    demo.load(on_load, None, [joined, qr, code, open_box])
+    demo.load(on_load, None, [joined, qr, warning, code, open_box])
 
 
 def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:

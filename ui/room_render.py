@@ -14,11 +14,13 @@ from viz import palette, pool_figure
 STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62728", "done": "#4c78a8"}
 
 
-def projector_figure(view: RoomView) -> Any:
+def projector_figure(view: RoomView, box: tuple[int, int] | None = None, large: bool = False) -> Any:
+    """The room's picture, each request named by its student; fitted to the page's `box` for it,
+    at presenter size (`large`) in the projector view."""
     if view.snapshot is None:
         return None
     return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels),
-                       reserved=view.reserved)
+                       reserved=view.reserved, box=box, large=large)
 
 
 def _badge(status: str, swapped: bool = False) -> str:

@@ -85,6 +85,7 @@ class Session:
         self._pool_bytes = 0  # the engine's KV pool, swap space and CPU tier (caps checkpoints)
         self.presenter = False  # large type in the picture (presenter mode)
         self.box: tuple[int, int] | None = None  # the page's room for the picture (ui/picture_box.py)
+        self.box_at = 0  # when the page measured it (a later report wins)
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)

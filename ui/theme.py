@@ -46,7 +46,9 @@ body.pl-presenter footer, body.pl-presenter #landing, body.pl-presenter #status,
 body.pl-presenter #room-link { display: none !important }
 body.pl-presenter #top-bar { min-height: 0; padding: 0 !important; margin: 0 !important }
 body.pl-presenter #title p { font-size: 15px; margin: 0 }
-body.pl-presenter #look .block { padding: 2px 8px !important }
+body.pl-presenter #look { flex-wrap: nowrap !important; justify-content: flex-end; gap: 4px }
+body.pl-presenter #look .block { padding: 2px 8px !important; flex: 0 0 auto !important;
+  width: auto !important; min-width: 0 !important }
 body.pl-presenter #look label { white-space: nowrap }
 body.pl-presenter .gradio-container .main > .wrap { padding-top: 0 !important }
 body.pl-presenter #main-row { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important;
@@ -81,6 +83,14 @@ body.pl-presenter #lesson-narration .prose p { margin-bottom: 0.45em }
 body.pl-presenter #lesson-narration .prose h3 { font-size: 1.2em !important; margin: 0 0 0.3em 0 }
 body.pl-presenter #lesson-narration .prose blockquote { font-size: 1.2em !important }
 body.pl-presenter #lesson-nav button { font-size: 0.9em !important; min-height: 0; padding: 6px 10px }
+/* a classroom's projector view (/class, "projector view"): the room's picture at presenter size
+   beside its link, QR code and numbers; the teacher's settings, buttons, keys and notes hidden */
+body.pl-projector :is(#room-open-box, #room-controls, #room-shrink-row, #room-said, #room-keys,
+  #room-warning, #room-requests-box), body.pl-projector footer { display: none !important }
+body.pl-projector .gradio-container { padding-top: 2px !important; max-width: none !important }
+body.pl-projector #room-main { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important }
+body.pl-projector #room-picture-col { flex: 0 0 66% !important; max-width: 66%; min-width: 0 !important }
+body.pl-projector #room-side { overflow: hidden; font-size: 18px }
 /* the key sentence of a lesson page: a quote in the page's Markdown (lessons/page_text.py) */
 #lesson-narration blockquote { border-left: 5px solid #2563eb; margin: 0.2em 0 0.6em 0;
   padding: 0.15em 0 0.15em 0.6em; font-weight: 600; color: #111827; font-style: normal;
@@ -98,9 +108,16 @@ body:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 92vh }
   background: #2563eb; color: #fff !important; text-decoration: none; font-weight: 600 }
 @media (max-width: 600px) {
   #controls-col .tab-container button { font-size: 0.85em !important; padding: 4px 3px !important }
-  /* a phone's slots are ~8 px wide: their token text (10 px type) would overlap; colours and the
-     block tables stay, and a tap on a block opens the inspector with its tokens */
-  #pool-plot .heatmaplayer text[style*="font-size: 10px"] { display: none }
+  /* the picture is drawn for the phone's width (viz/fit.py: tokens whole in their slots, or the
+     selected sequence's listed under the pool). A lesson on a phone: where it is, Back / Next
+     and the page's text right under the picture, the lesson's choice after them */
+  #controls-col #lesson-progress { order: 1 }
+  #controls-col #lesson-nav { order: 2; flex-wrap: nowrap !important }
+  #controls-col #lesson-nav button { min-width: 0 !important; flex: 1 1 0 !important; padding: 6px 4px }
+  #controls-col #lesson-narration { order: 3 }
+  #controls-col #lesson-question { order: 4 }
+  #controls-col #lesson-choose { order: 5 }
+  #controls-col #lesson-all { order: 6 }
   .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
     padding-right: 4px !important }
 }

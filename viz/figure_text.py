@@ -87,3 +87,28 @@ def pool_header(token_level: bool, sliding_marks: bool, reserved: int, narrow: b
     if reserved:
         kind += f" · hatched: {reserved} blocks reserved by the teacher"
     return f"GPU pool: {kind}"
+
+
+def token_lines(table: Sequence[int | None], blocks: Sequence, token_text, width_px: float,
+                font_px: float) -> list[str]:
+    """A sequence's tokens, block by block ("#3: Four|score|and|seven"), wrapped into lines of
+    `width_px` at `font_px`: a phone's picture cannot show them in their slots, so it lists the
+    selected sequence's under the pool."""
+    from viz.text_width import text_px
+
+    lines: list[str] = []
+    line = ""
+    for b in table:
+        if b is None:
+            continue
+        words = "|".join((token_text(t).replace("\n", "⏎").strip() or "␣")
+                         for t in blocks[b].token_ids)
+        part = f"#{b}: {words}"
+        joined = f"{line}   {part}" if line else part
+        if line and text_px(joined, font_px) > width_px:
+            lines.append(line)
+            joined = part
+        line = joined
+    if line:
+        lines.append(line)
+    return [ln.replace("&", "&amp;").replace("<", "&lt;") for ln in lines]

@@ -3,7 +3,7 @@ layout, as one `Sizes`.
 
 Without a box (a test, an old caller) the picture keeps its fixed laptop sizes. Given the box
 the page measured for it (`box=(width, height)` in CSS pixels; height 0: as tall as it needs),
-the picture is fitted: the largest type, from a projector's 26 px down to a floor (14 px in
+the picture is fitted: the largest type, from a projector's 34 px down to a floor (14 px in
 presenter mode, the smallest text a class reads), at which every drawn token is whole in its
 slot, every block id in its label cell, every table cell shows its physical id, and the whole
 picture is within the box's height. Widths come from viz/text_width.py, so the fit is decided
@@ -21,7 +21,7 @@ from viz.text_width import text_px
 
 ROW_PX = 25  # laptop: pixels per row of the picture (21 for tall pools)
 PRESENTER_PLOT_PX = 760.0  # the plot's width in presenter mode without a measured box
-PRESENTER_TYPES = (26, 24, 22, 20, 18, 17, 16, 15, 14)  # token type sizes tried, largest first
+PRESENTER_TYPES = (34, 30, 26, 24, 22, 20, 18, 17, 16, 15, 14)  # token type sizes tried, largest first
 LAPTOP_TYPES = (10,)  # the laptop look: the playground's 16-slot blocks in one row of ~850 px
 PHONE_TYPES = (12, 11, 10)
 PHONE_PX = 600  # a box narrower than this is a phone's
@@ -45,6 +45,7 @@ class Sizes:
     legend_chars: int | None = None  # visible characters a legend line holds
     legend_px: float | None = None  # the legend's type (None: 12k)
     fitted: bool = False  # sized for a measured box
+    fixed_height: bool = False  # fitted to a box's height (else as tall as it needs)
     slot_text_px: float = 0.0  # fitted: the pixels a slot's text may take (0: not fitted)
     token_px: float = 10.0
     narrow: bool = False  # a phone's width: short titles
@@ -86,6 +87,7 @@ class Content:
     freed: bool = False
     legend_lines: Callable[[int], int] = lambda chars: 2  # lines of the legend at a line budget
     bands: int = 0  # labelled bands under the pool (viz/bands.py)
+    title: str = ""  # the title's first line, as drawn (its tags take no room)
 
 
 def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Sizes:
@@ -95,14 +97,16 @@ def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Siz
     types = PRESENTER_TYPES if large else PHONE_TYPES if narrow else LAPTOP_TYPES
     floor = 14.0 if large else 10.0
     best = None
-    for t in types:
-        for fold in (False, True):  # every block drawn where the box has room, else free runs fold
-            if fold is False and not (height and not narrow):
-                continue  # a box with no height (a laptop, a phone): fold as before
-            sizes, needed, whole = _try(content, t, floor, width, narrow, fold)
-            if whole and (not height or needed <= height):
-                return _fill(sizes, needed, height)
-            best = sizes
+    # every block drawn (type of 18 px and up) where the box has room, else free runs fold; a box
+    # with no height (a laptop, a phone) folds as before
+    tries = [(t, True) for t in types]
+    if height and not narrow:
+        tries = [(t, False) for t in types if t >= 18] + tries + [(t, False) for t in types if t < 18]
+    for t, fold in tries:
+        sizes, needed, whole = _try(content, t, floor, width, narrow, fold)
+        if whole and (not height or needed <= height):
+            return _fill(sizes, needed, height)
+        best = sizes
     return best
 
 
@@ -111,7 +115,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     """Sizes at token type t px: (sizes, the height they need, whether every text is whole)."""
     kt = t / 10
     k = max(floor / 12, 0.85 * kt) if t > 10 else 1.0
-    slot_px = max([text_px(s, t) for s in c.slot_texts] + [t]) + 0.5 * t
+    slot_px = max([text_px(s, t) for s in c.slot_texts] + [0.6 * t]) + 0.4 * t
     label_px = max([text_px(s, 11 * kt) for s in c.block_labels] + [t]) + 0.6 * t
     label_w = max(0.9, label_px / slot_px)
     margin_l = max([text_px(s, 14 * k) for s in c.row_labels] + [0]) + 14 * k
@@ -128,16 +132,25 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     cells_units = (cells[0] / unit, max(cells[0], cells[1]) / unit)
     if c.table_rows and cells_units[0] * 2 > gpu.width:  # not even two cells (one and "+N")
         whole = False
-    legend_px = max(floor, 0.8 * 12 * k) if t > 10 else 12.0
+    legend_px = min(20.0, max(floor, 0.8 * 12 * k)) if t > 10 else 12.0
+    if text_px(c.title, title_px(k), bold=True) > width - 16:  # the title's line must fit too
+        whole = False
     legend_chars = int((width - 16) / (legend_px * 0.6))
     legend = c.legend_lines(legend_chars)
     row_px = max(1.55 * t + 4, 1.8 * 12 * k, 1.4 * 14 * k + 6)
     span = _span(c, gpu)
-    margin_t = 16 * k * 1.4 + legend * legend_px * 1.45 + 14
+    margin_t = title_px(k) * 1.4 + legend * legend_px * 1.45 + 14
     needed = margin_t + span * row_px + 8
-    sizes = Sizes(k, kt, plot_px, gpu, chars, cells_units, row_px, int(needed), margin_l,
-                  margin_t, legend_chars, legend_px, True, narrow, unit - 0.4 * t, t)
+    sizes = Sizes(k, kt, plot_px, gpu, chars=chars, cells=cells_units, row_px=row_px,
+                  height=int(needed), margin_l=margin_l, margin_t=margin_t,
+                  legend_chars=legend_chars, legend_px=legend_px, fitted=True, narrow=narrow,
+                  slot_text_px=unit - 0.4 * t, token_px=t)
     return sizes, needed, whole
+
+
+def title_px(k: float) -> float:
+    """The title's type: 16 px at k = 1, at most 30 (a projector's title, not a headline)."""
+    return min(30.0, 16 * k)
 
 
 def _fill(sizes: Sizes, needed: float, height: float) -> Sizes:
@@ -147,7 +160,7 @@ def _fill(sizes: Sizes, needed: float, height: float) -> Sizes:
         return sizes
     span = (needed - 8 - sizes.margin_t) / sizes.row_px
     row_px = min(sizes.row_px * 1.4, (height - 8 - sizes.margin_t) / span)
-    return replace(sizes, row_px=max(sizes.row_px, row_px), height=int(height))
+    return replace(sizes, row_px=max(sizes.row_px, row_px), height=int(height), fixed_height=True)
 
 
 def _span(c: Content, gpu: PoolLayout) -> float:

@@ -115,12 +115,12 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
             if s < len(blk.token_ids):
                 tok = token_text(blk.token_ids[s])
                 z[r][col] = cat
-                text[r][col] = slot_text(tok, chars)
+                text[r][col] = slot_text(tok, chars) if chars else ""
                 custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: {escape(repr(tok))}"]
             elif pend is not None and pend[0] == s:
                 z[r][col] = PENDING
                 whole = "▸" + slot_text(pend[1], 10 ** 6)
-                short = "▸" + slot_text(pend[1], max(1, chars - 1))
+                short = "▸" + slot_text(pend[1], max(1, chars - 1)) if chars else "▸"
                 text[r][col] = (whole if fits(whole) else "▸") if fits else short
                 custom[r][col] = [blk.block_id, f"block {blk.block_id}, slot {s}: next, the pending "
                                                 f"token {escape(repr(pend[1]))} (sampled, not yet written)"]

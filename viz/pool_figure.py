@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -39,7 +40,17 @@ from viz.bands import Band, bands_below
 from viz.block_tables import TableRow, group_words, links, row_labels, table_rows, table_traces
 from viz.draft_marks import draft_marks
 from viz.figure_text import FONT
-from viz.fit import MAX_ROWS, ROW_PX, Content, Sizes, content_of, fitted_sizes, laptop_sizes
+from viz.fit import (
+    MAX_ROWS,
+    PHONE_PX,
+    ROW_PX,
+    Content,
+    Sizes,
+    content_of,
+    fitted_sizes,
+    laptop_sizes,
+    title_px,
+)
 from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
 from viz.pool_layout import cpu_layout
@@ -113,7 +124,8 @@ def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], ke
                       _table_texts(snap, rows, token_text), len(rows), len(snap.cpu_blocks),
                       len(snap.tier_blocks), any(not s.block_table for s in snap.sequences.values()),
                       any(e.kind in ("free", "reject", "drop") for e in events),
-                      lambda chars: head + len(figure_text.legend(chars, ex)), bands)
+                      lambda chars: head + len(figure_text.legend(chars, ex)), bands,
+                      re.sub("<[^>]*>", "", figure_text.title(snap, box[0] < PHONE_PX)))
     return fitted_sizes(content, box, large)
 
 
@@ -161,8 +173,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     tier = cpu_layout(len(snap.tier_blocks), bs, cpu or gpu) if snap.tier_blocks else None
     groups = snap.kv_cache_groups
     words = {g.name: group_words(g) for g in groups} if len(groups) > 1 or groups[0].sliding else None
+    # a phone's slots too narrow for their tokens draw none (the strip under the pool lists them)
+    chars = 0 if sz.fitted and sz.narrow and sz.chars is not None else sz.chars
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
-                                 plot_px=sz.plot_px, blank=reserved, groups=words, chars=sz.chars,
+                                 plot_px=sz.plot_px, blank=reserved, groups=words, chars=chars,
                                  fits=sz.fits if sz.fitted else None)]
     marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
     ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
@@ -195,6 +209,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         drawn_bands, band_notes, bottom = bands_below(bands, bottom, gpu.width, k)
         fig.add_traces(drawn_bands)
         notes += band_notes
+    bottom = _strip(notes, snap, rows, selected_seq, sz, token_text, bottom)
     mine = [i for i, r in enumerate(rows) if r.seq.seq_id == selected_seq]
     if mine:  # one outline around all the selected sequence's rows (they are kept together)
         lo, hi = 2.0 + len(rows) - 1 - mine[-1] - 0.5, 2.0 + len(rows) - 1 - mine[0] + 0.5
@@ -250,6 +265,27 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     return top + (1.0 if waiting else 0.0), bottom  # room for the waiting line
 
 
+def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: int | None,
+           sz: Sizes, token_text: Callable[[int], str], bottom: float) -> float:
+    """A narrow picture (a phone) whose slots cannot hold their tokens lists the selected
+    sequence's tokens, block by block, under the pool; returns the new bottom."""
+    if not (sz.fitted and sz.narrow and sz.chars is not None and rows):
+        return bottom
+    row = next((r for r in rows if r.seq.seq_id == selected_seq), rows[-1])
+    lines = figure_text.token_lines(row.table, snap.blocks, token_text, sz.plot_px - 4, sz.note_px)
+    if not lines:
+        return bottom
+    y = bottom - 0.6
+    notes.append(dict(x=0, y=y, xanchor="left", yanchor="bottom", showarrow=False,
+                      text=f"<b>seq {row.seq.seq_id}, block by block</b>",
+                      font={"size": sz.note_px, "color": palette.INK}))
+    for line in lines[:12]:
+        y -= 1.0
+        notes.append(dict(x=0, y=y, xanchor="left", yanchor="bottom", showarrow=False, text=line,
+                          font={"size": sz.note_px, "color": palette.INK}))
+    return y - 0.3
+
+
 def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes,
            large: bool, top: float, bottom: float, widest: int, dropped: bool) -> None:
     """Title, legend, margins, height and the axes' ranges."""
@@ -267,7 +303,7 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
     margin_b = 8
     if sz.fitted:  # the rows at the fit's height; what the box has beyond them stays white
         margin_t = sz.margin_t
-        height = sz.height
+        height = sz.height if sz.fixed_height else int(margin_t + span * sz.row_px + 8)
         margin_b = max(8, height - margin_t - span * sz.row_px)
         y_range = [bottom - 0.2, top + 1.3]
         margin_l = sz.margin_l
@@ -285,7 +321,7 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events), "fit": _fit_meta(sz)},
         title={"text": text, "x": 0.01, "xanchor": "left", "yref": "container", "y": 1,
-               "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": 16 * k}},
+               "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": title_px(k)}},
     )
     fig.update_xaxes(visible=False, fixedrange=True, range=[-0.3, sz.gpu.width + 0.3])
     fig.update_yaxes(visible=False, fixedrange=True, range=y_range)

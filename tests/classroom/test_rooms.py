@@ -200,3 +200,18 @@ def test_the_pages_draw_a_room_with_each_request_under_its_student(registry):
     assert "second &lt;b&gt;prompt" in requests_html(view)  # a prompt is text, never markup
     mine = student_html(view, [a], cleared=False)
     assert "first prompt" in mine and "second" not in mine and "id='student-pool'" in mine
+
+
+def test_a_request_keeps_the_name_the_student_typed_for_it(registry):
+    """A student who changes the name field between prompts gets each request under the name it
+    was sent with (three prompts from one phone were all "Ada" once); another student's name is
+    never taken over, and a student counts once."""
+    room = registry.open(DRY)
+    room.control(room.secret, "pause")
+    room.submit("phone-1", "first prompt", "Ada")
+    room.submit("phone-1", "second prompt", "Grace")
+    room.submit("phone-2", "third prompt", "Grace")
+    room.submit("phone-1", "fourth prompt", "Grace")
+    names = [r["student"] for r in room.view.state["requests"]]
+    assert names == ["Ada", "Grace", "Grace (2)", "Grace"]
+    assert room.view.state["students"] == 2
