@@ -7,8 +7,10 @@ model all full, and a 1.2B model's decode step against its HBM roofline, with th
 
 Models are random weights in SmolLM2-135M's shapes (30 layers, 9 / 3 heads of 64) and in
 Llama-3.2-1B's (16 layers, hidden 2048, 32 / 8 heads: 1.24e9 parameters), built in code from one
-seed (bench/hybrid.py's `build`), bfloat16, async scheduling on. Every ratio compares two runs
-made in this one process on the same device, both warm.
+seed, bfloat16, async scheduling on. Every ratio compares two runs made in this one process on
+the same device, both warm. For drafts, the SmolLM2-shaped Llama keeps SmolLM2's initialiser
+(0.02) and tied embeddings: its greedy output soon repeats a token forever, text that prompt
+lookup drafts perfectly (HF's prompt lookup is measured on the same model and prompt).
 
 - `spec`: batches of 1, 8 and 64 requests, 128 new tokens each, k = 4 drafts against none.
   Greedy on a repetitive prompt (a random model loops: its drafts are kept) and sampled at
@@ -45,7 +47,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 REPEAT = "one two three four five six seven eight " * 8
 FULL = dict(batches=[1, 8, 64], new=128, hybrid_prompts=[1024, 4096], hybrid_requests=32,
-            hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512, roof_new=64)
+            hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512, roof_new=96)
 SMOKE = dict(batches=[1, 4], new=24, hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
              roof_seqs=[4], roof_prompt=48, roof_new=8)
 
@@ -55,11 +57,32 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def looping_model(folder: Path) -> str:
+    """SmolLM2-135M's config with random weights (initialiser 0.02, tied embeddings), bf16."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.runtime.models import _load_default_tokenizer
+
+    tok = _load_default_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), tie_word_embeddings=True, initializer_range=0.02,
+                         max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         **{k: v for k, v in hybrid.SHAPE.items() if k not in (
+                             "max_position_embeddings", "rope_theta", "tie_word_embeddings",
+                             "rms_norm_eps")})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
 def engine(path: str, device: str, k: int, seqs: int, blocks: int, **kw) -> LLMEngine:
     spec = {"speculative_method": "ngram", "num_speculative_tokens": k} if k else {}
     return LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
                                   num_gpu_blocks=blocks, max_num_seqs=seqs,
-                                  enable_prefix_caching=False,
+                                  enable_prefix_caching=False, max_num_batched_tokens=32768,
                                   async_scheduling=kw.pop("async_scheduling", True), **spec, **kw))
 
 
@@ -159,9 +182,10 @@ def hybrid_speed(paths: dict[str, str], device: str, sizes: dict) -> dict:
                 eng.generate(prompts, params)
                 sync(device)
                 times.append(time.perf_counter() - t0)
+            steady = mid_run(eng, hybrid._prompts(n, plen, plen, 20), params)
             eng.close()
             row[name] = {"tokens_per_s": round(n * new / statistics.median(times), 1),
-                         "runs_s": [round(t, 3) for t in times]}
+                         "runs_s": [round(t, 3) for t in times], **steady}
         row["hybrid_over_full"] = round(row["hybrid"]["tokens_per_s"] / row["full"]["tokens_per_s"], 3)
         out[str(plen)] = row
         print(json.dumps({"prompt": plen, "hybrid_over_full": row["hybrid_over_full"]}), flush=True)
@@ -185,18 +209,13 @@ def roofline(path: str, device: str, sizes: dict) -> dict:
                          async_scheduling=overlap)
             prompts = hybrid._prompts(n, plen, plen, n)
             eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
-            for p in prompts:
-                eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
-            steps = []
-            while eng.has_pending_work():
-                t0 = time.perf_counter()
-                result = eng.step()
-                steps.append((time.perf_counter() - t0, result.num_prefills, result.num_decodes))
-            full = [s for s, p, d in steps if p == 0 and d == n]
+            run = mid_run(eng, prompts, SamplingParams(max_tokens=new, ignore_eos=True))
             key = "async" if overlap else "sync"
-            row[f"{key}_step_ms"] = round(1e3 * statistics.median(full[2:]), 3)
+            row[f"{key}_step_ms"] = run["step_ms"]
+            row[f"{key}_steady_steps"] = run["steady_steps"]
             if overlap:
-                row["graph_gpu_ms"] = _replay_ms(eng, n)
+                row["graph_gpu_ms"] = run["graph_gpu_ms"]
+                row["host_profile"] = host_profile(eng, prompts, new)
             eng.close()
         row["async_over_roofline"] = round(row["async_step_ms"] / row["roofline_ms"], 3)
         if row.get("graph_gpu_ms"):
@@ -207,15 +226,36 @@ def roofline(path: str, device: str, sizes: dict) -> dict:
     return out
 
 
+def host_profile(eng: LLMEngine, prompts: list, new: int) -> list[str]:
+    """Where a steady step's host time goes: cProfile over the decode steps of the same
+    requests again (the profiler slows the host; its shares are what matter)."""
+    import cProfile
+    import io
+    import pstats
+
+    for p in prompts:
+        eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
+    while eng.scheduler.waiting:
+        eng.step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(new // 2):
+        eng.step()
+    prof.disable()
+    while eng.has_pending_work():
+        eng.step()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+    return text.getvalue().splitlines()[:45]
+
+
 def _replay_ms(eng: LLMEngine, n: int) -> float | None:
-    """One replay of the decode graph of n sequences, on padding rows (which write nothing):
-    the step's GPU part."""
+    """One replay of the decode graph of n sequences on the inputs of the step that just ran
+    (it writes the same K/V into the same slots again): the step's GPU part, median of 20."""
     graphs = eng.runtime.runner.graphs
     key = (graphs.bucket(n), 1)
     if not graphs.use_graphs or key not in graphs.graphs:
         return None
-    graphs._fill_padding(*key)
-    graphs.buffer.copy_(graphs.host)
     times = []
     for _ in range(20):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -225,6 +265,24 @@ def _replay_ms(eng: LLMEngine, n: int) -> float | None:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return round(statistics.median(times), 4)
+
+
+def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
+    """The requests run to the end; in their steady part (every one decoding, nothing else), the
+    steps' wall times and, once, the decode graph's GPU time on a real step's inputs."""
+    for p in prompts:
+        eng.add_request(p, params)
+    n, walls, gpu = len(prompts), [], None
+    while eng.has_pending_work():
+        t0 = time.perf_counter()
+        result = eng.step()
+        wall = time.perf_counter() - t0
+        if result.num_prefills == 0 and result.num_decodes == n:
+            walls.append(wall)
+            if len(walls) == 8:
+                gpu = _replay_ms(eng, n)
+    return {"steady_steps": len(walls), "step_ms": round(1e3 * statistics.median(walls[2:]), 3)
+            if len(walls) > 2 else None, "graph_gpu_ms": gpu}
 
 
 def main() -> None:
@@ -241,12 +299,13 @@ def main() -> None:
     result: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                     "torch": torch.__version__, "smoke": args.smoke, "sizes": sizes}
     full = hybrid.build(folder / "full", hybrid=False)
+    loops = looping_model(folder / "loops") if {"spec", "hf_lookup"} & set(args.only) else None
     for stage in args.only:
         t0 = time.perf_counter()
         if stage == "spec":
-            result["spec"] = spec(full, args.device, sizes)
+            result["spec"] = spec(loops, args.device, sizes)
         elif stage == "hf_lookup":
-            result["hf_lookup"] = hf_lookup(full, args.device, sizes)
+            result["hf_lookup"] = hf_lookup(loops, args.device, sizes)
         elif stage == "hybrid":
             paths = {"hybrid": hybrid.build(folder / "hybrid", hybrid=True), "full": full}
             result["hybrid"] = hybrid_speed(paths, args.device, sizes)

@@ -24,8 +24,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,9 +37,8 @@ from engine.runtime.sampler_workspace import SamplerWorkspace
 from engine.runtime.transfer import to_device
 
 
-@dataclass
-class ScheduledSeq:
-    """One sequence's part of a forward pass."""
+class ScheduledSeq(NamedTuple):
+    """One sequence's part of a forward pass (a NamedTuple: one is made per sequence per step)."""
 
     token_ids: list[int]  # the new tokens to compute (q_len >= 1)
     num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
@@ -209,26 +207,27 @@ class ModelRunner:
             raise ValueError("decode() needs at least one scheduled sequence")
         bs, limit = self.block_size, self.max_model_len
         windows = self.layout.windows
-        tokens: list[int] = []
-        positions: list[int] = []
-        drafts: list[int] = []
-        keys: list[Any] = []
-        # One pass, a few operations per sequence (this runs for every sequence of every step);
-        # anything unusual goes through the full check, which says what is wrong.
-        for i, seq in enumerate(batch):
-            p, table, ids = seq.num_computed, seq.block_table, seq.token_ids
-            end = p + len(ids)
-            if (not 1 <= len(ids) <= q or p < 0 or end > limit or len(table) <= (end - 1) // bs
-                    or len(seq.group_tables) != len(windows) - 1):
+        # Comprehensions, not a loop: this runs for every sequence of every step. Anything
+        # unusual goes through the full check, which says what is wrong.
+        positions = [s.num_computed for s in batch]
+        lengths = [len(s.token_ids) for s in batch]
+        if (min(positions) < 0 or min(lengths) < 1 or max(lengths) > q
+                or max(map(int.__add__, positions, lengths)) > limit
+                or any(len(s.block_table) <= (p + n - 1) // bs
+                       for s, p, n in zip(batch, positions, lengths, strict=True))
+                or any(len(s.group_tables) != len(windows) - 1 for s in batch)):
+            for i, seq in enumerate(batch):
                 self._check(i, seq)
-            if len(windows) > 1 or windows[0]:
+        if any(windows):
+            for i, seq in enumerate(batch):
                 self._check_windows(i, seq)
-            tokens += ids
-            if len(ids) < q:
-                tokens += [0] * (q - len(ids))
-            positions.append(p)
-            drafts.append(len(ids) - 1)
-            keys.append(seq.key)
+        if q == 1:
+            tokens = [s.token_ids[0] for s in batch]
+            drafts = [0] * len(batch)
+        else:
+            tokens = [t for s in batch for t in s.token_ids + [0] * (q - len(s.token_ids))]
+            drafts = [n - 1 for n in lengths]
+        keys = [s.key for s in batch]
         if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
             for i, _ in feed[0]:
                 tokens[i * q] = 0
@@ -240,7 +239,7 @@ class ModelRunner:
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self._check(i, seq)
-        self.num_tokens_computed += sum(len(s.token_ids) for s in batch)
+        self.num_tokens_computed += sum(lengths)
         self.num_forward_passes += 1
         greedy = None if out.greedy_ids is None else (out.greedy_ids, out.greedy_logprobs)
         rows = None if q == 1 else [i * q + j for i, s in enumerate(batch)
@@ -253,10 +252,10 @@ class ModelRunner:
         (the entries before it may be dropped: None, never read)."""
         bs, p = self.block_size, seq.num_computed
         for g, window in enumerate(self.layout.windows):
-            table = seq.block_table if g == 0 else seq.group_tables[g - 1]
-            first = max(0, p - window + 1) // bs if window else 0
-            if None in table[first:]:
-                self._check(i, seq)
+            if window:  # a full group's table never holds None
+                table = seq.block_table if g == 0 else seq.group_tables[g - 1]
+                if None in table[max(0, p - window + 1) // bs:]:
+                    self._check(i, seq)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,

@@ -22,8 +22,10 @@ LLAMA_1B = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers":
 
 
 def save_random_llama(folder: str | Path, shape: dict[str, int], seed: int = 0,
-                      dtype: torch.dtype = torch.float32) -> Path:
-    """Write a random Llama of `shape` into `folder` (kept if it is already there)."""
+                      dtype: torch.dtype = torch.float32, init: float | None = None) -> Path:
+    """Write a random Llama of `shape` into `folder` (kept if it is already there). `init`: the
+    initialiser's spread (default: 0.2 for small models, whose greedy choices are then clear;
+    SmolLM2's own 0.02 makes one whose greedy output soon repeats a token)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from engine.runtime.models import _load_default_tokenizer
@@ -34,7 +36,7 @@ def save_random_llama(folder: str | Path, shape: dict[str, int], seed: int = 0,
     tokenizer = _load_default_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
-        initializer_range=0.2 if shape["hidden_size"] < 1024 else 0.02,  # clear greedy winners
+        initializer_range=init or (0.2 if shape["hidden_size"] < 1024 else 0.02),  # clear winners
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, **shape)
     with torch.random.fork_rng(devices=[]):
