@@ -49,7 +49,14 @@ class Page:
 
 
 def show(session: Session) -> tuple:
-    return (session, *render(session))
+    """The session's values for page.outs. A session that cannot hold an engine now (the
+    sessions' memory budget is full: ui/session_budget.py) gets its message as a warning and a
+    page left as it was, from every handler (page load and tab switches are not guarded)."""
+    try:
+        return (session, *render(session))
+    except UserError as err:
+        gr.Warning(str(err), duration=30)
+        return (session, *(gr.update() for _ in range(7)))
 
 
 def guard(fn):
