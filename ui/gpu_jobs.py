@@ -76,6 +76,7 @@ class GpuClock:
     cpu_step_s: float = 0.15
     gpu_step_s: float = 0.1
     gpu_start_s: float = 10.0
+    gpu_calls: int = 0  # measured so far: the first measurement replaces the guesses
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def cpu_seconds(self, steps: int) -> float:
@@ -93,9 +94,17 @@ class GpuClock:
 
     def learn_gpu(self, steps: int, step_seconds: float, wall: float) -> None:
         with self.lock:
+            keep = 0.5 if self.gpu_calls else 0.0  # then a running mean of the last few
             if steps:
-                self.gpu_step_s = 0.5 * self.gpu_step_s + 0.5 * step_seconds / steps
-            self.gpu_start_s = 0.5 * self.gpu_start_s + 0.5 * max(0.0, wall - step_seconds)
+                self.gpu_step_s = keep * self.gpu_step_s + (1 - keep) * step_seconds / steps
+            self.gpu_start_s = keep * self.gpu_start_s + (1 - keep) * max(0.0, wall - step_seconds)
+            self.gpu_calls += 1
+
+    def learn_abort(self) -> None:
+        """A call ZeroGPU cut off at its duration: ask for twice the start-up from now on (the
+        first call on a fresh Space compiles its kernels)."""
+        with self.lock:
+            self.gpu_start_s *= 2
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,8 @@ def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], max_steps: i
     except gr.Error as err:
         if not spaces_error(err):
             raise  # the job's own refusal, its sentence intact
+        if err.message == "GPU task aborted":
+            clock.learn_abort()
         gr.Warning(f"No GPU this time ({err.title}: {err.message}); this runs on the CPU instead")
         return False
     clock.learn_gpu(result.steps, result.step_seconds, time.monotonic() - started)

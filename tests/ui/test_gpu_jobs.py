@@ -103,7 +103,9 @@ def test_the_duration_asked_follows_what_the_calls_measured():
     clock = GpuClock()
     first = clock.duration(40)
     assert first == min(gpu_jobs.GPU_MAX_S, 22)  # 1.5 x (10 s of start + 40 x 0.1 s) + 1
-    for _ in range(6):  # calls that took 0.5 s around 40 steps of 5 ms
-        clock.learn_gpu(40, 0.2, 0.7)
-    assert clock.duration(40) < first and clock.duration(40) <= 3
+    clock.learn_gpu(40, 0.2, 0.7)  # a call of 40 steps of 5 ms and 0.5 s around them
+    assert clock.duration(40) == 3  # 1.5 x (0.5 + 40 x 0.005) + 1, from the first measurement on
+    start = clock.gpu_start_s
+    clock.learn_abort()  # one cut off: twice the start-up from now on
+    assert clock.gpu_start_s == 2 * start and clock.duration(400) > 1.5 * 400 * 0.005 + 2 * start
     assert clock.duration(10**6) == gpu_jobs.GPU_MAX_S
