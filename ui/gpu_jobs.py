@@ -267,7 +267,7 @@ def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], max_steps: i
             raise  # the job's own refusal, its sentence intact
         if err.message == "GPU task aborted":
             clock.learn_abort()
-        gr.Warning(f"No GPU this time ({err.title}: {err.message}); this runs on the CPU instead")
+        gr.Warning(f"No GPU this time ({err.title}). {err.message} This runs on the CPU instead.")
         return False
     clock.learn_gpu(result.steps, result.step_seconds, time.monotonic() - started)
     session.adopt(len(log), result.records, result.views)

@@ -109,3 +109,21 @@ def test_the_duration_asked_follows_what_the_calls_measured():
     clock.learn_abort()  # one cut off: twice the start-up from now on
     assert clock.gpu_start_s == 2 * start and clock.duration(400) > 1.5 * 400 * 0.005 + 2 * start
     assert clock.duration(10**6) == gpu_jobs.GPU_MAX_S
+
+
+def test_no_gpu_this_time_runs_the_work_here_and_says_so(tiny_model, monkeypatch):
+    def quota_spent(job):  # what ZeroGPU raises before a call when the visitor's quota is spent
+        raise gr.Error("You have exceeded your free ZeroGPU quota (9s requested vs. 2s left).",
+                       title="ZeroGPU quota exceeded")
+
+    warned: list[str] = []
+    monkeypatch.setattr(gpu_jobs, "ON_ZEROGPU", True)
+    monkeypatch.setattr(gpu_jobs, "GPU_AFTER_S", 0)
+    monkeypatch.setattr(gpu_jobs, "run_job", quota_spent)
+    monkeypatch.setattr(gr, "Warning", lambda message, **_: warned.append(message))
+    s, here = serving(), serving()
+    gpu_jobs.run_to_end(GpuClock(), s)
+    run_here(here)
+    assert warned == ["No GPU this time (ZeroGPU quota exceeded). You have exceeded your free "
+                      "ZeroGPU quota (9s requested vs. 2s left). This runs on the CPU instead."]
+    assert s.ops == here.ops and s.view().snapshot == here.view().snapshot
