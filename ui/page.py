@@ -53,10 +53,14 @@ def show(session: Session) -> tuple:
     sessions' memory budget is full: ui/session_budget.py) gets its message as a warning and a
     page left as it was, from every handler (page load and tab switches are not guarded)."""
     try:
-        return (session, *render(session))
+        values = render(session)
     except UserError as err:
-        gr.Warning(str(err), duration=30)
+        if session.warned != str(err):  # once, though page load redraws more than once
+            session.warned = str(err)
+            gr.Warning(str(err), duration=30)
         return (session, *(gr.update() for _ in range(7)))
+    session.warned = ""
+    return (session, *values)
 
 
 def guard(fn):

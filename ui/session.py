@@ -81,6 +81,7 @@ class Session:
         self.lesson_front = False  # the picture shows a lesson's engine, not this session's
         self.active_at = time.monotonic()  # the visitor's last action (idle sessions let go)
         self.notice = ""  # a sentence for the visitor's next action (ui/page.py shows it)
+        self.warned = ""  # the last refusal ui/page.py's show() warned about (said once)
         self._adopted: set[int] = set()  # positions whose views a GPU call recorded
         self._pool_bytes = 0  # the engine's KV pool, swap space and CPU tier (caps checkpoints)
         self.presenter = False  # large type in the picture (presenter mode)
