@@ -278,6 +278,7 @@ class Session:
         instead of a traceback."""
         with self.lock:
             self.active_at = time.monotonic()
+            BUDGET.sweep()  # sessions idle past the limit let go, whatever the pressure
             if self.pos >= MAX_OPS:
                 raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
                                 "press Reset or export the trace and start again")
