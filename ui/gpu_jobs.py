@@ -122,7 +122,8 @@ class GpuJob:
 
 class GpuResult:
     """What a GPU call did: its operations, the view after each (keyed by log position), its
-    model steps and their seconds, and why it stopped ("done", "time", "steps"). Pickled by a
+    model steps and their seconds (the engine's build not counted), and why it stopped ("done",
+    "time", "steps"). Pickled by a
     pickler that carries what the default one refuses: the snapshots' read-only mappings, and
     a finished output's decoder (a closure: its text goes instead, decoded on the GPU's side)."""
 
@@ -173,6 +174,7 @@ def _job(job: GpuJob) -> GpuResult:
     eng = None
     try:
         eng = LLMEngine(dataclasses.replace(job.config, device="auto", dtype=GPU_DTYPE))
+        built = time.monotonic()  # what comes after is model steps (the clock counts them apart)
         for rec in job.log:
             eng.apply(rec)
         records, views, base = [], {}, len(job.log)
@@ -193,7 +195,7 @@ def _job(job: GpuJob) -> GpuResult:
             records.append(eng.trace[-1])
             views[base + len(records)] = View.of(eng)
         steps = model_steps(job.log) + model_steps(records)
-        return GpuResult(records, views, steps, time.monotonic() - start, stopped)
+        return GpuResult(records, views, steps, time.monotonic() - built, stopped)
     except (UserError, ValueError, OutOfBlocks) as err:
         raise refused("the GPU run", str(err)) from None
     except Exception as err:  # a bug: its traceback to the log, a sentence to the visitor
