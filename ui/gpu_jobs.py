@@ -255,12 +255,15 @@ def _to_gpu(clock: GpuClock, session: Session, steps: int) -> bool:
     return clock.cpu_seconds(model_steps(session.behind()) + steps) > GPU_AFTER_S
 
 
-def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], max_steps: int) -> bool:
-    """Run the job on the GPU and adopt what it did; False (and a warning) when ZeroGPU gives
-    no GPU this time (quota spent, queue full, task aborted): the caller runs it here."""
+def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], run: int) -> bool:
+    """Run the job on the GPU (the new ops, or a run estimated at `run` steps: the duration is
+    sized to the estimate, the run stops at MAX_RUN_STEPS or its time) and adopt what it did;
+    False (and a warning) when ZeroGPU gives no GPU this time (quota spent, queue full, task
+    aborted): the caller runs it here."""
     log = session.ops[: session.pos]
-    seconds = clock.duration(model_steps(log) + model_steps(new_ops) + max_steps)
-    job = GpuJob(session.config, log, new_ops, max_steps, seconds, 0.8 * seconds - 1)
+    seconds = clock.duration(model_steps(log) + model_steps(new_ops) + run)
+    cap = limits.MAX_RUN_STEPS if run else 0
+    job = GpuJob(session.config, log, new_ops, cap, seconds, 0.8 * seconds - 1)
     started = time.monotonic()
     try:
         result = _in_fresh_thread(run_job, job)

@@ -127,3 +127,11 @@ def test_no_gpu_this_time_runs_the_work_here_and_says_so(tiny_model, monkeypatch
     assert warned == ["No GPU this time (ZeroGPU quota exceeded). You have exceeded your free "
                       "ZeroGPU quota (9s requested vs. 2s left). This runs on the CPU instead."]
     assert s.ops == here.ops and s.view().snapshot == here.view().snapshot
+
+
+def test_a_run_longer_than_its_estimate_still_runs_to_the_end(tiny_model):
+    s, here = serving(), serving()
+    s.view()
+    assert gpu_jobs._on_gpu(GpuClock(), s, [], 1)  # sized for one step, capped at MAX_RUN_STEPS
+    run_here(here)
+    assert s.ops == here.ops and s.take_notice() == ""
