@@ -47,15 +47,15 @@ def main() -> None:
         for _ in range(30):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            graphs.graphs[size].replay()
+            graphs.graphs[(size, 1)].replay()
             end.record()
             end.synchronize()
             replay.append(start.elapsed_time(end))
-        graphs._compute(size)  # eager, warm
+        graphs._compute(size, 1)  # eager, warm
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
-                graphs._compute(size)
+                graphs._compute(size, 1)
             torch.cuda.synchronize()
         by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         for ev in prof.events():

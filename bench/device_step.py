@@ -14,12 +14,14 @@ lookup drafts perfectly (HF's prompt lookup is measured on the same model and pr
 
 - `spec`: batches of 1, 8 and 64 requests, 128 new tokens each, k = 4 drafts against none.
   Greedy on a repetitive prompt (a random model loops: its drafts are kept) and sampled at
-  temperature 1 (nothing repeats: nothing to draft). Tokens/s (median of 3 runs after a warm-up),
-  and tokens per pass: a sequence's output tokens over the decode steps it took.
+  temperature 1 (nothing repeats: nothing to draft). Tokens/s (median of 7 runs after a warm-up,
+  the two engines' runs interleaved), and tokens per pass: a sequence's output tokens over the
+  decode steps it took. Lookups try n-grams of 4 down to 1 token, as HF's tries 2 and 1.
 - `hf_lookup`: the same model and prompt in HF `generate` with prompt_lookup_num_tokens=4, batch
   1: tokens per forward pass (calls of the model counted by a hook).
 - `hybrid`: 32 requests of 1,024- and 4,096-token prompts, 256 new tokens: half the layers with a
-  128-token window against every layer full: tokens/s.
+  128-token window against every layer full, in pools of the same bytes: tokens/s, and the
+  steady decode step with its graph's GPU time.
 - `roofline`: the 1.2B model at 64 and 256 sequences of 512-token prompts: the steady decode
   step's wall time (async, and synchronous), the graph's GPU time, the roofline (weights + KV over
   the copy bandwidth measured here); the host's time a step is the synchronous step less the GPU's.
@@ -46,9 +48,9 @@ from bench.copy_bandwidth import copy_bandwidth  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 REPEAT = "one two three four five six seven eight " * 8
-FULL = dict(batches=[1, 8, 64], new=128, hybrid_prompts=[1024, 4096], hybrid_requests=32,
+FULL = dict(batches=[1, 8, 64], new=128, repeats=7, hybrid_prompts=[1024, 4096], hybrid_requests=32,
             hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512, roof_new=96)
-SMOKE = dict(batches=[1, 4], new=24, hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
+SMOKE = dict(batches=[1, 4], new=24, repeats=2, hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
              roof_seqs=[4], roof_prompt=48, roof_new=8)
 
 
@@ -79,7 +81,9 @@ def looping_model(folder: Path) -> str:
 
 
 def engine(path: str, device: str, k: int, seqs: int, blocks: int, **kw) -> LLMEngine:
-    spec = {"speculative_method": "ngram", "num_speculative_tokens": k} if k else {}
+    # n-grams of 4 down to 1 token: HF's prompt lookup tries 2 and 1 (max_matching_ngram_size=2)
+    spec = {"speculative_method": "ngram", "num_speculative_tokens": k,
+            "prompt_lookup_min": 1} if k else {}
     return LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
                                   num_gpu_blocks=blocks, max_num_seqs=seqs,
                                   enable_prefix_caching=False, max_num_batched_tokens=32768,
@@ -90,25 +94,35 @@ def dtype(device: str) -> str:
     return "bfloat16" if device == "cuda" else "float32"
 
 
-def timed_runs(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) -> dict:
-    """A warm-up run, then 3 timed runs of the same requests (no prefix cache: the same work)."""
-    eng.generate(prompts, params)
-    times, outs, steps = [], None, 0
-    for _ in range(3):
-        sync(device)
-        t0, s0 = time.perf_counter(), eng.step_count
-        outs = eng.generate(prompts, params)
-        sync(device)
-        times.append(time.perf_counter() - t0)
-        steps = eng.step_count - s0
-    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
-    secs = statistics.median(times)
-    return {"tokens": tokens, "seconds": round(secs, 4), "runs_s": [round(t, 4) for t in times],
-            "tokens_per_s": round(tokens / secs, 1), "steps": steps,
-            # a sequence's tokens over the steps after its prefill (every sequence decodes in each)
-            "tokens_per_pass": round(tokens / len(outs) / max(1, steps - 1), 3),
-            "drafted": sum(o.draft_tokens for o in outs), "kept": sum(o.accepted_tokens for o in outs),
-            "ids": [list(o.outputs[0].token_ids) for o in outs]}
+def timed_runs(engines: dict[int, LLMEngine], prompts: list, params: SamplingParams,
+               device: str, repeats: int) -> dict[int, dict]:
+    """A warm-up run on each engine, then `repeats` runs of the same requests on each in turn
+    (the engines interleaved, so a slow spell of the machine hits both; no prefix cache: the
+    same work every run). Medians."""
+    got: dict[int, dict] = {}
+    for eng in engines.values():
+        eng.generate(prompts, params)
+    times: dict[int, list[float]] = {k: [] for k in engines}
+    for _ in range(repeats):
+        for k, eng in engines.items():
+            sync(device)
+            t0, s0 = time.perf_counter(), eng.step_count
+            outs = eng.generate(prompts, params)
+            sync(device)
+            times[k].append(time.perf_counter() - t0)
+            steps = eng.step_count - s0
+            tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+            got[k] = {"tokens": tokens, "steps": steps,
+                      # a sequence's tokens over the steps after its prefill (all decode in each)
+                      "tokens_per_pass": round(tokens / len(outs) / max(1, steps - 1), 3),
+                      "drafted": sum(o.draft_tokens for o in outs),
+                      "kept": sum(o.accepted_tokens for o in outs),
+                      "ids": [list(o.outputs[0].token_ids) for o in outs]}
+    for k, row in got.items():
+        secs = statistics.median(times[k])
+        row.update(seconds=round(secs, 4), runs_s=[round(t, 4) for t in times[k]],
+                   tokens_per_s=round(row["tokens"] / secs, 1))
+    return got
 
 
 def spec(path: str, device: str, sizes: dict) -> dict:
@@ -122,7 +136,7 @@ def spec(path: str, device: str, sizes: dict) -> dict:
                                   max_tokens=sizes["new"], temperature=1.0, seed=1,
                                   ignore_eos=True))):
             prompts = [REPEAT + str(i) for i in range(batch)]
-            got = {k: timed_runs(eng, prompts, params, device) for k, eng in engines.items()}
+            got = timed_runs(engines, prompts, params, device, sizes["repeats"])
             row = {"batch": batch, "workload": label,
                    "drafts_over_none": round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3),
                    "same_tokens": got[4].pop("ids") == got[0].pop("ids"),
@@ -169,8 +183,11 @@ def hybrid_speed(paths: dict[str, str], device: str, sizes: dict) -> dict:
     for plen in sizes["hybrid_prompts"]:
         row = {}
         for name, path in paths.items():
+            # the same bytes for both: the hybrid's pages hold half the layers, so twice the
+            # blocks (a prefill chunk holds its blocks in both groups until the window drops them)
+            blocks = (n * -(-(plen + new) // 16) + 256) * (2 if name == "hybrid" else 1)
             eng = LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device),
-                                         block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 256,
+                                         block_size=16, num_gpu_blocks=blocks,
                                          max_num_batched_tokens=8192, async_scheduling=True))
             params = SamplingParams(max_tokens=new, ignore_eos=True)
             eng.generate(hybrid._prompts(2, plen, plen, 2), SamplingParams(max_tokens=8, ignore_eos=True))
@@ -215,6 +232,7 @@ def roofline(path: str, device: str, sizes: dict) -> dict:
             row[f"{key}_steady_steps"] = run["steady_steps"]
             if overlap:
                 row["graph_gpu_ms"] = run["graph_gpu_ms"]
+                row["kernels"] = run["kernels"]
                 row["host_profile"] = host_profile(eng, prompts, new)
             eng.close()
         row["async_over_roofline"] = round(row["async_step_ms"] / row["roofline_ms"], 3)
@@ -272,7 +290,7 @@ def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
     steps' wall times and, once, the decode graph's GPU time on a real step's inputs."""
     for p in prompts:
         eng.add_request(p, params)
-    n, walls, gpu = len(prompts), [], None
+    n, walls, gpu, kernels = len(prompts), [], None, None
     while eng.has_pending_work():
         t0 = time.perf_counter()
         result = eng.step()
@@ -281,8 +299,36 @@ def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
             walls.append(wall)
             if len(walls) == 8:
                 gpu = _replay_ms(eng, n)
+                kernels = _kernels(eng, n)
     return {"steady_steps": len(walls), "step_ms": round(1e3 * statistics.median(walls[2:]), 3)
-            if len(walls) > 2 else None, "graph_gpu_ms": gpu}
+            if len(walls) > 2 else None, "graph_gpu_ms": gpu, "kernels": kernels}
+
+
+def _kernels(eng: LLMEngine, n: int) -> list | None:
+    """The decode forward's kernels by GPU time (the graph's work, run eagerly under the
+    profiler on the step's inputs), the ten largest and their sum."""
+    graphs = eng.runtime.runner.graphs
+    if not graphs.use_graphs:
+        return None
+    from collections import defaultdict
+
+    size = graphs.bucket(n)
+    with torch.inference_mode():
+        graphs._compute(size, 1)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                graphs._compute(size, 1)
+            torch.cuda.synchronize()
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[ev.name][0] += ev.device_time_total / 3 / 1e3
+            by_name[ev.name][1] += 1 / 3
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:10]
+    return [{"all_kernels_ms": round(sum(v[0] for v in by_name.values()), 4),
+             "launches": round(sum(v[1] for v in by_name.values()))}] + \
+        [{"kernel": k[:80], "ms": round(v[0], 4), "count": round(v[1])} for k, v in top]
 
 
 def main() -> None:

@@ -160,8 +160,8 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool,
     }
     if profile_path:
         profile_decode_steps(eng, batch, profile_path)
-    if graphs and n in runner.graphs.graphs:
-        graph = runner.graphs.graphs[n]
+    if graphs and (n, 1) in runner.graphs.graphs:
+        graph = runner.graphs.graphs[(n, 1)]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(50):

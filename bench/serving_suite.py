@@ -204,9 +204,9 @@ def _replay_gpu_ms(eng: LLMEngine, n: int) -> float | None:
     """GPU time of one replay of the decode graph of n sequences (CUDA events, median of 20):
     the step's device part, to set against its wall time."""
     graphs = eng.runtime.runner.graphs
-    if DEVICE != "cuda" or graphs.bucket(n) not in graphs.graphs:
+    if DEVICE != "cuda" or (graphs.bucket(n), 1) not in graphs.graphs:
         return None
-    graph = graphs.graphs[graphs.bucket(n)]
+    graph = graphs.graphs[(graphs.bucket(n), 1)]
     times = []
     for _ in range(20):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -14,10 +14,12 @@ as the batch fills the GPU). So:
   otherwise it runs as a plain decode step and nobody drafts. (The dry mode computes nothing:
   its cost is 1, so any draft found is verified, as the lessons expect.)
 
-Under async scheduling a sequence whose last token is still on the device cannot look up (its
+Under async scheduling a sequence whose last token is still on the device cannot draft (its
 tail is not known). A step that verifies drafts never overlaps the next, so a drafting sequence
-drafts every step; when nobody drafts, steps overlap, and every so often (`lookup_due`, a gap
-that doubles while lookups keep missing) a step lands at once so that the next one can look up.
+drafts every step. When nobody drafts, steps overlap; each sequence in flight then looks up the
+tail it does know (all but that last token), under the same back-off, and only where that finds
+something (text that started to repeat) does the step land at once, so that the next one can
+draft (`wants_lookup`). Text that never repeats keeps every step overlapped.
 """
 
 from __future__ import annotations
@@ -48,8 +50,6 @@ class DraftPolicy:
     n_max: int
     max_tokens: int  # k: draft tokens a sequence proposes at most
     cost: Callable[[int, int], float]  # (sequences, queries each) -> verification / decode time
-    _gap: int = 1  # steps between the steps that land at once for lookups (doubles on misses)
-    _next_sync: int = 0
 
     def state(self, seq: Sequence) -> DraftState:
         """The sequence's drafting state, kept on the sequence (it goes when the sequence does;
@@ -87,16 +87,18 @@ class DraftPolicy:
             st.next_lookup = step + 1 + st.wait
             st.wait = min(MAX_WAIT, 2 * st.wait or 1)
 
-    def lookup_due(self, waiting: list[Sequence], step: int, drafted: bool) -> bool:
-        """Should this step land at once (async scheduling), so that the next one can look up
-        the tails of `waiting`, sequences whose last token is still on the device? Not more than
-        once every `_gap` steps, a gap that doubles while such steps find no draft."""
-        if drafted:
-            self._gap = 1
-        if not waiting or step < self._next_sync:
-            return False
-        if not any(step >= self.state(s).next_lookup for s in waiting):
-            return False
-        self._next_sync = step + self._gap
-        self._gap = min(MAX_WAIT, 2 * self._gap)
-        return True
+    def wants_lookup(self, in_flight: list[Sequence], step: int) -> bool:
+        """Should this step land at once (async scheduling), so that the next one can draft for
+        these sequences whose last token is still on the device? Where the tail they know
+        already continues an earlier occurrence: their text has started to repeat."""
+        found = False
+        for seq in in_flight:
+            st = self.state(seq)
+            if step < st.next_lookup or seq.num_tokens < 2:
+                continue
+            if st.index.propose(seq.token_ids, seq.num_tokens - 1, 1):
+                found = True
+            else:
+                st.next_lookup = step + 1 + st.wait
+                st.wait = min(MAX_WAIT, 2 * st.wait or 1)
+        return found

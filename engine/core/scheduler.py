@@ -196,7 +196,7 @@ class Scheduler:
                 out.drafts[seq.seq_id] = len(draft)
                 groups[seq.request_id].draft_tokens += len(draft)
                 budget -= len(draft)
-        out.lookup_due = policy.lookup_due(waiting, step, bool(out.drafts))
+        out.lookup_due = not out.drafts and policy.wants_lookup(waiting, step)
 
     def _continue_prefills(self, groups: list[SequenceGroup], out: ScheduledStep) -> None:
         """The next chunk of each prompt being prefilled, oldest first, as the budget allows."""

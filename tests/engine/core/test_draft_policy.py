@@ -44,10 +44,13 @@ def test_a_draft_with_nothing_kept_lowers_the_expected_share_and_backs_off() -> 
     assert p.state(seq).rate < 0.1 and p.state(seq).next_lookup > 11
 
 
-def test_lookups_of_sequences_in_flight_come_on_fewer_and_fewer_steps() -> None:
-    p, seq = policy(), Sequence(0)
-    due = [step for step in range(300) if p.lookup_due([seq], step, drafted=False)]
-    assert due[:5] == [0, 1, 3, 7, 15] and len(due) < 15
+def test_a_sequence_in_flight_asks_for_a_lookup_only_where_its_known_tail_repeats() -> None:
+    p = policy()
+    prose = Sequence(0, token_ids=[1, 2, 3, 4, 5, 6, -1])  # its last token still on the device
+    assert not any(p.wants_lookup([prose], step) for step in range(40))
+    assert p.state(prose).wait == MAX_WAIT  # and it looked up less and less often
+    loop = Sequence(1, token_ids=[7, 8, 9, 7, 8, 9, 7, 8, -1])
+    assert p.wants_lookup([loop], 0)
 
 
 def test_in_the_dry_mode_a_draft_that_does_not_pay_is_not_made() -> None:
