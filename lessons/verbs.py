@@ -142,10 +142,10 @@ def _chain(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     for j, b in enumerate(view.block_table):
         h = snap.blocks[b].block_hash
         if h is None:
-            cells.append((f"#{b}: no hash", 1.0, "reserved",
+            cells.append((f"#{b} —", 1.0, "reserved",
                           f"logical block {j} → block {b}: partly filled, not hashed"))
             continue
-        cells.append((f"#{b} {h & 0xFFFF:04x}" + (" →" if j + 1 < len(view.block_table) else ""),
+        cells.append((f"#{b} {h & 0xFFF:03x}" + (" →" if j + 1 < len(view.block_table) else ""),
                       1.0, "hash", f"logical block {j} → block {b}: hash {h & 0xFFFFFFFF:08x} = "
                                    f"xxh64(hash of block {j - 1 if j else 'none'}, its tokens)"))
     name = p.state.seq_names.get(seq, f"seq {seq}")

@@ -212,6 +212,14 @@ def serving(browser, url: str, out: str) -> None:
     pg.close()
 
 
+def settle_room(pg) -> None:
+    """The room's picture has stopped changing size (its 1 s timer redraws it for the new box)."""
+    pg.wait_for_function("() => { const gd = document.querySelector('#room-plot .js-plotly-plot');"
+                         " const h = gd?._fullLayout?.height; const same = h === window.plRoomH;"
+                         " window.plRoomH = h; return !!h && same; }", polling=1500, timeout=60_000)
+    pg.wait_for_function(MOTION_DONE, timeout=30_000)
+
+
 def classroom(browser, url: str, out: str) -> None:
     """The teacher opens a room, three students send prompts, the teacher shrinks the pool."""
     teacher = browser.new_page(viewport={"width": PROJECTOR[0], "height": PROJECTOR[1]})
@@ -248,6 +256,11 @@ def classroom(browser, url: str, out: str) -> None:
         "() => !!document.querySelector('#room-plot .js-plotly-plot')?.data"
         "?.some((t) => t.name === 'reserved by the teacher')", timeout=60_000)
     teacher.evaluate("window.scrollTo(0, 0)")  # the class sees the top of the projector page
+    teacher.click("#room-projector")  # the projector view: the teacher's controls off the screen
+    teacher.wait_for_function("() => { const gd = document.querySelector('#room-plot .js-plotly-plot');"
+                              " return !!gd?.layout?.meta?.fit?.fitted && document.body.classList"
+                              ".contains('pl-projector'); }", timeout=60_000)
+    settle_room(teacher)
     teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
     students[0].screenshot(path=os.path.join(out, "classroom-student.png"))
     for pg in (teacher, *students):

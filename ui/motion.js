@@ -142,11 +142,12 @@
       // a slide's picture drawn for another box (a report overtaken by a later one) asks again
       const gd = document.querySelector('#pool-plot .js-plotly-plot');
       const stale = slide && gd?._fullLayout && gd.layout?.meta?.fit &&
-        Math.abs(gd._fullLayout.height - h) > 14 && Date.now() - (window.plBoxAt || 0) > 1500;
+        Math.abs(gd._fullLayout.height - h) > 14 && Date.now() - (window.plBoxAt || 0) > 800;
       if (w >= 100 && (changed(sentBox, w, h) || stale)) {
         window.plBoxAt = Date.now();
         sentBox = `${w}x${h}`;
-        box.value = `${sentBox}#${window.plBoxAt}`; // newer reports win (ui/picture_box.py)
+        // newer reports win, and say whether the page is a slide (ui/picture_box.py)
+        box.value = `${sentBox}#${window.plBoxAt}#${slide ? 1 : 0}`;
         box.dispatchEvent(new Event('input', { bubbles: true }));
         setTimeout(() => go.click(), 0);
       }
@@ -162,7 +163,7 @@
       }
     }
   }
-  const measureSoon = () => { clearTimeout(boxTimer); boxTimer = setTimeout(measureBox, 200); };
+  const measureSoon = () => { clearTimeout(boxTimer); boxTimer = setTimeout(measureBox, 80); };
   window.addEventListener('resize', measureSoon);
   // the body's look classes (presenter mode, the lesson in front) change the picture's room
   new MutationObserver(measureSoon).observe(document.body, { attributes: true, attributeFilter: ['class'] });

@@ -15,7 +15,7 @@ from ui.page import Page
 from ui.render import session_figure
 from ui.session import Session
 
-BOX = re.compile(r"^(\d{2,5})x(\d{1,5})(?:#(\d{1,16}))?$")
+BOX = re.compile(r"^(\d{2,5})x(\d{1,5})(?:#(\d{1,16}))?(?:#([01]))?$")
 MAX_PX = 8192  # a box larger than any screen is a typo or a probe: ignored
 
 
@@ -27,6 +27,12 @@ def parse_box(value: Any) -> tuple[int, int] | None:
         return None
     w, h = int(m.group(1)), int(m.group(2))
     return (w, h) if 100 <= w <= MAX_PX and h <= MAX_PX else None
+
+
+def box_slide(value: Any) -> bool | None:
+    """Whether the page was a slide (presenter mode) when it measured the box (None: unsaid)."""
+    m = BOX.match(str(value or "").strip())
+    return None if not m or m.group(4) is None else m.group(4) == "1"
 
 
 def box_time(value: Any) -> int:
@@ -47,6 +53,9 @@ def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable
         if size is None or at < session.box_at:  # a report overtaken by a later one: ignored
             return gr.update()
         session.box, session.box_at = size, at
+        slide = box_slide(value)
+        if slide is not None:  # the page's own word: presenter mode's event may still be on its way
+            session.presenter = slide
         if ls is not None:
             ls.box = size
         if session.lesson_front:

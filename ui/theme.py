@@ -56,7 +56,8 @@ body.pl-presenter #main-row { height: calc(100vh - var(--pl-top, 60px)); flex-wr
 body.pl-presenter #picture-col { flex: 0 0 63% !important; max-width: 63%; min-width: 0 !important }
 body.pl-presenter #controls-col { flex: 1 1 0 !important; min-width: 0 !important;
   overflow-y: auto; overflow-x: hidden; position: relative }
-body.pl-presenter #below { display: none !important }
+body.pl-presenter #below, body.pl-presenter #shards-plot { display: none !important }
+body.pl-presenter #picture-col { flex-wrap: nowrap !important; overflow: hidden }
 body.pl-presenter #event-log { font-size: 16px !important; line-height: 1.35; max-height: none }
 body.pl-presenter #controls-col button { font-size: 16px !important }
 body.pl-presenter #controls-col .tab-container button {
@@ -79,7 +80,9 @@ body.pl-presenter #lesson-narration .prose, body.pl-presenter #lesson-question .
 body.pl-presenter #lesson-narration .prose :is(p, li, td, th, ul, ol, table, code, strong, em),
 body.pl-presenter #lesson-question .prose :is(p, li, strong, em, code) {
   font-size: inherit !important; line-height: inherit; margin-top: 0 }
-body.pl-presenter #lesson-narration .prose p { margin-bottom: 0.45em }
+body.pl-presenter #lesson-narration .prose p { margin-bottom: 0.35em }
+body.pl-presenter #lesson-narration .prose :is(td, th) { padding: 1px 10px !important }
+body.pl-presenter #lesson-narration .prose table { margin: 0.2em 0 0.4em 0 !important }
 body.pl-presenter #lesson-narration .prose h3 { font-size: 1.2em !important; margin: 0 0 0.3em 0 }
 body.pl-presenter #lesson-narration .prose blockquote { font-size: 1.2em !important }
 body.pl-presenter #lesson-nav button { font-size: 0.9em !important; min-height: 0; padding: 6px 10px }
@@ -92,7 +95,7 @@ body.pl-projector #room-main { height: calc(100vh - var(--pl-top, 60px)); flex-w
 body.pl-projector #room-picture-col { flex: 0 0 66% !important; max-width: 66%; min-width: 0 !important }
 body.pl-projector #room-side { overflow: hidden; font-size: 18px }
 /* the key sentence of a lesson page: a quote in the page's Markdown (lessons/page_text.py) */
-#lesson-narration blockquote { border-left: 5px solid #2563eb; margin: 0.2em 0 0.6em 0;
+#lesson-narration blockquote { border-left: 5px solid #2563eb; margin: 0.2em 0 0.45em 0;
   padding: 0.15em 0 0.15em 0.6em; font-weight: 600; color: #111827; font-style: normal;
   font-size: 1.08em; background: none }
 #lesson-narration blockquote p { margin: 0 }

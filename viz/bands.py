@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from viz import palette
 from viz.pool_cells import CACHED, FAST, FREE, colourscale, owner_category
+from viz.text_width import text_px
 
 Band = tuple[str, Sequence[tuple[str, float, str, str]]]
 ROWS = 2.0  # a band's height in the picture's rows: its label and its cells
@@ -25,9 +26,12 @@ def _category(kind: str) -> int:
     return CACHED if kind == "hash" else FREE
 
 
-def band_traces(band: Band, y: float, width: float, scale: float) -> list:
-    """The band's cells at row y (its label just above them), `width` plot units wide."""
+def band_traces(band: Band, y: float, width: float, scale: float, width_px: float = 0.0) -> list:
+    """The band's cells at row y (its label just above them), `width` plot units wide
+    (`width_px` pixels: a label longer than that keeps only its part before the colon)."""
     label, cells = band
+    if width_px and text_px(label, 12 * scale) * 1.08 > width_px - 16:
+        label = label.partition(":")[0]
     total = sum(max(w, 0.0) for _, w, _, _ in cells) or 1.0
     edges = [0.0]
     for _, w, _, _ in cells:
@@ -58,14 +62,14 @@ def band_traces(band: Band, y: float, width: float, scale: float) -> list:
     return [out, note]
 
 
-def bands_below(bands: Sequence[Band], bottom: float, width: float, scale: float
-                ) -> tuple[list, list, float]:
+def bands_below(bands: Sequence[Band], bottom: float, width: float, scale: float,
+                width_px: float = 0.0) -> tuple[list, list, float]:
     """(traces, notes, new bottom) for the bands stacked under `bottom`."""
     traces: list = []
     notes: list = []
     for band in bands:
         y = bottom - 1.4
-        drawn, note = band_traces(band, y, width, scale)
+        drawn, note = band_traces(band, y, width, scale, width_px)
         traces += drawn
         notes.append(note)
         bottom = y - 0.6

@@ -172,7 +172,7 @@ def _tail_cell(seq: SequenceView, wide: bool, token_text: Callable[[int], str]) 
     if seq.pending_token is None:
         return None
     tok = token_text(seq.pending_token)
-    return (PENDING, "▸ " + escape(shorten(tok.strip() or "␣", 10)) if wide else "▸",
+    return (PENDING, "▸ " + escape(shorten(tok.strip() or "␣", 16)) if wide else "▸",
             [seq.seq_id, f"pending token {escape(repr(tok))}: sampled, not yet in a slot"])
 
 

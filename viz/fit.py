@@ -46,6 +46,7 @@ class Sizes:
     legend_px: float | None = None  # the legend's type (None: 12k)
     fitted: bool = False  # sized for a measured box
     fixed_height: bool = False  # fitted to a box's height (else as tall as it needs)
+    within: bool = True  # every text whole and the picture within the box (False: the best try)
     slot_text_px: float = 0.0  # fitted: the pixels a slot's text may take (0: not fitted)
     token_px: float = 10.0
     narrow: bool = False  # a phone's width: short titles
@@ -107,7 +108,9 @@ def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Siz
         if whole and (not height or needed <= height):
             return _fill(sizes, needed, height)
         best = sizes
-    return best
+    if not content.block_level and height:  # too many blocks for their tokens in this box:
+        return fitted_sizes(replace(content, block_level=True), box, large)  # one cell each
+    return replace(best, within=False)
 
 
 def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
@@ -118,7 +121,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     slot_px = max([text_px(s, t) for s in c.slot_texts] + [0.6 * t]) + 0.4 * t
     label_px = max([text_px(s, 11 * kt) for s in c.block_labels] + [t]) + 0.6 * t
     label_w = max(0.9, label_px / slot_px)
-    margin_l = max([text_px(s, 14 * k) for s in c.row_labels] + [0]) + 14 * k
+    margin_l = max([text_px(s, 12 * k) for s in c.row_labels] + [0]) + 12 * k
     plot_px = max(60.0, width - margin_l - 8)
     gpu = gpu_layout(c.num_blocks, c.block_size, c.block_level, c.keep, plot_px - 0.6 * slot_px,
                      slot_px, label_w, narrower=False, fold=fold)
@@ -137,7 +140,9 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
         whole = False
     legend_chars = int((width - 16) / (legend_px * 0.6))
     legend = c.legend_lines(legend_chars)
-    row_px = max(1.55 * t + 4, 1.8 * 12 * k, 1.4 * 14 * k + 6)
+    row_px = max(1.35 * t + 2, 1.55 * 12 * k, (1.25 * 12 * k + 4) if c.table_rows else 0)
+    if not gpu.token_level:  # one cell per block: its ref count in type that fits the row
+        row_px = max(20.0, 1.55 * 12 * k, (1.25 * 12 * k + 4) if c.table_rows else 0)
     span = _span(c, gpu)
     margin_t = title_px(k) * 1.4 + legend * legend_px * 1.45 + 14
     needed = margin_t + span * row_px + 8

@@ -144,25 +144,33 @@ def _label_end(layout: PoolLayout, b: int, up: bool, at: float = 0.5) -> tuple[f
 
 
 def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
-    """An arrow per copy-on-write, from the copied block's id cell to its copy's: down or up
-    between rows, along the top edge within a row (never through the tokens)."""
+    """An arrow per copy-on-write, from the copied block's id cell to its copy's, never through
+    tokens or another block's id: along the gutter left of the strips when the two share a
+    column, along the top edge within a row, else straight."""
     xs: list = []
     ys: list = []
+    heads: list = []
     for i, (src, dst) in enumerate(pairs):
-        if max(src, dst) < gpu.num_blocks:
-            at = 0.5 if len(pairs) == 1 else 0.2 + 0.6 * i / (len(pairs) - 1)  # side by side
-            ys_src, ys_dst = gpu.box(src)[2], gpu.box(dst)[2]
-            same_row = abs(ys_src - ys_dst) < 1e-9
-            (x0, y0) = _label_end(gpu, src, same_row or ys_dst > ys_src, at)
-            (x1, y1) = _label_end(gpu, dst, same_row or ys_dst < ys_src, at)
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
+        if max(src, dst) >= gpu.num_blocks:
+            continue
+        at = 0.5 if len(pairs) == 1 else 0.2 + 0.6 * i / (len(pairs) - 1)  # side by side
+        (l0, _, y_src), (l1, _, y_dst) = gpu.box(src), gpu.box(dst)
+        if abs(y_src - y_dst) < 1e-9:  # one row: over the top edge
+            path = [_label_end(gpu, src, True, at), _label_end(gpu, dst, True, at)]
+        elif gpu.token_level and abs(l0 - l1) < 1e-9:  # one column: down the gutter
+            gutter = l0 - 0.12 - 0.1 * i / max(1, len(pairs) - 1)
+            path = [(l0, y_src), (gutter, y_src), (gutter, y_dst), (l1, y_dst)]
+        else:
+            path = [_label_end(gpu, src, y_dst > y_src, at), _label_end(gpu, dst, y_dst < y_src, at)]
+        xs += [p[0] for p in path] + [None]
+        ys += [p[1] for p in path] + [None]
+        heads += [0] * (len(path) - 1) + [1, 0]
     if not xs:
         return []
     return [go.Scatter(**FAST, x=xs, y=ys, mode="lines+markers", name="copy-on-write",
                        line={"color": palette.COW, "width": 3},
                        marker={"symbol": "arrow", "size": 16, "angleref": "previous",
-                               "color": palette.COW, "opacity": [0, 1, 0] * (len(xs) // 3)},
+                               "color": palette.COW, "opacity": heads},
                        hoverinfo="name", showlegend=False)]
 
 

@@ -108,7 +108,7 @@ def _table_texts(snap: Snapshot, rows: Sequence[TableRow], token_text: Callable[
         if rest:
             wide.append(f"+{rest} to prefill")
         elif r.seq.pending_token is not None:
-            wide.append("▸ " + token_text(r.seq.pending_token).strip()[:10])
+            wide.append("▸ " + token_text(r.seq.pending_token).strip()[:16])
     return narrow, wide
 
 
@@ -155,9 +155,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
             if s.block_table and not (reserved and _held(s) <= reserved)]
     rows = table_rows(snap, seqs)
     hidden = 0
-    if box and box[0] and len(rows) > MAX_ROWS:  # a fitted picture: the first tables, counted
+    most = MAX_ROWS if snap.num_blocks <= 256 else 3  # a big pool needs the room for its rows
+    if box and box[0] and len(rows) > most:  # a fitted picture: the first tables, counted
         per_seq = len(rows) // max(1, len(seqs))
-        shown = max(1, MAX_ROWS // per_seq)
+        shown = max(1, most // per_seq)
         hidden = len(seqs) - shown
         rows = table_rows(snap, seqs[:shown])
     pending = _pending_slots(rows, bs, token_text)
@@ -175,6 +176,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     words = {g.name: group_words(g) for g in groups} if len(groups) > 1 or groups[0].sliding else None
     # a phone's slots too narrow for their tokens draw none (the strip under the pool lists them)
     chars = 0 if sz.fitted and sz.narrow and sz.chars is not None else sz.chars
+    if sz.fitted and chars is None:  # fitted and whole: no token is shortened
+        chars = 10 ** 6
+    if sz.fitted and not gpu.token_level:  # a cell's ref count fits its row
+        kt = min(kt, 0.62 * sz.row_px / 11)
     traces: list = [pool_heatmap(snap.blocks, gpu, token_text, pending, "pool", scale=kt,
                                  plot_px=sz.plot_px, blank=reserved, groups=words, chars=chars,
                                  fits=sz.fits if sz.fitted else None)]
@@ -201,12 +206,14 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         traces += ([line] if line is not None else []) + rects(gpu, [selected_block], "selected",
                                                                palette.SELECT, 3.5, pad=0.22)
     fig = go.Figure(traces, **FAST)
-    notes, _ = row_labels(rows, top, k, seq_labels, selected_seq, selected_block if drawn else None)
+    notes, _ = row_labels(rows, top, k * (12 / 14 if sz.fitted else 1.0), seq_labels, selected_seq,
+                          selected_block if drawn else None)
     top, bottom = _notes(notes, snap, rows, seqs, gpu, cpu, tier, top, sz, seq_labels, reserved,
                          bool(marks), any(t.name == "freed label" for t in traces), len(entries),
                          hidden)
     if bands:
-        drawn_bands, band_notes, bottom = bands_below(bands, bottom, gpu.width, k)
+        drawn_bands, band_notes, bottom = bands_below(bands, bottom, gpu.width, k,
+                                                      sz.plot_px if sz.fitted else 0.0)
         fig.add_traces(drawn_bands)
         notes += band_notes
     bottom = _strip(notes, snap, rows, selected_seq, sz, token_text, bottom)
@@ -218,7 +225,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                         mode="lines", line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
                         name="selected sequence", hoverinfo="skip", showlegend=False)
     _frame(fig, snap, events, notes, sz, large, top, bottom, widest,
-           any(t.name == "dropped entries" for t in traces))
+           any(t.name == "dropped entries" for t in traces), box)
     return fig
 
 
@@ -231,7 +238,8 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
 
     def fitting(words: Callable[[bool], str]) -> str:  # the short words where the long run out
         long = words(sz.narrow)
-        return words(True) if sz.fitted and text_px(long, sz.note_px) > sz.plot_px - 8 else long
+        wide = text_px(long, sz.note_px) * 1.08 > sz.plot_px - 16  # a margin for the browser's hinting
+        return words(True) if sz.fitted and wide else long
 
     if rows:
         more = f" · {hidden} more sequences' tables not drawn" if hidden else ""
@@ -253,11 +261,12 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
                       text=fitting(lambda n: figure_text.pool_header(gpu.token_level, marks,
                                                                      len(reserved), n))))
     bottom = -gpu.rows + 0.4 - (0.7 if freed else 0.0)  # the freed label sits under the pool
-    for band, name in ((cpu, "CPU swap space"),
-                       (tier, "CPU tier of the prefix cache: evicted blocks kept by hash (LRU)")):
+    for band, name in ((cpu, lambda n: "CPU swap space"),
+                       (tier, lambda n: "CPU tier of the prefix cache" + (
+                           "" if n else ": evicted blocks kept by hash (LRU)"))):
         if band is not None:
-            notes.append(dict(x=0, y=band.y0 + 0.55, text=name, xanchor="left", yanchor="bottom",
-                              showarrow=False, font=font))
+            notes.append(dict(x=0, y=band.y0 + 0.55, text=fitting(name), xanchor="left",
+                              yanchor="bottom", showarrow=False, font=font))
             bottom = band.y0 - band.rows + 0.4
     if entries > 4000:
         notes.append(dict(x=gpu.width, y=top + 0.55, text=f"{entries} table entries: links not drawn",
@@ -287,7 +296,8 @@ def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: 
 
 
 def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes,
-           large: bool, top: float, bottom: float, widest: int, dropped: bool) -> None:
+           large: bool, top: float, bottom: float, widest: int, dropped: bool,
+           box: tuple[float, float] | None = None) -> None:
     """Title, legend, margins, height and the axes' ranges."""
     k = sz.k
     budget = sz.legend_chars or (95 if large else 150)  # visible characters a legend line holds
@@ -319,7 +329,7 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         font={"family": FONT, "color": palette.INK},
         paper_bgcolor="#ffffff", plot_bgcolor=palette.BORDER, showlegend=False,
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
-        meta={"anim": anim_key(snap, events), "fit": _fit_meta(sz)},
+        meta={"anim": anim_key(snap, events), "fit": _fit_meta(sz, box)},
         title={"text": text, "x": 0.01, "xanchor": "left", "yref": "container", "y": 1,
                "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": title_px(k)}},
     )
@@ -327,7 +337,8 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
     fig.update_yaxes(visible=False, fixedrange=True, range=y_range)
 
 
-def _fit_meta(sz: Sizes) -> dict:
-    """What the fit chose, for the page's tests and the curious: token type px, shortened?"""
-    return {"token_px": round(10 * sz.kt, 1), "whole": sz.chars is None and sz.fitted,
-            "fitted": sz.fitted}
+def _fit_meta(sz: Sizes, box: tuple[float, float] | None) -> dict:
+    """What the fit chose, for the page's tests and the curious: the box it was drawn for, the
+    token type, whether every text is whole."""
+    return {"token_px": round(10 * sz.kt, 1), "whole": sz.chars is None and sz.fitted and sz.within,
+            "fitted": sz.fitted, "box": list(box) if box else None}

@@ -1,0 +1,133 @@
+"""Issue 37 in a real browser, beyond the lesson slides: the inspector's K/V beside the picture,
+a 390 x 844 phone (tokens readable, nothing cut at the right edge, free blocks folded, the
+lesson's text by the picture after Next, the controls whole) and a classroom's projector view
+(the picture at presenter size with its whole legend, the teacher's controls and notes hidden,
+each request under the name its student typed). Waits are on conditions that never throw."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tests.ui.test_browser import CELL_XY, IDLE
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
+FITTED = """(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot');
+  return !!gd?._fullLayout && !!gd.layout?.meta?.fit?.fitted; }"""
+# texts of a picture that run past the window's edges or its own (a cut title, legend or label)
+CUT = """(sel) => { const gd = document.querySelector(sel + ' .js-plotly-plot');
+  if (!gd?._fullLayout) return null; const edge = Math.min(innerWidth, gd.getBoundingClientRect().right);
+  return [...gd.querySelectorAll('.main-svg text')].filter((t) => t.textContent.trim() &&
+    !t.closest('.hoverlayer')).filter((t) => { const b = t.getBoundingClientRect();
+      return b.right > edge + 1 || b.left < -1; }).map((t) => t.textContent); }"""
+VISIBLE = "(sel) => { const e = document.querySelector(sel); return !!e && e.offsetParent !== null; }"
+
+
+def box(pg, sel: str) -> dict:
+    return pg.locator(sel).first.bounding_box()
+
+
+def test_the_inspector_opens_beside_the_picture_after_back_and_next(browser, served_app):
+    pg = browser.new_page(viewport={"width": 1440, "height": 900})
+    try:
+        pg.goto(served_app + "?lesson=03_fork_cow&step=4")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('4 of') && ({IDLE})()", timeout=180_000)
+        for key in ("ArrowLeft", "ArrowRight"):  # Back, then Next: page 4 again, as recorded
+            before = pg.evaluate(PROGRESS)
+            pg.keyboard.press(key)
+            pg.wait_for_function(f"(b) => ({PROGRESS})() !== b && /page \\d/.test(({PROGRESS})()) "
+                                 f"&& ({IDLE})()", arg=before, timeout=180_000)
+        pg.wait_for_function(f"() => ({CELL_XY})(['pool', 2]) !== null && ({IDLE})()", timeout=60_000)
+        for attempt in range(5):  # a click the page had not bound yet is clicked again
+            x, y = pg.evaluate(f"({CELL_XY})(['pool', 2])")
+            pg.mouse.click(x, y)
+            try:
+                pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')"
+                                     "?._fullLayout", timeout=30_000)
+                break
+            except Exception:
+                if attempt == 4:
+                    raise
+        assert "Block 2" in pg.locator("#inspector-note").inner_text()
+        assert "went wrong" not in pg.locator("#status").inner_text()
+        picture, kv = box(pg, "#pool-plot"), box(pg, "#kv-plot")
+        assert kv["x"] >= picture["x"] + picture["width"] - 2  # beside the picture
+        assert kv["y"] < 900 * 0.6  # on the first screen, not a screen below
+    finally:
+        pg.close()
+
+
+def test_a_phone_reads_its_tokens_and_nothing_is_cut(browser, served_app):
+    pg = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        pg.goto(served_app)
+        pg.wait_for_selector("#new-seq", timeout=180_000)
+        pg.wait_for_function(f"() => ({FITTED})('#pool-plot') && ({IDLE})()", timeout=120_000)
+        pg.click("#new-seq")
+        pg.wait_for_function("() => (document.querySelector('#event-log')?.innerText ?? '')"
+                             ".includes('prefill')", timeout=120_000)
+        pg.wait_for_function(f"() => ({FITTED})('#pool-plot') && ({IDLE})()", timeout=60_000)
+        pg.evaluate("window.scrollTo(0, 0)")
+        assert pg.evaluate(CUT, "#pool-plot") == []
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 391
+        words = pg.evaluate("() => [...document.querySelectorAll('#pool-plot .main-svg text')]"
+                            ".map((t) => t.textContent).join(' ')")
+        assert "free (" in words  # the free blocks folded into one row
+        # the selected sequence's tokens, whole: in their slots or listed block by block
+        assert "Four" in words and "score" in words and "…" not in words
+        for sel in ("#new-seq", "#append", "#fork", "#free"):
+            b = box(pg, sel)
+            assert b["x"] >= 0 and b["x"] + b["width"] <= 391, sel
+        pg.goto(served_app + "?lesson=03_fork_cow")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('page 0 of') && ({IDLE})()", timeout=180_000)
+        pg.click("#lesson-next")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('page 1 of') && ({IDLE})()", timeout=180_000)
+        pg.wait_for_function(f"() => ({FITTED})('#pool-plot')", timeout=60_000)
+        picture, text, nxt = box(pg, "#pool-plot"), box(pg, "#lesson-narration"), box(pg, "#lesson-next")
+        assert text["y"] - (picture["y"] + picture["height"]) < 260  # the text by the picture
+        assert nxt["x"] >= 0 and nxt["x"] + nxt["width"] <= 391  # Next whole
+        assert pg.evaluate(CUT, "#pool-plot") == []
+    finally:
+        pg.close()
+
+
+def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browser, served_app):
+    teacher = browser.new_page(viewport={"width": 1280, "height": 720})
+    student = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        teacher.goto(served_app + "class")
+        teacher.wait_for_selector("#room-open", timeout=180_000)
+        teacher.click("#room-open")
+        teacher.wait_for_function("() => (document.querySelector('#room-joined')?.innerText ?? '')"
+                                  ".includes('Room')", timeout=120_000)
+        code = teacher.locator("#room-code input, #room-code textarea").first.input_value()
+        student.goto(served_app + f"room?code={code}")
+        student.wait_for_selector("#student-send", timeout=120_000)
+        for name, prompt in (("Ada", "What is a block?"), ("Grace", "What is a page?")):
+            student.locator("#student-name input, #student-name textarea").first.fill(name)
+            student.locator("#student-prompt textarea").first.fill(prompt)
+            before = student.locator("#student-mine").inner_text()
+            student.click("#student-send")
+            student.wait_for_function("(b) => (document.querySelector('#student-mine')?.innerText ?? '')"
+                                      " !== b", arg=before, timeout=60_000)
+        teacher.wait_for_function("() => ['Ada', 'Grace'].every((n) => (document.querySelector("
+                                  "'#room-requests-box')?.innerText ?? '').includes(n))", timeout=60_000)
+        teacher.click("#room-projector")
+        teacher.wait_for_function("() => document.body.classList.contains('pl-projector')")
+        teacher.wait_for_function("() => { const gd = document.querySelector('#room-plot .js-plotly-plot');"
+                                  " const f = gd?.layout?.meta?.fit; return !!f?.fitted && f.token_px >= 14"
+                                  " && gd.getBoundingClientRect().height > 500; }", timeout=60_000)
+        for sel in ("#room-controls", "#room-keys", "#room-warning", "#room-open-box"):
+            assert not teacher.evaluate(VISIBLE, sel), sel
+        picture = box(teacher, "#room-plot")
+        assert picture["width"] * picture["height"] >= 0.5 * 1280 * 720
+        assert teacher.evaluate(CUT, "#room-plot") == []  # the whole legend, the whole title
+        assert teacher.evaluate("document.documentElement.scrollHeight") <= 721
+    finally:
+        teacher.close()
+        student.close()
