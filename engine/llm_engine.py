@@ -34,8 +34,10 @@ from engine.core.launched import Launched
 from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
+from engine.core.prefix_tree import HashChain, PrefixTree
 from engine.core.registry import Registry
 from engine.core.request_state import RequestState, request_state
+from engine.core.request_timeline import RequestTimeline, RunRecorder
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from engine.core.snapshot import Snapshot, SnapshotBuilder
@@ -109,6 +111,9 @@ class LLMEngine:
         self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
                                    self.tokenizer.decode)
         self._flight = InFlight(self._post, self.scheduler, self.kv)
+        # the run over time (request timeline) and the hash chain (prefix tree): folded from
+        # each operation's events, for views of the past that read no scheduler queue
+        self._run_record, self._chain = RunRecorder(), HashChain()
         self._primitives = Primitives(self.kv, self.registry, self.runtime, self.content,
                                       self.tokenizer, self.vocab_size, self.max_model_len,
                                       self._rng, self._flight, self._post)
@@ -296,6 +301,19 @@ class LLMEngine:
         """One unfinished request by id; None once it finished (or if it never was)."""
         return next((r for r in self.requests() if r.request_id == request_id), None)
 
+    def request_timeline(self) -> RequestTimeline:
+        """Every serving request and what it did in each step so far (waiting, a prefill chunk,
+        decodes, drafts kept / drafted, preempted by swap or recompute, swapped, loading from
+        the CPU tier, finished and why): engine/core/request_timeline.py."""
+        return self._run_record.timeline()
+
+    def prefix_tree(self, snapshot: Snapshot | None = None, group: str | None = None
+                    ) -> PrefixTree:
+        """The prefix cache of `snapshot` (now, by default) as a tree of hashed blocks, each
+        under the block its hash chains from, in KV cache group `group` (the first by default):
+        engine/core/prefix_tree.py."""
+        return self._chain.tree(snapshot if snapshot is not None else self.snapshot(), group)
+
     def finished_requests(self) -> list[RequestOutput]:
         """The final outputs of every request finished so far, in the order steps reported them
         (each step's `StepResult.finished`); a replay of the op log rebuilds the same list."""
@@ -359,6 +377,8 @@ class LLMEngine:
         self.step_count += 1
         self.last_events = events
         self._trace.append(op.to_record())
+        self._run_record.note(op.name, self.kv.step, result, events, self.groups)
+        self._chain.note(events, self.seqs)
         if self.content is not None:  # what this operation wrote or shared reads back right
             shared = [b for e in events if e.kind in ("prefix_hit", "share") for b in e.block_ids]
             self._check_content(everything=False, shared=shared)
