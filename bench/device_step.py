@@ -150,6 +150,33 @@ def spec(path: str, device: str, sizes: dict) -> dict:
     return {"rows": rows}
 
 
+def spec_extra(path: str, device: str, sizes: dict) -> dict:
+    """Tokens per pass with steps landing at once (no async scheduling: every step knows its
+    tail), batch 1; and nothing to draft at the largest batch again, with 15 runs each."""
+    out = {}
+    engines = {k: engine(path, device, k, 1, 64 + 40, async_scheduling=False) for k in (0, 4)}
+    got = timed_runs(engines, [REPEAT + "0"], SamplingParams(max_tokens=sizes["new"],
+                                                            ignore_eos=True), device, 3)
+    out["sync_batch_1"] = {"tokens_per_pass_k4": got[4]["tokens_per_pass"],
+                           "drafts_over_none": round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3),
+                           "same_tokens": got[4]["ids"] == got[0]["ids"]}
+    for eng in engines.values():
+        eng.close()
+    top = max(sizes["batches"])
+    engines = {k: engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
+    params = SamplingParams(max_tokens=sizes["new"], temperature=1.0, seed=1, ignore_eos=True)
+    got = timed_runs(engines, [REPEAT + str(i) for i in range(top)], params, device,
+                     2 * sizes["repeats"] + 1)
+    out[f"nothing_to_draft_batch_{top}"] = {
+        "drafts_over_none": round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3),
+        "k0_runs_s": got[0]["runs_s"], "k4_runs_s": got[4]["runs_s"], "drafted": got[4]["drafted"]}
+    for eng in engines.values():
+        eng.close()
+    print(json.dumps({k: {a: b for a, b in v.items() if "runs" not in a} for k, v in out.items()}),
+          flush=True)
+    return out
+
+
 def hf_lookup(path: str, device: str, sizes: dict) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -345,11 +372,14 @@ def main() -> None:
     result: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                     "torch": torch.__version__, "smoke": args.smoke, "sizes": sizes}
     full = hybrid.build(folder / "full", hybrid=False)
-    loops = looping_model(folder / "loops") if {"spec", "hf_lookup"} & set(args.only) else None
+    loops = looping_model(folder / "loops") if {"spec", "spec_extra", "hf_lookup"} & set(args.only) \
+        else None
     for stage in args.only:
         t0 = time.perf_counter()
         if stage == "spec":
             result["spec"] = spec(loops, args.device, sizes)
+        elif stage == "spec_extra":
+            result["spec_extra"] = spec_extra(loops, args.device, sizes)
         elif stage == "hf_lookup":
             result["hf_lookup"] = hf_lookup(loops, args.device, sizes)
         elif stage == "hybrid":

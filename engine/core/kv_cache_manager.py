@@ -121,11 +121,14 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
 
     # ---- the primitives -------------------------------------------------------------------
 
-    def allocate(self, seq: Sequence, prompt: list[int], max_new: int | None = None) -> list[Event]:
+    def allocate(self, seq: Sequence, prompt: list[int], max_new: int | None = None,
+                 defer_loads: bool = False) -> list[Event]:
         """Give a sequence a block table (one per group) for `prompt` (its tokens to prefill: a
         new prompt, or prompt + generated tokens when it resumes after preemption), sharing
         cached prefix blocks. `max_new` (chunked prefill): write at most that many tokens after
-        the prefix hits; the caller keeps the rest (`prompt[seq.num_tokens:]`) for `extend`s."""
+        the prefix hits; the caller keeps the rest (`prompt[seq.num_tokens:]`) for `extend`s.
+        `defer_loads` (serving): when blocks come back from the CPU tier, write nothing after
+        them this step (`seq.loading`): the sequence waits a step while their bytes come in."""
         if not prompt:
             raise ValueError("a prompt needs at least one token")
         bs, sid = self.block_size, seq.seq_id
@@ -134,6 +137,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         loads = self._match_tier(prompt, hashes)
         served = hit + len(loads)
         end = len(prompt) if max_new is None else min(len(prompt), served * bs + max_new)
+        if loads and defer_loads:
+            end = served * bs
         hit_ids = [b for t in tables or () for b in t if b is not None]
         cached_hits = sum(1 for b in hit_ids if self.pool.blocks[b].ref_count == 0)
         self._require(
@@ -157,6 +162,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
                 events.append(Event("share", self.step, sid, tuple(live)))
         if loads:
             self._load(seq, prompt, loads, events)
+            seq.loading = defer_loads
         self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
         return events

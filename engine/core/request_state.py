@@ -14,7 +14,9 @@ from engine.core.sequence import SequenceGroup
 @dataclass(frozen=True)
 class RequestState:
     request_id: int
-    status: str  # "waiting", "running" or "swapped" (the scheduler queue that holds it)
+    # "waiting", "running" or "swapped" (the scheduler queue that holds it), or "loading": running,
+    # but waiting this step for its prefix blocks to come back from the CPU tier
+    status: str
     num_prompt_tokens: int
     num_preemptions: int
     seq_ids: tuple[int, ...]  # every sequence the request made, finished ones included
@@ -26,6 +28,8 @@ def request_state(group: SequenceGroup, status: str) -> RequestState:
     """What a caller may know of `group`, which sits in the scheduler queue `status`."""
     live = group.live()
     blocks = [b for s in live for t in s.block_tables for b in t if b is not None]
+    if status == "running" and any(s.loading for s in live):
+        status = "loading"
     return RequestState(group.request_id, status, len(group.prompt_ids), group.num_preemptions,
                         tuple(s.seq_id for s in group.seqs), tuple(s.seq_id for s in live),
                         tuple(dict.fromkeys(blocks)))

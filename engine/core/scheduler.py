@@ -207,6 +207,7 @@ class Scheduler:
             if n <= 0:
                 continue  # no budget or no block this step: it waits, holding what it has
             start = seq.num_tokens
+            seq.loading = False  # its blocks from the CPU tier came in during the last step
             chunk, seq.prefill_rest = seq.prefill_rest[:n], seq.prefill_rest[n:]
             out.events += self.kv.extend(seq, chunk)
             out.prefills.append(PrefillItem(group, seq, group.prefilled, start, not seq.prefill_rest))
@@ -231,8 +232,9 @@ class Scheduler:
                 return
             whole_pool_free = self.kv.pool.num_allocatable == self.kv.pool.num_blocks
             try:
-                if len(seqs) == 1:  # may go in chunks
-                    events = self.kv.allocate(seqs[0], prompts[0], budget if chunk else None)
+                if len(seqs) == 1:  # may go in chunks; waits a step for blocks from the CPU tier
+                    events = self.kv.allocate(seqs[0], prompts[0], budget if chunk else None,
+                                              defer_loads=True)
                 else:  # a resumed group of several, all or nothing
                     events = allocate_together(self.kv, seqs, prompts)
             except OutOfBlocks:
@@ -250,6 +252,8 @@ class Scheduler:
                     seq.prompt_len = len(group.prompt_ids)
                 seq.resume_tokens = []
                 seq.status = SequenceStatus.RUNNING
+                if seq.loading:  # its tier blocks come in this step: the rest of it next step
+                    continue
                 out.prefills.append(PrefillItem(group, seq, group.prefilled, seq.num_cached_tokens,
                                                 not seq.prefill_rest))
             self._insert_running(group)

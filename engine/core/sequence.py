@@ -53,6 +53,9 @@ class Sequence:
     # speculative decoding: draft tokens at the end of token_ids whose slots are reserved for
     # this step's verification (0 between steps: the postprocess keeps or rolls back each one)
     num_draft: int = 0
+    # serving with the CPU tier: its prefix blocks are being copied back; it computes the rest of
+    # its prompt from the next step on (engine/runtime/tier_copies.py)
+    loading: bool = False
     drafting: Any = None  # its n-gram index and lookups' back-off (engine/core/draft_policy.py)
 
     @property

@@ -138,7 +138,7 @@ class SnapshotBuilder:
 
     def sequence_view(self, seq: Sequence) -> SequenceView:
         tables = tuple(map(tuple, seq.block_tables))
-        key = (seq.num_tokens, tables, seq.pending_token, seq.status,
+        key = (seq.num_tokens, tables, seq.pending_token, seq.status, seq.loading,
                seq.num_cached_tokens, len(seq.prefill_rest))
         cached = self._seqs.get(seq.seq_id)
         if cached is not None and cached[0] == key:
@@ -147,7 +147,9 @@ class SnapshotBuilder:
             tables = tables + ((),) * (len(self._names) - len(tables))
         view = SequenceView(
             seq.seq_id, tables[0], tuple(seq.token_ids), seq.num_tokens,
-            self.decode(seq.token_ids), seq.status.value, seq.num_cached_tokens,
+            # "loading": its prefix blocks come back from the CPU tier this step
+            self.decode(seq.token_ids), "loading" if seq.loading else seq.status.value,
+            seq.num_cached_tokens,
             seq.pending_token, seq.prompt_len, seq.parent_id, len(seq.prefill_rest),
             dict(zip(self._names, tables, strict=True)),
         )

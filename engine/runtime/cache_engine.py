@@ -27,6 +27,7 @@ import torch
 from engine.core.kv_groups import KVCacheGroup
 from engine.core.units import gib, kib, mib
 from engine.runtime.kv_layout import KVLayout
+from engine.runtime.tier_copies import TierCopies
 
 DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
 DEFAULT_MEMORY_UTILIZATION = 0.9
@@ -111,15 +112,15 @@ class CacheEngine:
         pin = self.device.type == "cuda"
         self.cpu_cache = torch.zeros(self._pool_shape(num_cpu_blocks), dtype=dtype,
                                      pin_memory=pin)
-        # the prefix cache's CPU tier: evicted cached blocks, copied back on a prefix hit
+        # the prefix cache's CPU tier: evicted cached blocks, copied back on a prefix hit; each
+        # slot one contiguous run of pinned bytes, copied by the DMA engines (tier_copies.py)
         self.num_offload_blocks = num_offload_blocks
-        self.tier_cache = torch.zeros(self._pool_shape(num_offload_blocks), dtype=dtype,
-                                      pin_memory=pin)
+        self.tier = TierCopies(self.kv_cache, num_offload_blocks)
 
     def close(self) -> None:
         """Free the pool and the swap space now (idempotent): the tensors go as soon as nothing
         else holds them, with no garbage collection needed. The sizes stay readable."""
-        self.kv_cache = self.cpu_cache = self.tier_cache = None
+        self.kv_cache = self.cpu_cache = self.tier = None
 
     @property
     def closed(self) -> bool:
@@ -208,19 +209,25 @@ class CacheEngine:
         src, dst = self._ids(pairs, self.num_cpu_blocks, self.num_gpu_blocks, None)
         self.ops.swap_blocks(self.cpu_cache, self.kv_cache, src, dst)
 
-    @torch.inference_mode()
     def offload(self, pairs: list[tuple[int, int]]) -> None:
-        """Device block -> CPU tier slot for every (gpu_id, slot)."""
+        """Device block -> CPU tier slot for every (gpu_id, slot); the copy over the bus goes
+        on by itself (tier_copies.py)."""
         if pairs:
-            src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_offload_blocks, None)
-            self.ops.swap_blocks(self.kv_cache, self.tier_cache, src, dst)
+            self._ids(pairs, self.num_gpu_blocks, self.num_offload_blocks, None)
+            self.tier.offload(self.kv_cache, pairs)
 
-    @torch.inference_mode()
     def load(self, pairs: list[tuple[int, int]]) -> None:
-        """CPU tier slot -> device block for every (slot, gpu_id)."""
+        """CPU tier slot -> device block for every (slot, gpu_id); a forward pass that reads
+        those blocks waits for it (`wait_for_loads`)."""
         if pairs:
-            src, dst = self._ids(pairs, self.num_offload_blocks, self.num_gpu_blocks, None)
-            self.ops.swap_blocks(self.tier_cache, self.kv_cache, src, dst)
+            self._ids(pairs, self.num_offload_blocks, self.num_gpu_blocks, None)
+            self.tier.load(self.kv_cache, pairs)
+
+    def wait_for_loads(self, tables: Any) -> None:
+        """Before a forward pass over these block tables: wait (on the device) for the loads
+        from the CPU tier that write their blocks. Nothing to look at when none is in flight."""
+        if self.tier is not None and self.tier.pending:
+            self.tier.wait_for_blocks([b for t in tables for b in t if b is not None])
 
     @torch.inference_mode()
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> dict[str, Any]:

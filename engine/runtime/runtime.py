@@ -61,6 +61,8 @@ class Runtime:
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
         batch = [ScheduledSeq(*item) for item in items]
+        # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
+        self.cache.wait_for_loads(t for s in batch for t in s.tables())
         return self.runner.execute_scores(batch, feed)
 
     def draft_cost(self, num_seqs: int, q: int) -> float:

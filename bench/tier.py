@@ -1,0 +1,189 @@
+"""The CPU tier at the speed of the bus (issue 32), measured: the copies' bandwidth each way, a
+prompt whose prefix was evicted asked again (its blocks copied back against recomputed), and
+what a load in flight costs the requests decoding beside it.
+
+    python bench/tier.py --device cuda --out bench/results/tier_h100.json
+    python bench/tier.py --smoke --out /tmp/tier.json          # CPU, tiny sizes: the script runs
+
+Random weights (bench/hybrid.py's `build`) in SmolLM2-135M's shapes and in Llama-3.2-1B's
+(16 layers, 8 KV heads of 64: a 16-token block is 0.5 MB of K/V), bfloat16.
+
+- `bandwidth`: 128 blocks offloaded from the pool into tier slots and loaded back into other
+  blocks, through the engine's own copies; bytes over the time to the last byte (median of 5).
+- `repeat`: a prefix (2,048 tokens + 4 of a question; and a 4,096-token document) computed, pushed
+  out of a pool of 300 blocks by another long prompt, then asked again with another question:
+  that request's wall time with a CPU tier (its blocks copied back, the rest computed a step
+  later) against without (all of it computed), median of 7 after a warm-up cycle.
+- `overlap`: 32 requests decoding; every 8 steps one more arrives whose 2,048-token prefix is in
+  the tier. The decoders' step time in the steps where a load is under way against the steps
+  where none is: what a load in flight costs the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from bench import hybrid  # noqa: E402
+from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+
+FULL = dict(blocks=128, system=2048, doc=4096, evictor=4600, pool=300, repeats=7,
+            decoders=32, decoder_prompt=512, prefixes=8, overlap_new=160)
+SMOKE = dict(blocks=8, system=96, doc=128, evictor=150, pool=14, repeats=2,
+             decoders=3, decoder_prompt=48, prefixes=3, overlap_new=48)
+ONE = SamplingParams(max_tokens=1, ignore_eos=True)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def dtype(device: str) -> str:
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+def engine(path: str, device: str, blocks: int, tier: int, **kw) -> LLMEngine:
+    return LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
+                                  num_gpu_blocks=blocks, num_offload_blocks=tier,
+                                  max_num_batched_tokens=8192, **kw))
+
+
+def bandwidth(path: str, device: str, sizes: dict) -> dict:
+    n = sizes["blocks"]
+    eng = engine(path, device, 3 * n, n)
+    cache = eng.runtime.cache  # the engine's own copies, driven directly
+    cache.kv_cache.normal_()
+    out_s, in_s = [], []
+    for _ in range(5):
+        sync(device)
+        t0 = time.perf_counter()
+        cache.offload([(b, b) for b in range(n)])
+        cache.tier.read(n - 1)  # waits for the slot's copy: the last byte on the host
+        out_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        cache.load([(s, n + s) for s in range(n)])
+        cache.wait_for_loads([list(range(n, 2 * n))])
+        sync(device)
+        in_s.append(time.perf_counter() - t0)
+    same = bool(torch.equal(cache.kv_cache[:, :, :n], cache.kv_cache[:, :, n:2 * n]))
+    nbytes = n * cache.tier.slot_bytes
+    eng.close()
+    return {"blocks": n, "bytes": nbytes, "slot_bytes": nbytes // n, "same_bytes_back": same,
+            "gpu_to_cpu_gb_s": round(nbytes / statistics.median(out_s) / 1e9, 1),
+            "cpu_to_gpu_gb_s": round(nbytes / statistics.median(in_s) / 1e9, 1)}
+
+
+def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int) -> dict:
+    eng = engine(path, device, sizes["pool"], tier)
+    prefix = hybrid._prompts(1, prefix_len, prefix_len, 4)[0]
+    evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
+    times, firsts = [], []
+    for r in range(sizes["repeats"] + 1):  # the first cycle warms up
+        eng.generate([prefix + [7, 8, 9, 10 + r]], ONE)
+        eng.generate([evictor[r:] + evictor[:r]], ONE)  # another one each time: evicts the prefix
+        sync(device)
+        t0 = time.perf_counter()
+        (out,) = eng.generate([prefix + [11, 12, 13, 14 + r]], ONE)
+        sync(device)
+        if r:
+            times.append(time.perf_counter() - t0)
+            firsts.append(out.outputs[0].token_ids[0])
+    m = eng.snapshot().metrics
+    eng.close()
+    return {"median_ms": round(1e3 * statistics.median(times), 3), "runs_ms":
+            [round(1e3 * t, 3) for t in times], "first_tokens": firsts,
+            "offload_hit_blocks": m.offload_hit_blocks}
+
+
+def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:
+    out = {}
+    for label, path, plen in (("smollm2_2052", paths["smollm2"], sizes["system"]),
+                              ("llama1b_2052", paths["one_b"], sizes["system"]),
+                              ("llama1b_4096_document", paths["one_b"], sizes["doc"])):
+        tier = repeat_cycle(path, device, plen, sizes, 512)
+        plain = repeat_cycle(path, device, plen, sizes, 0)
+        out[label] = {"tier": tier, "recompute": plain, "same_first_tokens":
+                      tier["first_tokens"] == plain["first_tokens"],
+                      "recompute_over_tier": round(plain["median_ms"] / tier["median_ms"], 3)}
+        print(json.dumps({label: out[label]["recompute_over_tier"]}), flush=True)
+    return out
+
+
+def overlap(path: str, device: str, sizes: dict) -> dict:
+    n, plen, new = sizes["decoders"], sizes["decoder_prompt"], sizes["overlap_new"]
+    prefixes = hybrid._prompts(sizes["prefixes"], sizes["system"], sizes["system"], 30)
+    per_prefix = -(-sizes["system"] // 16) + 1
+    blocks = n * -(-(plen + new) // 16) + per_prefix  # room for one prefix: the rest in the tier
+    eng = engine(path, device, blocks, sizes["prefixes"] * per_prefix + 64, async_scheduling=True)
+    for p in prefixes:  # cached, and pushed into the tier as the decoders take the pool
+        eng.generate([p + [1]], ONE)
+    for p in hybrid._prompts(n, plen, plen, 31):
+        eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
+    quiet, loading, arrivals = [], [], iter(prefixes)
+    steps = 0
+    while eng.has_pending_work():
+        t0 = time.perf_counter()
+        result = eng.step()
+        wall = time.perf_counter() - t0
+        steps += 1
+        loads = any(e.kind == "load" for e in result.events)
+        if result.num_decodes >= n and not result.num_prefills:
+            (loading if loads else quiet).append(wall)
+        if steps % 8 == 0 and steps > 16:
+            p = next(arrivals, None)
+            if p is not None:
+                eng.add_request(p + [2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
+    hits = eng.snapshot().metrics.offload_hit_blocks
+    eng.close()
+    q = statistics.median(quiet) if quiet else None
+    ld = statistics.median(loading) if loading else None
+    return {"quiet_step_ms": q and round(1e3 * q, 3), "load_step_ms": ld and round(1e3 * ld, 3),
+            "steps_with_a_load": len(loading), "offload_hit_blocks": hits,
+            "tokens_per_s_with_load_over_without": round(q / ld, 3) if q and ld else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--only", nargs="+", default=["bandwidth", "repeat", "overlap"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    sizes = SMOKE if args.smoke else FULL
+    if args.smoke:
+        hybrid.SIZES.update(hybrid.SMOKE)
+    folder = Path(tempfile.mkdtemp(prefix="tier-"))
+    one_b = hybrid.ONE_B if not args.smoke else {**hybrid.SHAPE, "num_hidden_layers": 2}
+    paths = {"smollm2": hybrid.build(folder / "smollm2", hybrid=False),
+             "one_b": hybrid.build(folder / "one_b", False, one_b)}
+    result: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                    "torch": torch.__version__, "smoke": args.smoke, "sizes": sizes}
+    for stage in args.only:
+        t0 = time.perf_counter()
+        if stage == "bandwidth":
+            result["bandwidth"] = bandwidth(paths["one_b"], args.device, sizes)
+            print(json.dumps(result["bandwidth"]), flush=True)
+        elif stage == "repeat":
+            result["repeat"] = repeat(paths, args.device, sizes)
+        elif stage == "overlap":
+            result["overlap"] = overlap(paths["one_b"], args.device, sizes)
+            print(json.dumps(result["overlap"]), flush=True)
+        result.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 1)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

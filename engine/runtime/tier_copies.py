@@ -1,0 +1,153 @@
+"""The CPU tier's bytes at the speed of the bus: contiguous slots in pinned host memory, copied by
+the DMA engines on streams of their own.
+
+The pool lays a block out by layer (`kv_cache[layer, k/v, block, ...]`, the layout the attention
+kernels read), so one block's K/V are 2 x layers pieces of a few KB each; copied piece by piece
+over PCIe they reach a few GB/s. The tier lays each slot out whole instead,
+
+    tier[slot, page_layers, 2, block_size, kv_heads, head_dim]
+
+one contiguous run of bytes a block (0.5 MB for a Llama-3.2-1B-shaped model), and a copy goes in
+two moves: on the device, a gather of the blocks' pieces into a contiguous staging buffer (or a
+scatter out of one: device memory is fast), and over the bus one `cudaMemcpyAsync` per run of
+consecutive slots, from or into pinned memory (the DMA engines, not the SMs).
+
+Where each move runs, so that neither kind of copy holds up the batch:
+
+- **offload** (an evicted cached block into a slot): the gather runs on the compute stream, in the
+  step's order, so the block can be written by its new owner right after; the copy to the host
+  runs on a low-priority stream and nothing waits for it but a later copy of the same slot;
+- **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, after
+  what the compute stream had queued (the blocks' previous bytes may still be read by an
+  offload's gather), the copy from the host and the scatter into the blocks. The engine
+  computes nothing in those blocks until its next step (the request waits one step), and that
+  step's forward pass waits on the load's event, not on the device.
+
+Every copy of a slot waits for the one before it of that slot (an offload into a slot a load is
+still reading, a load of a slot an offload is still writing). On a CPU both moves are plain copies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from engine.runtime.transfer import to_device
+
+
+class TierCopies:
+    """The tier's host memory and the copies in and out of the pool `kv_cache`."""
+
+    def __init__(self, kv_cache: torch.Tensor, num_slots: int) -> None:
+        page = kv_cache.shape[:2] + kv_cache.shape[3:]  # [page_layers, 2, bs, heads, dim]
+        self.device = kv_cache.device
+        cuda = self.device.type == "cuda"
+        self.slots = torch.zeros((num_slots, *page), dtype=kv_cache.dtype, pin_memory=cuda)
+        self.num_slots = num_slots
+        self.slot_bytes = self.slots[0].numel() * self.slots.element_size() if num_slots else 0
+        self._slot_event: dict[int, Any] = {}  # a slot's last copy, for the next one to wait on
+        self._block_event: dict[int, Any] = {}  # a loaded block: its forward waits on this
+        if cuda:
+            low, high = torch.cuda.Stream.priority_range()
+            self._offload_stream = torch.cuda.Stream(self.device, priority=low)
+            self._load_stream = torch.cuda.Stream(self.device, priority=high)
+
+    # ---- the two copies ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def offload(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
+        """Pool block -> tier slot for every (block, slot)."""
+        blocks, slots = _ids(pairs)
+        staged = _gather(kv_cache, blocks)  # on the compute stream: the block is free after it
+        if self.device.type != "cuda":
+            self.slots[slots] = staged
+            return
+        gathered = torch.cuda.Event()
+        gathered.record()
+        with torch.cuda.stream(self._offload_stream):
+            self._offload_stream.wait_event(gathered)
+            self._wait_slots(self._offload_stream, slots)
+            for first, last, at in _runs(slots):
+                self.slots[first:last].copy_(staged[at:at + last - first], non_blocking=True)
+            staged.record_stream(self._offload_stream)  # not reused before this stream read it
+            done = torch.cuda.Event()
+            done.record()
+        for s in slots:
+            self._slot_event[s] = done
+
+    @torch.inference_mode()
+    def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
+        """Tier slot -> pool block for every (slot, block)."""
+        slots, blocks = _ids(pairs)
+        if self.device.type != "cuda":
+            _scatter(kv_cache, blocks, self.slots[slots])
+            return
+        queued = torch.cuda.Event()
+        queued.record()  # whatever the compute stream still does with these blocks, first
+        with torch.cuda.stream(self._load_stream):
+            self._load_stream.wait_event(queued)
+            self._wait_slots(self._load_stream, slots)
+            staged = torch.empty((len(slots), *self.slots.shape[1:]), dtype=self.slots.dtype,
+                                 device=self.device)
+            for first, last, at in _runs(slots):
+                staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
+            _scatter(kv_cache, blocks, staged)
+            done = torch.cuda.Event()
+            done.record()
+        for s in slots:
+            self._slot_event[s] = done
+        for b in blocks:
+            self._block_event[b] = done
+
+    @property
+    def pending(self) -> bool:
+        """Whether a load's blocks have not been waited for yet."""
+        return bool(self._block_event)
+
+    def wait_for_blocks(self, blocks: list[int]) -> None:
+        """The compute stream waits (on the device) for the loads of these blocks, if any."""
+        pending = self._block_event
+        stream = torch.cuda.current_stream(self.device)
+        for b in blocks:
+            event = pending.pop(b, None)
+            if event is not None:
+                stream.wait_event(event)
+
+    def read(self, slot: int) -> torch.Tensor:
+        """A slot's bytes, [page_layers, 2, bs, heads, dim], once its copies are done."""
+        event = self._slot_event.get(slot)
+        if event is not None:
+            event.synchronize()
+        return self.slots[slot]
+
+    # ---- internals -----------------------------------------------------------------------------
+
+    def _wait_slots(self, stream: Any, slots: list[int]) -> None:
+        for event in {id(e): e for s in slots if (e := self._slot_event.get(s)) is not None}.values():
+            stream.wait_event(event)
+
+
+def _ids(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    return [int(a) for a, _ in pairs], [int(b) for _, b in pairs]
+
+
+def _gather(kv_cache: torch.Tensor, blocks: list[int]) -> torch.Tensor:
+    """[n, page_layers, 2, bs, heads, dim]: each block's pieces, contiguous."""
+    idx = to_device(blocks, torch.long, kv_cache.device)
+    return kv_cache.index_select(2, idx).permute(2, 0, 1, 3, 4, 5).contiguous()
+
+
+def _scatter(kv_cache: torch.Tensor, blocks: list[int], staged: torch.Tensor) -> None:
+    idx = to_device(blocks, torch.long, kv_cache.device)
+    kv_cache.index_copy_(2, idx, staged.permute(1, 2, 0, 3, 4, 5))
+
+
+def _runs(slots: list[int]) -> list[tuple[int, int, int]]:
+    """(first slot, one past the last, index in `slots`) of each run of consecutive slots."""
+    runs, start = [], 0
+    for i in range(1, len(slots) + 1):
+        if i == len(slots) or slots[i] != slots[i - 1] + 1:
+            runs.append((slots[start], slots[i - 1] + 1, start))
+            start = i
+    return runs

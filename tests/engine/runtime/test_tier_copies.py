@@ -1,0 +1,104 @@
+"""The CPU tier's copies (engine/runtime/tier_copies.py): a slot is one contiguous run of bytes
+holding a block's K/V of every layer; an offload and a load move exactly a block's bytes, bit
+for bit, whatever other blocks and slots hold; and in serving, a request whose prefix comes back
+from the tier waits one step ("loading") while the bytes come in, then computes only the rest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.runtime.tier_copies import TierCopies, _runs
+
+
+def pool(blocks: int = 12) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn((3, 2, blocks, 4, 2, 8), generator=g)  # [layers, k/v, blocks, bs, heads, d]
+
+
+def test_a_slot_holds_a_blocks_every_layer_in_one_contiguous_run() -> None:
+    kv = pool()
+    tier = TierCopies(kv, 5)
+    tier.offload(kv, [(7, 2), (3, 3), (9, 0)])
+    for block, slot in [(7, 2), (3, 3), (9, 0)]:
+        assert tier.slots[slot].is_contiguous()
+        assert torch.equal(tier.read(slot), kv[:, :, block])  # bit for bit
+    assert tier.slot_bytes == 3 * 2 * 4 * 2 * 8 * 4
+
+
+def test_a_load_writes_exactly_its_blocks() -> None:
+    kv = pool()
+    tier = TierCopies(kv, 5)
+    tier.offload(kv, [(1, 4), (2, 3)])
+    before = kv.clone()
+    tier.load(kv, [(4, 10), (3, 6)])
+    assert torch.equal(kv[:, :, 10], before[:, :, 1]) and torch.equal(kv[:, :, 6], before[:, :, 2])
+    untouched = [b for b in range(12) if b not in (6, 10)]
+    assert torch.equal(kv[:, :, untouched], before[:, :, untouched])
+
+
+def test_consecutive_slots_go_in_one_copy() -> None:
+    assert _runs([3, 4, 5, 9, 10, 2]) == [(3, 6, 0), (9, 11, 3), (2, 3, 5)]
+    assert _runs([0]) == [(0, 1, 0)]
+
+
+SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
+
+
+def test_a_prefix_from_the_tier_waits_one_step_then_computes_the_rest() -> None:
+    """Dry mode (the bookkeeping is the same with a model): the request that hits the tier is
+    'loading' in the step its blocks come back, computes nothing then, and prefills the rest of
+    its prompt in the next step; every sequence reads back its own K/V (content tracked)."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=16, num_offload_blocks=32))
+    params = SamplingParams(max_tokens=4)
+    eng.generate(SYSTEM + "France?", params)
+    eng.generate("x" * 100, params)  # pushes the system prompt's blocks into the tier
+    rid = eng.add_request(SYSTEM + "Spain?", params)
+    step = eng.step()
+    loads = [e for e in step.events if e.kind == "load"]
+    assert loads and not [e for e in step.events if e.kind == "prefill"]
+    assert eng.request(rid).status == "loading"
+    seq = eng.request(rid).live_seq_ids[0]
+    assert eng.snapshot().sequences[seq].status == "loading"
+    step = eng.step()
+    prefill = next(e for e in step.events if e.kind == "prefill")
+    computed, served = prefill.facts[5], prefill.facts[6]  # tokens computed, from the caches
+    assert served >= 8 * len(loads[0].block_ids)
+    assert computed == len(eng.encode(SYSTEM + "Spain?")) - served
+    assert eng.request(rid).status == "running"
+    while eng.has_pending_work():
+        eng.step()
+    eng.check_invariants()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_copies_run_on_their_streams_and_move_the_same_bytes() -> None:
+    kv = pool(64).to("cuda", torch.bfloat16)
+    tier = TierCopies(kv, 40)
+    before = kv.clone()
+    tier.offload(kv, [(b, b) for b in range(20)])  # the gather on this stream, the DMA on its own
+    kv[:, :, :20] = 0  # the new owners write right away: the gather read before them
+    tier.load(kv, [(s, 40 + s) for s in range(20)])  # high-priority stream, after the offload
+    tier.wait_for_blocks(list(range(40, 60)))
+    torch.cuda.synchronize()
+    assert torch.equal(kv[:, :, 40:60], before[:, :, :20])
+    assert all(torch.equal(tier.read(s), before[:, :, s].cpu()) for s in range(20))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model) -> None:
+    prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
+
+    def run(tier: int) -> list:
+        eng = LLMEngine(EngineConfig(model="tiny-random", device="cuda", dtype="float32",
+                                     block_size=8, num_gpu_blocks=24, num_offload_blocks=tier,
+                                     track_kv_content=True))
+        outs = []
+        for again in range(2):  # the second round finds each prompt's blocks in the tier
+            for p in prompts:
+                outs.append(eng.generate(p + [again], SamplingParams(max_tokens=5, ignore_eos=True))[0])
+        assert (eng.snapshot().metrics.offload_hit_blocks > 0) == bool(tier)
+        return [o.outputs[0].token_ids for o in outs]
+
+    assert run(64) == run(0)
