@@ -1,0 +1,211 @@
+"""The prefix cache as a tree (engine/core/prefix_tree.py): every hashed full block is a cell
+right of the block its hash chains from, the first blocks of prompts at the left, so a class's
+shared system prompt is a trunk and each student's prompt a branch off it. A cell shows the
+block's tokens and, where there is room, its block id, ref count and place in the LRU order, or
+its CPU tier slot; its colour says where it lives (used by one sequence, shared, cached on the
+GPU, only in the CPU tier). The step's prefix hits, new hashes, loads and offloads are outlined,
+and a block evicted in the step is drawn as a dashed ghost where it was (from the tree before).
+
+    prefix_tree_figure(tree, events=(), decode=None, *, before=None, selected_block=None,
+                       box=None, large=False) -> go.Figure
+
+A tree wider than the box folds each chain of blocks without branches into its first block,
+one "… k blocks" cell and its last; siblings past what the height holds fold into "+k more".
+Click contract (ui/views.js): a cell of the heatmap "prefix tree" carries [GPU block id or -1,
+CPU tier slot or -1, ...] in its customdata (a click selects that block in the picture).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import plotly.graph_objects as go
+
+from engine.core.events import Event
+from engine.core.prefix_tree import PrefixTree, TreeNode
+from viz import palette
+from viz.pool_cells import FAST
+from viz.text_width import text_px
+from viz.tree_layout import CACHED, FOLD, GHOST, SHARED, TIER, USED, Placed, place
+from viz.view_frame import ViewSizes, base_layout, discrete_scale, view_sizes
+
+#: what a cell's colour says: (words, fill); plotly's text reads at 4.5:1 on each
+KINDS = (("used by one sequence", palette.OWNERS[0]), ("shared", palette.SHARED),
+         ("cached on the GPU", palette.CACHED), ("only in the CPU tier", palette.OFFLOAD),
+         ("folded", palette.BORDER), ("evicted this step", "#ffffff"))
+assert (USED, SHARED, CACHED, TIER, FOLD, GHOST) == tuple(range(len(KINDS)))
+SCALE = discrete_scale([c for _, c in KINDS])
+#: the step's marks: words -> outline colour
+MARKS = {"prefix hit": palette.PREFIX_HIT, "new hash": palette.NEW,
+         "loaded from the tier": palette.LOAD, "offloaded to the tier": palette.OFFLOAD,
+         "evicted": palette.EVICT, "selected": palette.SELECT}
+
+
+def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
+                       decode: Callable[[list[int]], str] | None = None, *,
+                       before: PrefixTree | None = None, selected_block: int | None = None,
+                       box: tuple[float, float] | None = None, large: bool = False,
+                       title: str = "The prefix cache as a tree") -> go.Figure:
+    sz = view_sizes(box, large)
+    decode = decode or (lambda ids: " ".join(map(str, ids)))
+    ghosts = _ghosts(tree, events, before)
+    width = (sz.width or 800) - 16
+    line_px = sz.font * 1.3
+    two_lines = not sz.phone
+    row_px = line_px * (2 if two_lines else 1) + 8
+    avail = (sz.height - sz.title * 2.4 - sz.font * 3.2) if sz.height else 14 * row_px
+    max_rows = max(2, int(avail // row_px))
+    max_cols = max(2, int(width // (sz.font * 6.5)))
+    placed = place(tree, ghosts, max_rows, max_cols)
+    cols = max([p.x for p in placed.cells] + [0]) + 1
+    rows = max([p.y for p in placed.cells] + [0]) + 1
+    cell_px = width / cols
+    z = [[None] * cols for _ in range(rows)]
+    text = [[""] * cols for _ in range(rows)]
+    custom = [[[-1, -1, ""]] * cols for _ in range(rows)]
+    for p in placed.cells:
+        z[p.y][p.x] = p.kind
+        text[p.y][p.x] = _label(p, decode, cell_px, sz, two_lines)
+        custom[p.y][p.x] = _custom(p, decode, tree)
+    heat = go.Heatmap(**FAST, z=z, x=list(range(cols)), y=list(range(rows)), zmin=-0.5,
+                      zmax=len(KINDS) - 0.5, colorscale=SCALE, showscale=False, xgap=14, ygap=6,
+                      text=text, texttemplate="%{text}", textfont={"size": sz.font},
+                      customdata=custom, name="prefix tree", hoverongaps=False,
+                      hovertemplate="%{customdata[2]}<extra></extra>")
+    traces = [heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *_outlines(placed, events,
+                                                                          selected_block),
+              *_legend(placed)]
+    fig = go.Figure(traces, **FAST)
+    height = sz.height or int(sz.title * 2.4 + sz.font * 3.4 + rows * row_px + 8)
+    nodes = len(tree.nodes)
+    head = f"{title} · {nodes} block{'s' if nodes != 1 else ''}"
+    if tree.group != "full":
+        head += f" ({tree.group} layers)"
+    layout = base_layout(sz, head, height, 8, {"view": "tree", "rows": rows, "cols": cols})
+    layout["margin"].update(t=sz.title * 2.4, b=sz.font * 3.2)
+    fig.update_layout(**layout, showlegend=True)
+    fig.update_xaxes(range=[-0.55, cols - 0.45], visible=False, fixedrange=True)
+    fig.update_yaxes(range=[rows - 0.5, -0.5], visible=False, fixedrange=True)
+    return fig
+
+
+def _ghosts(tree: PrefixTree, events: Sequence[Event], before: PrefixTree | None
+            ) -> list[TreeNode]:
+    """The nodes the step evicted and nothing keeps (not in the tier), as they were before."""
+    if before is None:
+        return []
+    evicted = {b for e in events if e.kind == "evict" for b in e.block_ids}
+    now = {n.block_hash for n in tree.nodes}
+    old = before.by_block()
+    return [old[b] for b in evicted if b in old and old[b].block_hash not in now]
+
+
+def _tokens(n: TreeNode, decode: Callable[[list[int]], str]) -> str:
+    return decode(list(n.token_ids)).replace("\n", "⏎").replace("<", "‹").replace(">", "›")
+
+
+def _fit(text: str, px: float, size: float) -> str:
+    """`text` shortened with "…" to fit `px` at `size`."""
+    if text_px(text, size) <= px:
+        return text
+    while text and text_px(text + "…", size) > px:
+        text = text[:-1]
+    return text + "…" if text else ""
+
+
+def _where(n: TreeNode) -> str:
+    """Block id, ref count or LRU place, tier slot: the cell's second line."""
+    parts = []
+    if n.block_id is not None:
+        parts.append(f"#{n.block_id}" + (f" ×{n.ref_count}" if n.ref_count > 1 else ""))
+        if n.lru is not None:
+            parts.append(f"lru {n.lru}")
+    if n.tier_slot is not None:
+        parts.append(f"t{n.tier_slot}")
+    return " ".join(parts)
+
+
+def _label(p: Placed, decode, cell_px: float, sz: ViewSizes, two_lines: bool) -> str:
+    room = cell_px - 16
+    if p.node is None:
+        return _fit(p.words, room, sz.font)
+    tokens = _fit(_tokens(p.node, decode), room, sz.font)
+    if not two_lines:
+        return tokens
+    where = "evicted" if p.kind == GHOST else _where(p.node)
+    return f"{tokens}<br>{_fit(where, room, sz.font)}"
+
+
+def _custom(p: Placed, decode, tree: PrefixTree) -> list:
+    n = p.node
+    if n is None:
+        return [-1, -1, p.words]
+    words = [f"block {n.block_id}" if n.block_id is not None else "not in the GPU pool",
+             f"tokens: {_tokens(n, decode)!r}"]
+    if p.kind == GHOST:
+        words.append("evicted this step: its hash is gone, its slot reused")
+    elif n.block_id is not None:
+        words.append(f"ref count {n.ref_count}" + (" (shared)" if n.ref_count > 1 else "")
+                     if n.ref_count else f"cached: {n.lru} block(s) before it in the LRU order")
+    if n.tier_slot is not None:
+        words.append(f"CPU tier slot t{n.tier_slot} ({n.tier_lru} before it to be overwritten)")
+    words.append(f"hash {n.block_hash:016x}"
+                 + (" · first block of a prompt" if n.parent is None else
+                    " · its parent was evicted" if n.orphan else ""))
+    return [n.block_id if n.block_id is not None and p.kind != GHOST else -1,
+            n.tier_slot if n.tier_slot is not None else -1, "<br>".join(words)]
+
+
+def _edges(placed, half: float) -> go.Scatter:
+    """Each edge as an elbow in the gaps between cells (`half`: half a cell's width, in
+    columns): from the parent's right side to the child's left side."""
+    xs: list = []
+    ys: list = []
+    for (x0, y0), (x1, y1) in placed.edges:
+        mid = x1 - 0.5
+        xs += [x0 + half, mid, mid, x1 - half, None]
+        ys += [y0, y0, y1, y1, None]
+    return go.Scatter(**FAST, x=xs, y=ys, mode="lines", line={"color": palette.MUTED, "width": 2},
+                      hoverinfo="skip", showlegend=False, name="edges")
+
+
+def _outlines(placed, events: Sequence[Event], selected: int | None) -> list[go.Scatter]:
+    """A rectangle around each cell the step marked, one trace per kind of mark."""
+    by_block = {p.node.block_id: p for p in placed.cells
+                if p.node is not None and p.node.block_id is not None and p.kind != GHOST}
+    by_slot = {p.node.tier_slot: p for p in placed.cells
+               if p.node is not None and p.node.tier_slot is not None}
+    marked: dict[str, list] = {k: [] for k in MARKS}
+    for e in events:
+        if e.kind == "prefix_hit":
+            marked["prefix hit"] += [by_block.get(b) for b in e.block_ids]
+        elif e.kind == "cache":
+            marked["new hash"] += [by_block.get(b) for b in e.block_ids]
+        elif e.kind == "load":
+            marked["loaded from the tier"] += [by_block.get(b) for b in e.block_ids]
+        elif e.kind == "offload":
+            marked["offloaded to the tier"].append(by_slot.get(e.facts[0]))
+    marked["evicted"] = [p for p in placed.cells if p.kind == GHOST]
+    marked["selected"] = [by_block.get(selected)] if selected is not None else []
+    out = []
+    for words, cells in marked.items():
+        cells = [p for p in cells if p is not None]
+        if not cells:
+            continue
+        xs: list = []
+        ys: list = []
+        for p in cells:
+            xs += [p.x - 0.46, p.x + 0.46, p.x + 0.46, p.x - 0.46, p.x - 0.46, None]
+            ys += [p.y - 0.44, p.y - 0.44, p.y + 0.44, p.y + 0.44, p.y - 0.44, None]
+        out.append(go.Scatter(**FAST, x=xs, y=ys, mode="lines", name=words, hoverinfo="skip",
+                              line={"color": MARKS[words], "width": 4,
+                                    "dash": "dash" if words == "evicted" else "solid"}))
+    return out
+
+
+def _legend(placed) -> list[go.Scatter]:
+    present = {p.kind for p in placed.cells} - {FOLD, GHOST}
+    return [go.Scatter(**FAST, x=[None], y=[None], mode="markers", name=words, hoverinfo="skip",
+                       marker={"symbol": "square", "size": 14, "color": colour,
+                               "line": {"color": palette.MUTED, "width": 1}})
+            for k, (words, colour) in enumerate(KINDS) if k in present]
