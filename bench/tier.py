@@ -154,6 +154,45 @@ def overlap(path: str, device: str, sizes: dict) -> dict:
             "tokens_per_s_with_load_over_without": round(q / ld, 3) if q and ld else None}
 
 
+def profile(path: str, device: str, sizes: dict) -> dict:
+    """Where the time of one repeat goes (with the tier and without): the host's functions
+    (cProfile) and the device's kernels and copies (torch.profiler)."""
+    import cProfile
+    import io
+    import pstats
+
+    out = {}
+    for tier in (512, 0):
+        eng = engine(path, device, sizes["pool"], tier)
+        prefix = hybrid._prompts(1, sizes["system"], sizes["system"], 4)[0]
+        evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
+        for r in range(3):
+            eng.generate([prefix + [7, 8, 9, 10 + r]], ONE)
+            eng.generate([evictor[r:] + evictor[:r]], ONE)
+            if r < 2:
+                eng.generate([prefix + [11, 12, 13, 14 + r]], ONE)
+        sync(device)
+        prof, host = cProfile.Profile(), time.perf_counter()
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as tprof:
+            prof.enable()
+            eng.generate([prefix + [11, 12, 13, 20]], ONE)
+            prof.disable()
+            sync(device)
+        wall = time.perf_counter() - host
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
+        table = tprof.key_averages().table(sort_by="self_cuda_time_total" if device == "cuda"
+                                           else "self_cpu_time_total", row_limit=15)
+        out["tier" if tier else "recompute"] = {"wall_ms": round(1e3 * wall, 2),
+                                                "host": text.getvalue().splitlines()[:35],
+                                                "device": table.splitlines()}
+        eng.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -177,6 +216,8 @@ def main() -> None:
             print(json.dumps(result["bandwidth"]), flush=True)
         elif stage == "repeat":
             result["repeat"] = repeat(paths, args.device, sizes)
+        elif stage == "profile":
+            result["profile"] = profile(paths["smollm2"], args.device, sizes)
         elif stage == "overlap":
             result["overlap"] = overlap(paths["one_b"], args.device, sizes)
             print(json.dumps(result["overlap"]), flush=True)

@@ -58,7 +58,7 @@ class TierCopies:
     @torch.inference_mode()
     def offload(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
         """Pool block -> tier slot for every (block, slot)."""
-        blocks, slots = _ids(pairs)
+        blocks, slots = _ids(sorted(pairs, key=lambda p: p[1]))  # by slot: runs go in one copy
         staged = _gather(kv_cache, blocks)  # on the compute stream: the block is free after it
         if self.device.type != "cuda":
             self.slots[slots] = staged
@@ -79,7 +79,7 @@ class TierCopies:
     @torch.inference_mode()
     def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
         """Tier slot -> pool block for every (slot, block)."""
-        slots, blocks = _ids(pairs)
+        slots, blocks = _ids(sorted(pairs))  # by slot: runs of consecutive slots go in one copy
         if self.device.type != "cuda":
             _scatter(kv_cache, blocks, self.slots[slots])
             return
