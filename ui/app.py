@@ -16,7 +16,7 @@ from __future__ import annotations
 import gradio as gr
 
 from classroom import RoomRegistry
-from ui import tp_panel
+from ui import tp_panel, views_panel
 from ui.compare import compare_tab
 from ui.gpu import ON_ZEROGPU
 from ui.inspector_panel import inspector_panel
@@ -70,6 +70,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             with gr.Column(scale=7, min_width=300, elem_id="picture-col"):
                 page.plot = gr.Plot(show_label=False, elem_id="pool-plot")
                 shards = tp_panel.shards_plot()  # shown only while the engine has TP > 1
+                views_panel.plot_part(page)  # the run over time or the prefix tree, if chosen
             with gr.Column(scale=3, min_width=330, elem_id="controls-col"):
                 with gr.Tabs() as tabs:
                     with gr.Tab("Playground", id="playground") as playground_tab:
@@ -83,6 +84,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                     with gr.Tab("Settings", id="settings") as settings_tab:
                         wire_settings = settings_panel(page, first, default_mode)
                 # the step's events (and the playground's next move) right under the controls
+                wire_views = views_panel.choice_part(page, presenter)
                 page.events = gr.Markdown(elem_id="event-log")
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
@@ -94,7 +96,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             with gr.Column(scale=3, min_width=300):
                 page.metrics = gr.HTML(elem_id="metrics")
         for wire in (wire_playground, wire_serving, wire_lessons, wire_settings, wire_timeline,
-                     wire_inspector, wire_box):
+                     wire_inspector, wire_box, wire_views):
             wire()
 
         # the picture shows the engine of the mode in front: the session's, or the lesson's

@@ -47,6 +47,7 @@ def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable
     box = gr.Textbox(elem_id="pl-box", elem_classes=["pl-hidden"], show_label=False,
                      container=False)
     go = gr.Button("picture box", elem_id="pl-box-go", elem_classes=["pl-hidden"])
+    page.box_input, page.box_go = box, go  # the views under the picture follow it too
 
     def on_box(value, session: Session, ls):
         size, at = parse_box(value), box_time(value)

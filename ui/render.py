@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 
 from ui.hints import next_move
+from ui.run_views import seq_labels, split_box
 from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
@@ -60,8 +61,12 @@ def session_figure(session: Session) -> Any:
     block = session.selected_block
     if block is not None and not 0 <= block < snap.num_blocks:
         block = None
+    # serving requests named as such ("req 3 · beam 1 (seq 7)"); the view under the picture, if
+    # any, takes its share of the box (ui/run_views.py)
     return pool_figure(snap, events, session.decode, selected_seq=_chosen(session, snap),
-                       selected_block=block, large=session.presenter, box=session.box)
+                       selected_block=block, large=session.presenter,
+                       box=split_box(session.box, session.view_choice)[0],
+                       seq_labels=seq_labels(view.requests, view.timeline) or None)
 
 
 def render(session: Session) -> tuple:

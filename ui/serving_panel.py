@@ -8,7 +8,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from engine import SamplingParams, ops
-from ui import gpu_jobs, limits
+from ui import gpu_jobs, limits, workloads
 from ui.page import Page, guard, show
 from ui.session import Session, UserError
 
@@ -28,6 +28,10 @@ def serving_panel(page: Page) -> Callable[[], None]:
         add_req = gr.Button("Add request", variant="primary", elem_id="add-request", min_width=90)
         step = gr.Button("Step", elem_id="serve-step", min_width=60)
         run_all = gr.Button("Run to the end", min_width=90)
+    with gr.Row(elem_id="workload-row"):  # a mechanism at once: ui/workloads.py
+        workload = gr.Dropdown(list(workloads.WORKLOADS), value=None, min_width=160, scale=3,
+                               label="workload (a new session)", elem_id="workload")
+        load = gr.Button("Load", min_width=60, scale=1, elem_id="load-workload")
 
     @guard
     def on_add_request(text, rn, rb, rm, rt, session: Session):
@@ -57,8 +61,13 @@ def serving_panel(page: Page) -> Callable[[], None]:
         gpu_jobs.run_to_end(page.gpu, session)
         return show(session)
 
+    @guard
+    def on_load(name, session: Session):
+        return show(workloads.load(name, session))
+
     def wire() -> None:
         outs, quiet = page.outs, page.quiet
+        load.click(on_load, [workload, page.state], outs, **quiet)
         add_req.click(on_add_request, [req_prompt, req_n, req_beam, req_max, req_temp, page.state],
                       outs, **quiet)
         step.click(on_step, [page.state], outs, **quiet)

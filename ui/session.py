@@ -19,12 +19,12 @@ import threading
 import time
 import traceback
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from ui import limits
 from ui.limits import UserError
+from ui.recorded_view import View
 from ui.session_budget import BUDGET, reserve
 
 # The limits this module enforces itself (ui/limits.py reads them from the environment); kept as
@@ -35,7 +35,8 @@ ALLOWED_MODELS = limits.ALLOWED_MODELS
 MAX_SESSIONS = limits.MAX_SESSIONS
 
 
-__all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
+__all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "View",
+           "live_sessions"]
 
 
 #: a checkpoint every CHECKPOINT_EVERY operations at first; past MAX_CHECKPOINTS the spacing
@@ -43,24 +44,6 @@ __all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError",
 #: MAX_OPS / MAX_CHECKPOINTS * 2 operations
 CHECKPOINT_EVERY = 8
 MAX_CHECKPOINTS = 12
-
-
-@dataclass(frozen=True)
-class View:
-    """What the page draws at one point of the log (ui/render.py), recorded when the engine was
-    there: the engine's own snapshot and events, and its requests (plain data)."""
-
-    snapshot: Any
-    events: tuple
-    requests: tuple
-    finished: tuple
-    info: dict[str, Any]
-    max_model_len: int
-
-    @classmethod
-    def of(cls, eng: LLMEngine) -> View:
-        return cls(eng.snapshot(), tuple(eng.last_events), tuple(eng.requests()),
-                   tuple(eng.finished_requests()), eng.engine_info(), eng.max_model_len)
 
 
 class Session:
@@ -87,6 +70,10 @@ class Session:
         self.presenter = False  # large type in the picture (presenter mode)
         self.box: tuple[int, int] | None = None  # the page's room for the picture (ui/picture_box.py)
         self.box_at = 0  # when the page measured it (a later report wins)
+        # the view of the run under the picture (ui/views_panel.py) and what it selects
+        self.view_choice = "none"
+        self.selected_request: int | None = None
+        self.open_request: int | None = None  # a sample or beam group opened into its sequences
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
@@ -96,12 +83,13 @@ class Session:
         mode, the picture's box, which engine is in front."""
         new = Session(config or self.config)
         new.presenter, new.box, new.lesson_front = self.presenter, self.box, self.lesson_front
+        new.view_choice = self.view_choice
         return new
 
     # A session pickles as config + op log (and what the page shows besides: selection, lesson in
     # front, presenter mode); unpickled, it rebuilds its engine by replay. (On ZeroGPU a GPU call
     # gets plain data instead, and its views come back: ui/gpu_jobs.py.)
-    _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter", "box")
+    _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter", "box", "view_choice")
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "ops": self.ops, "pos": self.pos,
@@ -141,6 +129,17 @@ class Session:
         if view is None:
             view = self._views[self.pos] = View.of(self.engine)
         return view
+
+    def recorded(self, pos: int) -> View | None:
+        """The view recorded at position `pos` of the log, if there is one (no engine work)."""
+        return self._views.get(pos)
+
+    def prefix_tree(self, view: View) -> Any:
+        """The prefix cache of a recorded view as a tree, from the engine the session holds
+        wherever it is in the log (what it knows of the hash chain holds at every point)."""
+        if self._engine is None:
+            self._build_engine()
+        return self._engine.prefix_tree(view.snapshot)
 
     def decode(self, token_ids: Any) -> str:
         """Token ids as text (the tokenizer's: the same at every point of the log, so an engine

@@ -71,7 +71,7 @@ def memory_figure(points: Sequence[MemoryPoint], num_blocks: int, cursor: int | 
     right = max(text_px(t.name, sz.font) for t in areas) + sz.font * 3 if side else 10
     head, strip, lines = _title(title, points, at, num_blocks, sz, width, [t.name for t in marks])
     top = sz.title * 2 + lines * sz.font * 1.75 + 6
-    bottom = sz.font * 3.4 + (0 if side else legend_px(areas, sz, width - 60))
+    bottom = sz.font * 3.8 + (0 if side else legend_px(areas, sz, width - 60))
     height = sz.height or int(top + bottom + (300 if not sz.phone else 200))
     layout = base_layout(sz, head, height, sz.font * 3.2,
                          {"columns": cols, "cursor": at, "view": "memory"})

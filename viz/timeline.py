@@ -33,7 +33,7 @@ from viz.view_frame import (
     base_layout,
     cursor_column,
     discrete_scale,
-    legend_px,
+    key_html,
     step_ticks,
     view_sizes,
 )
@@ -90,7 +90,7 @@ def cell_words(cell: Cell) -> str:
 def lane_label(lane: Lane, labels: Mapping[int, str] | None, open_request: int | None,
                phone: bool) -> str:
     """'#3 beams ×3 ▸': the request, its kind and width; ▾ while its sequences are open."""
-    name = (labels or {}).get(lane.request_id) or f"#{lane.request_id}"
+    name = (labels or {}).get(lane.request_id) or f"req {lane.request_id}"
     kind = KINDS[lane.kind]
     if kind:
         mark = "▾" if lane.request_id == open_request else "▸"
@@ -116,22 +116,24 @@ def timeline_figure(timeline: RequestTimeline, cursor: int | None = None, *,
     sz = view_sizes(box, large)
     cols = timeline.columns
     rows = _rows(timeline, labels, open_request, sz.phone)
-    legend = _legend(rows)
-    g = _geometry(sz, rows, legend, len(cols))
+    present = {c.state for r in rows for c in r[1] if c is not None}
+    key, key_lines = key_html([(COLOURS[s], WORDS[s]) for s in STATES if s in present], sz,
+                              (sz.width or 800) - 20)
+    g = _geometry(sz, rows, key_lines, len(cols))
     heat = _cells(rows, cols, g, sz)
-    fig = go.Figure([heat, _lane_labels(rows, g["row_px"], sz, selected), *legend], **FAST)
+    fig = go.Figure([heat, _lane_labels(rows, g["row_px"], sz, selected)], **FAST)
     at = cursor_column(cols, cursor)
     n, m = len(rows), len(cols)
     where = f" · step {cols[at]} of {cols[-1]}" if at is not None else ""
     layout = base_layout(sz, f"{title}{where}", g["height"], 8,
                          {"columns": list(cols), "rows": [[r[2], r[3]] for r in rows],
                           "cursor": at, "view": "timeline"})
-    layout["margin"].update(t=g["top"], b=g["height"] - g["top"] - n * g["row_px"], r=g["right"])
-    if g["side"]:
-        layout["legend"].update(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top",
-                                yref="paper")
+    layout["margin"].update(t=g["top"], b=g["height"] - g["top"] - n * g["row_px"])
+    key_note = {"xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 4, "xanchor": "left",
+                "yanchor": "bottom", "align": "left", "showarrow": False, "text": key,
+                "font": {"size": sz.font}}
     fig.update_layout(**layout, shapes=_cursor(at, n) + _selected_rows(rows, selected, m),
-                      showlegend=True)
+                      annotations=[key_note], showlegend=False)
     ticks, ticktext = step_ticks(cols, max(2, int(g["plot_w"] // (sz.font * 4))))
     split = g["label_w"] / (g["label_w"] + g["plot_w"])
     fig.update_xaxes(domain=[split, 1], range=[-0.5, max(m, 1) - 0.5], tickvals=ticks,
@@ -146,28 +148,24 @@ def timeline_figure(timeline: RequestTimeline, cursor: int | None = None, *,
     return fig
 
 
-def _geometry(sz: ViewSizes, rows: list, legend: list, m: int) -> dict:
-    """Where everything goes: the labels' width, the grid's, the legend (beside the grid where
-    the height is short, as on a slide; else under it), each lane's height and the figure's."""
+def _geometry(sz: ViewSizes, rows: list, key_lines: int, m: int) -> dict:
+    """Where everything goes: the labels' width, the grid's, the key's lines over the grid, each
+    lane's height and the figure's (fitted to the box's height where it has one)."""
     width = sz.width or 800
     label_w = max([text_px(r[0], sz.font) for r in rows] + [40]) + 12
     label_w = min(label_w, width * (0.34 if sz.phone else 0.28))
-    side = bool(legend) and width >= 600 and (sz.large or sz.height is not None)
-    right = (max(text_px(t.name, sz.font) for t in legend) + sz.font * 2.8) if side else 10
-    plot_w = width - label_w - right - 14
-    top = sz.title * 2.4
-    bottom = sz.font * 3.6 + (0 if side else legend_px(legend, sz, width))
+    plot_w = width - label_w - 24
+    top = sz.title * 2.2 + key_lines * sz.font * 1.45
+    bottom = sz.font * 3.8
     n = len(rows)
-    if sz.height:  # fitted to the box: the lanes share what the title and legend leave
+    if sz.height:  # fitted to the box: the lanes share what the title and key leave
         height = sz.height
         row_px = max(2.0, min(sz.font * 1.6, (height - top - bottom) / max(1, n)))
     else:
         row_px = sz.font * 1.5 if n <= 40 else max(6.0, 700 / n)
         height = int(top + bottom + n * row_px + 4)
-    if side:  # the legend's entries need their rows
-        height = max(height, int(top + sz.font * 1.6 * len(legend) + sz.font * 3.6))
-    return {"label_w": label_w, "plot_w": plot_w, "right": right, "side": side, "top": top,
-            "height": height, "row_px": row_px, "cell_px": plot_w / max(1, m)}
+    return {"label_w": label_w, "plot_w": plot_w, "top": top, "height": height,
+            "row_px": row_px, "cell_px": plot_w / max(1, m)}
 
 
 def _cells(rows: list, cols: tuple[int, ...], g: dict, sz: ViewSizes) -> go.Heatmap:
@@ -213,16 +211,6 @@ def _lane_labels(rows, row_px: float, sz: ViewSizes, selected: int | None) -> go
                       textfont={"size": sz.font, "color": colours},
                       customdata=[[rows[i][2], rows[i][3]] for i in ys],
                       hovertemplate="%{text}: click to select<extra></extra>")
-
-
-def _legend(rows) -> list[go.Scatter]:
-    """A legend entry (a square of its colour) for each state the grid shows."""
-    present = {c.state for r in rows for c in r[1] if c is not None}
-    return [go.Scatter(**FAST, x=[None], y=[None], mode="markers", name=WORDS[s],
-                       marker={"symbol": "square", "size": 14, "color": COLOURS[s],
-                               "line": {"color": palette.MUTED, "width": 1}}, showlegend=True,
-                       hoverinfo="skip")
-            for s in STATES if s in present]
 
 
 def _cursor(at: int | None, n: int) -> list[dict]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import plotly.graph_objects as go
+
 from viz import palette
 from viz.figure_text import FONT
 from viz.text_width import text_px
@@ -85,6 +87,22 @@ def legend_px(entries: Sequence, sz: ViewSizes, width: float) -> float:
     return lines * sz.font * 1.45 + 6
 
 
+def key_html(entries: Sequence[tuple[str, str]], sz: ViewSizes, width: float) -> tuple[str, int]:
+    """A colour key ("■ words" for each (colour, words)) wrapped to `width`, as one text for an
+    annotation over a view, and its number of lines: a legend of plotly's own stacks its entries
+    down the side, which a slide's short view has no height for."""
+    lines: list[list[str]] = [[]]
+    used = 0.0
+    for colour, words in entries:
+        w = text_px(f"■ {words}", sz.font) + sz.font
+        if lines[-1] and used + w > width:
+            lines.append([])
+            used = 0.0
+        lines[-1].append(f"<span style='color:{colour}'>■</span> {words}")
+        used += w
+    return "<br>".join("  ".join(line) for line in lines), len(lines)
+
+
 def base_layout(sz: ViewSizes, title: str, height: int, margin_l: float, meta: dict) -> dict:
     """The layout every view starts from: its title, type, margins and a fixed (no zoom) look."""
     return {
@@ -100,3 +118,17 @@ def base_layout(sz: ViewSizes, title: str, height: int, margin_l: float, meta: d
                    "itemdoubleclick": False, "traceorder": "normal"},
         "meta": meta,
     }
+
+
+def note_figure(title: str, note: str, box: tuple[float, float] | None, large: bool
+                ) -> go.Figure:
+    """A view with nothing to draw yet: its title and a sentence saying why."""
+    sz = view_sizes(box, large)
+    height = min(sz.height or 10**6, int(sz.title * 2.4 + sz.font * 4))
+    fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note"}))
+    fig.update_layout(annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0,
+                                    "y": 0.5, "xanchor": "left", "showarrow": False,
+                                    "font": {"size": sz.font, "color": palette.MUTED}}])
+    fig.update_xaxes(visible=False, fixedrange=True)
+    fig.update_yaxes(visible=False, fixedrange=True)
+    return fig

@@ -97,7 +97,7 @@ def test_the_timeline_draws_the_engines_cells_and_follows_the_cursor():
     assert (cursor.x0, cursor.x1) == (6.5, 7.5)
     labels = next(t for t in fig.data if t.name == "lanes")
     assert any("beams ×3 ▾" in t for t in labels.text)
-    assert labels.textfont.size >= 16 and fig.layout.legend.font.size >= 16
+    assert labels.textfont.size >= 16 and fig.layout.annotations[0].font.size >= 16
     go.Figure(json.loads(fig.to_json()))
     closed = timeline_figure(timeline, None, box=(380, 0))  # a phone: no cursor, short labels
     assert not closed.layout.shapes and len(closed.layout.meta["rows"]) == len(timeline.lanes)

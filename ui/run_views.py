@@ -1,0 +1,133 @@
+"""The views of the run under the main picture (request timeline, memory over time, the prefix
+cache as a tree) for a session, a lesson page or a classroom room: which figure, from which
+recorded data, in which box. Pure reads: a session's recorded views (ui/recorded_view.py), a
+lesson's recorded pages, a room's published view; no engine moves for any of them.
+
+The picture and its view share the picture's box: in presenter mode (a box with a height) the
+pool keeps POOL_SHARE of it and the view the rest; elsewhere each is as tall as it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engine.core.memory_use import MemoryPoint
+from viz.memory import memory_figure
+from viz.prefix_tree_figure import prefix_tree_figure
+from viz.timeline import timeline_figure
+from viz.view_frame import note_figure
+
+#: the choices under the picture, in the order the page offers them
+VIEWS = ("none", "timeline", "memory", "prefix tree")
+POOL_SHARE = 0.56
+NO_STEPS = ("No serving step yet: add a request in Serving (or load a workload) and press Step "
+            "or Run to the end.")
+
+
+def split_box(box: tuple[int, int] | None, choice: str
+              ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """(the pool's box, the view's box) for the picture's box, with `choice` under the pool."""
+    if box is None or choice == "none":
+        return box, box
+    w, h = box
+    if not h:  # as tall as each needs (a laptop's page, a phone)
+        return box, (w, 0)
+    pool = int(h * POOL_SHARE)
+    return (w, pool), (w, h - pool - 8)
+
+
+def seq_labels(requests: Sequence[Any], timeline: Any) -> dict[int, str]:
+    """Each live sequence of a serving request named as the request it serves: "req 3", or for
+    a group "req 3 · sample 2" / "req 3 · beam 1" (its place among the live ones), with its id."""
+    kinds = {ln.request_id: ln.kind for ln in (timeline.lanes if timeline is not None else ())}
+    out = {}
+    for r in requests:
+        kind = kinds.get(r.request_id, "request")
+        for i, sid in enumerate(r.live_seq_ids):
+            if kind == "request" and len(r.live_seq_ids) == 1:
+                out[sid] = f"req {r.request_id} (seq {sid})"
+            else:
+                what = "beam" if kind == "beams" else "sample"
+                out[sid] = f"req {r.request_id} · {what} {i + 1} (seq {sid})"
+    return out
+
+
+def session_series(session: Any) -> list[MemoryPoint]:
+    """Every serving step's memory point in the session's log (recorded views only)."""
+    out = []
+    for pos in range(1, len(session.ops) + 1):
+        view = session.recorded(pos)
+        if view is not None and view.memory is not None:
+            out.append(view.memory)
+    return out
+
+
+def session_timeline(session: Any) -> Any:
+    """The whole run's timeline: recorded at the log's end, else at the cursor."""
+    end = session.recorded(len(session.ops))
+    return (end or session.view()).timeline
+
+
+def session_view(session: Any) -> Any:
+    """The figure under the session's picture (None: the page shows none)."""
+    choice = session.view_choice
+    if choice == "none":
+        return None
+    _, box = split_box(session.box, choice)
+    large = session.presenter
+    if choice == "prefix tree":
+        view = session.view()
+        previous = session.recorded(session.pos - 1) if session.pos else None
+        before = session.prefix_tree(previous) if previous is not None else None
+        return prefix_tree_figure(session.prefix_tree(view), view.events if session.pos else (),
+                                  session.decode, before=before,
+                                  selected_block=session.selected_block, box=box, large=large)
+    if choice == "memory":
+        series = session_series(session)
+        if not series:
+            return note_figure("Memory over time", NO_STEPS, box, large)
+        return memory_figure(series, session.view().snapshot.num_blocks, session.pos, box=box,
+                             large=large)
+    timeline = session_timeline(session)
+    if timeline is None or not timeline.steps:
+        return note_figure("Requests over time", NO_STEPS, box, large)
+    return timeline_figure(timeline, session.pos, open_request=session.open_request,
+                           selected=session.selected_request, box=box, large=large)
+
+
+def request_seq(requests: Sequence[Any], request_id: int) -> int | None:
+    """A live sequence of the request (its blocks light up in the picture), or None."""
+    r = next((r for r in requests if r.request_id == request_id), None)
+    return r.live_seq_ids[0] if r is not None and r.live_seq_ids else None
+
+
+def labels_of(names: Mapping[int, str] | None) -> dict[int, str] | None:
+    """Lane labels for a room's requests: the student's name before the request id."""
+    return None if names is None else {rid: f"{name} #{rid}" for rid, name in names.items()}
+
+
+def lesson_view(ls: Any, large: bool) -> Any:
+    """The figure under a lesson's picture: its page's moment (None: the lesson shows none)."""
+    choice, run = getattr(ls, "view_choice", "none"), getattr(ls, "run", None)
+    if choice == "none" or run is None:
+        return None
+    _, box = split_box(getattr(ls, "box", None), choice)
+    step = run.current
+    eng = run.engine
+    if choice == "memory":
+        return note_figure("Memory over time", "Memory over time follows a serving run: open the "
+                           "Serving tab, or a classroom room.", box, large)
+    if choice == "prefix tree":
+        snap = step.snapshot if step is not None else run.intro_view()[0]
+        previous = run.views[step.index - 1].snapshot if step is not None and step.index else None
+        return prefix_tree_figure(eng.prefix_tree(snap), step.events if step is not None else (),
+                                  eng.decode, before=eng.prefix_tree(previous) if previous else None,
+                                  selected_block=getattr(ls, "inspected", None), box=box,
+                                  large=large)
+    at = len(step.trace) if step is not None else 0
+    timeline = eng.request_timeline().upto(at)
+    if not timeline.steps:
+        return note_figure("Requests over time", "The lesson has run no serving step yet: press "
+                           "Next.", box, large)
+    return timeline_figure(timeline, at, box=box, large=large)
