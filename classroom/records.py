@@ -56,4 +56,9 @@ class RoomView:
     seq_labels: Mapping[int, str] = field(default_factory=dict)  # seq id -> "Ana · request 3"
     decode: Callable[[list[int]], str] | None = None
     reserved: frozenset[int] = frozenset()  # blocks the teacher holds back (Shrink pool)
+    # the run over time and the prefix tree, for the views under the projector's picture
+    timeline: Any = None  # engine RequestTimeline since the last clear
+    memory: tuple = ()  # engine MemoryPoint of every step since the last clear (the last MAX_POINTS)
+    tree: Any = None  # engine PrefixTree of `snapshot`
+    names: Mapping[int, str] = field(default_factory=dict)  # engine request id -> "Ana #3"
 

@@ -26,11 +26,13 @@ from typing import Any
 from classroom.records import RoomRequest, RoomView
 from classroom.settings import RoomError, RoomSettings, check_text
 from engine import LLMEngine, SamplingParams, ops
+from engine.core.memory_use import MemoryPoint, memory_point
 
 #: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
 #: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing
 ACTIONS = ("pause", "resume", "step", "clear", "shrink", "restore", "prefix_on", "prefix_off", "close")
 RESERVED = "reserved by the teacher"
+MAX_POINTS = 5000  # memory over time: the steps a room keeps (a class of hours, not days)
 
 
 class Room:
@@ -60,6 +62,7 @@ class Room:
         self._reserve_seqs: list[int] = []
         self._reserve_count = 0
         self._last_activity = time.monotonic()
+        self._memory: list[MemoryPoint] = []  # a point per step since the last clear
         self.view = RoomView({})
         with self._lock:
             self._publish()
@@ -192,6 +195,7 @@ class Room:
         # the old engine (and its KV pool) goes with it; the new one starts as the teacher left
         # prefix caching
         self.engine = LLMEngine(replace(self._config, enable_prefix_caching=self.prefix_caching))
+        self._memory = []
         self.requests.clear()
         self._students.clear()
         self._sent.clear()
@@ -350,4 +354,10 @@ class Room:
         }
         events = tuple(eng.last_step.events) if eng.last_step else ()
         reserved = frozenset(b for s in self._reserve_seqs for b in eng.block_table(s))
-        self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved)
+        if eng.last_step is not None and (not self._memory or
+                                          self._memory[-1].step != eng.last_step.step):
+            self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)]
+        names = {rid - self._id_base: f"{r.student} #{rid}" for rid, r in self.requests.items()}
+        self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved,
+                             eng.request_timeline(), tuple(self._memory), eng.prefix_tree(snap),
+                             names)

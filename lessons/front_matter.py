@@ -30,13 +30,19 @@ def front_matter(path: Path, lines: list[str]) -> tuple[dict[str, Any], int]:
         raise LessonError(path, line, f"front matter is not valid YAML: {getattr(e, 'problem', e)}") from None
     if not isinstance(meta, dict):
         raise LessonError(path, 2, "the front matter must be 'key: value' lines")
-    known = {"title", "summary", "engine", "dry_reason", "params"}
+    known = {"title", "summary", "engine", "dry_reason", "params", "view"}
     unknown = sorted(set(meta) - known)
     if unknown:
         raise LessonError(path, 2, f"unknown front matter key(s): {', '.join(unknown)}; "
                                    f"expected {', '.join(sorted(known))}")
+    if meta.get("view", "none") not in VIEWS:  # the view under the picture (ui/run_views.py)
+        raise LessonError(path, 2, f"'view' must be one of: {', '.join(VIEWS)}; got "
+                                   f"{meta['view']!r}")
     return meta, end + 1
 
+
+#: what a lesson may show under its picture (`view:`): the run over time or the prefix cache
+VIEWS = ("none", "timeline", "memory", "prefix tree")
 
 #: characters of a title the lesson dropdown shows whole beside its Start button
 MAX_TITLE = 32

@@ -15,6 +15,7 @@ from lessons.page_text import keyed_markdown, page_markdown
 from ui.page import Page
 from ui.refusal import refused
 from ui.render import model_status, token_text
+from ui.run_views import lesson_choice, split_box
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -37,9 +38,10 @@ def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:
         return None
     eng = run.engine
     step = run.current
+    box = split_box(ls.box, lesson_choice(ls))[0]  # the view under it takes its share
     if step is None:
-        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=ls.box)
-    return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=ls.box,
+        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box)
+    return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
                        seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
                        bands=step.bands)
 

@@ -17,6 +17,7 @@ from classroom.settings import BLOCK_SIZES, MODELS, RoomSettings
 from ui.picture_box import parse_box
 from ui.room_api import add_room_api, room_errors, student_key, student_link
 from ui.room_render import metrics_html, projector_figure, qr_svg, queues_html, requests_html, student_html
+from ui.run_views import VIEWS, room_view, split_box
 
 CLASS_PATH, ROOM_PATH = "/class", "/room"
 DEFAULT_SYSTEM = "You are a friendly tutor. Answer in one short sentence."
@@ -74,6 +75,9 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     with gr.Row(elem_id="room-main"):
         with gr.Column(scale=3, elem_id="room-picture-col"):
             plot = gr.Plot(show_label=False, elem_id="room-plot")
+            view_plot = gr.Plot(show_label=False, elem_id="room-view-plot", visible=False)
+            view_choice = gr.Radio(list(VIEWS), value="none", label="under the picture",
+                                   elem_id="room-view-choice")
             with gr.Row(elem_id="room-controls"):
                 buttons = {a: gr.Button(label, elem_id=f"room-{a}", size="sm", min_width=80)
                            for a, label in (("pause", "Pause"), ("resume", "Resume"), ("step", "Step"),
@@ -136,21 +140,27 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     for action, btn in buttons.items():
         btn.click(make_control(action), [code, secret, shrink_to], [said])
 
-    def on_tick(c, last_step, box_value, large):
+    def on_tick(c, last_step, box_value, large, choice):
         try:
             view = registry.get(c).view if c else None
         except RoomError as err:
-            return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step
+            return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step, gr.skip()
         if view is None:
-            return gr.skip(), "", "", "", last_step
+            return gr.skip(), "", "", "", last_step, gr.skip()
         size = parse_box(box_value)
         step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"],
-                size, bool(large))  # a new box or view redraws the picture too
-        fig = projector_figure(view, size, bool(large)) if step != last_step else gr.skip()
-        return fig, metrics_html(view), queues_html(view), requests_html(view), step
+                size, bool(large), choice)  # a new box or view redraws the picture too
+        if step == last_step:
+            return gr.skip(), metrics_html(view), queues_html(view), requests_html(view), step, \
+                gr.skip()
+        # the view under the picture (ui/run_views.py) takes its share of the box
+        fig = projector_figure(view, split_box(size, choice)[0], bool(large))
+        below = room_view(view, choice, size, bool(large))
+        return (fig, metrics_html(view), queues_html(view), requests_html(view), step,
+                gr.update(value=below, visible=below is not None))
 
-    timer.tick(on_tick, [code, shown_step, box, projector],
-               [plot, metrics, queues, requests, shown_step], show_progress="hidden")
+    timer.tick(on_tick, [code, shown_step, box, projector, view_choice],
+               [plot, metrics, queues, requests, shown_step, view_plot], show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
     demo.load(on_load, None, [joined, qr, warning, code, open_box])
 

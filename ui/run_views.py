@@ -13,13 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.core.memory_use import MemoryPoint
+from lessons.front_matter import VIEWS  # noqa: F401  (the choices under the picture, for the pages)
 from viz.memory import memory_figure
 from viz.prefix_tree_figure import prefix_tree_figure
 from viz.timeline import timeline_figure
 from viz.view_frame import note_figure
 
-#: the choices under the picture, in the order the page offers them
-VIEWS = ("none", "timeline", "memory", "prefix tree")
 POOL_SHARE = 0.56
 NO_STEPS = ("No serving step yet: add a request in Serving (or load a workload) and press Step "
             "or Run to the end.")
@@ -107,9 +106,20 @@ def labels_of(names: Mapping[int, str] | None) -> dict[int, str] | None:
     return None if names is None else {rid: f"{name} #{rid}" for rid, name in names.items()}
 
 
+def lesson_choice(ls: Any) -> str:
+    """What a lesson shows under its picture: its front matter's `view:` from its start, until
+    the learner chooses another."""
+    run = getattr(ls, "run", None)
+    if run is None:
+        return "none"
+    if getattr(ls, "view_run", None) is not run:  # a lesson (re)started: its own choice
+        ls.view_choice, ls.view_run = run.lesson.meta.get("view", "none"), run
+    return ls.view_choice
+
+
 def lesson_view(ls: Any, large: bool) -> Any:
     """The figure under a lesson's picture: its page's moment (None: the lesson shows none)."""
-    choice, run = getattr(ls, "view_choice", "none"), getattr(ls, "run", None)
+    choice, run = lesson_choice(ls), getattr(ls, "run", None)
     if choice == "none" or run is None:
         return None
     _, box = split_box(getattr(ls, "box", None), choice)
@@ -131,3 +141,25 @@ def lesson_view(ls: Any, large: bool) -> Any:
         return note_figure("Requests over time", "The lesson has run no serving step yet: press "
                            "Next.", box, large)
     return timeline_figure(timeline, at, box=box, large=large)
+
+
+def room_view(view: Any, choice: str, box: tuple[int, int] | None, large: bool) -> Any:
+    """The figure under a classroom room's picture, from its published view (None: none)."""
+    if choice == "none" or view is None or view.snapshot is None:
+        return None
+    _, box = split_box(box, choice)
+    if choice == "prefix tree":
+        return prefix_tree_figure(view.tree, view.events, view.decode, box=box, large=large,
+                                  title="The class's prefix cache")
+    if choice == "memory":
+        if not view.memory:
+            return note_figure("Memory over time", "No step yet: the room steps once a student "
+                               "sends a prompt.", box, large)
+        return memory_figure(view.memory, view.snapshot.num_blocks, view.snapshot.step, box=box,
+                             large=large)
+    timeline = view.timeline
+    if timeline is None or not timeline.steps:
+        return note_figure("Requests over time", "No step yet: the room steps once a student "
+                           "sends a prompt.", box, large)
+    return timeline_figure(timeline, view.snapshot.step, labels=view.names, box=box, large=large,
+                           title="The class's requests over time")

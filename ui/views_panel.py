@@ -22,7 +22,7 @@ import gradio as gr
 from ui import limits
 from ui.page import Page, guard, show
 from ui.picture_box import parse_box
-from ui.run_views import VIEWS, lesson_view, request_seq, session_view
+from ui.run_views import VIEWS, lesson_choice, lesson_view, request_seq, session_view
 from ui.session import Session
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "views.js"), encoding="utf-8") as f:
@@ -58,8 +58,7 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
     def draw(session: Session, ls: Any) -> Any:
         """The view's figure for what is in front, and whether to show it."""
         fig = lesson_view(ls, session.presenter) if session.lesson_front else session_view(session)
-        chosen = (getattr(ls, "view_choice", "none") if session.lesson_front
-                  else session.view_choice)
+        chosen = lesson_choice(ls) if session.lesson_front else session.view_choice
         return gr.update(value=fig, visible=fig is not None), gr.update(value=chosen)
 
     def on_view_follow(session: Session, ls):
@@ -82,6 +81,7 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         if value not in VIEWS:
             raise limits.UserError(f"choose one of {', '.join(VIEWS)}")
         if session.lesson_front and ls is not None:
+            lesson_choice(ls)  # the lesson's own first, so the learner's choice is not undone
             ls.view_choice = value
             return (*(gr.update() for _ in page.outs), *draw(session, ls))
         session.view_choice = value
