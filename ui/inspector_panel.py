@@ -130,13 +130,13 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     with gr.Accordion("Block inspector (real K/V): click a block", open=False,
                       elem_id="inspector") as box:
         note = gr.Markdown(elem_id="inspector-note")
+        kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")  # first: beside the picture
         with gr.Row():
             # no Gradio bounds or precision: on_inspect's check names the field
             block_id = gr.Number(value=0, label="block id", min_width=70)
             layer = gr.Number(value=0, label="layer", min_width=70)
             rank = tp_panel.rank_setting()
             inspect = gr.Button("Show K/V", min_width=80)
-        kv_plot = gr.Plot(show_label=False, elem_id="kv-plot")
 
     @guard
     def on_inspect(b, lyr, session: Session, ls=None, r=None):

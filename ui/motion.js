@@ -139,11 +139,15 @@
     if (col && box && go && col.offsetParent !== null) {
       const slide = document.body.classList.contains('pl-presenter');
       const [w, h] = roomOf(col, slide);
-      // a slide's picture drawn for another box (a report overtaken by a later one) asks again
+      // a picture drawn for another box (a report lost while the page loaded, or overtaken by
+      // a later one) asks again
       const gd = document.querySelector('#pool-plot .js-plotly-plot');
-      const stale = slide && gd?._fullLayout && gd.layout?.meta?.fit &&
-        Math.abs(gd._fullLayout.height - h) > 14 && Date.now() - (window.plBoxAt || 0) > 800;
+      const drawn = gd?._fullLayout && gd.layout?.meta?.fit ? gd.layout.meta.fit.box : undefined;
+      const stale = drawn !== undefined && (!drawn || Math.abs(drawn[0] - w) > 6 ||
+        Math.abs(drawn[1] - h) > 6) && Date.now() - (window.plBoxAt || 0) > 800 &&
+        (window.plAsked || 0) < 5; // a few times, not forever (a view with no picture to redraw)
       if (w >= 100 && (changed(sentBox, w, h) || stale)) {
+        window.plAsked = changed(sentBox, w, h) ? 0 : (window.plAsked || 0) + 1;
         window.plBoxAt = Date.now();
         sentBox = `${w}x${h}`;
         // newer reports win, and say whether the page is a slide (ui/picture_box.py)

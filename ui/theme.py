@@ -93,7 +93,8 @@ body.pl-projector :is(#room-open-box, #room-controls, #room-shrink-row, #room-sa
 body.pl-projector .gradio-container { padding-top: 2px !important; max-width: none !important }
 body.pl-projector #room-main { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important }
 body.pl-projector #room-picture-col { flex: 0 0 66% !important; max-width: 66%; min-width: 0 !important }
-body.pl-projector #room-side { overflow: hidden; font-size: 18px }
+body.pl-projector #room-side { overflow: hidden; font-size: 16px }
+body.pl-projector #room-side td { padding: 2px 6px !important }
 /* the key sentence of a lesson page: a quote in the page's Markdown (lessons/page_text.py) */
 #lesson-narration blockquote { border-left: 5px solid #2563eb; margin: 0.2em 0 0.45em 0;
   padding: 0.15em 0 0.15em 0.6em; font-weight: 600; color: #111827; font-style: normal;

@@ -83,7 +83,7 @@ def pool_header(token_level: bool, sliding_marks: bool, reserved: int, narrow: b
     if narrow:
         kind = "blocks and their tokens" if token_level else "one cell per block"
     if sliding_marks and token_level:  # a hybrid's two groups: whose K/V a block holds
-        kind += " · ˢ: a sliding group's block"  # short: a projector's line ends at the pool's edge
+        kind = "ˢ: a sliding group's block" if narrow else kind + " · ˢ: a sliding group's block"
     if reserved:
         kind += f" · hatched: {reserved} blocks reserved by the teacher"
     return f"GPU pool: {kind}"

@@ -94,6 +94,7 @@ class Content:
 def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Sizes:
     """The largest type at which the picture fits `box`; the floor's, tokens shortened, if none."""
     width, height = box
+    width -= 10  # the column's padding, and a margin for the browser's own text widths
     narrow = width < PHONE_PX
     types = PRESENTER_TYPES if large else PHONE_TYPES if narrow else LAPTOP_TYPES
     floor = 14.0 if large else 10.0
@@ -144,7 +145,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     if not gpu.token_level:  # one cell per block: its ref count in type that fits the row
         row_px = max(20.0, 1.55 * 12 * k, (1.25 * 12 * k + 4) if c.table_rows else 0)
     span = _span(c, gpu)
-    margin_t = title_px(k) * 1.4 + legend * legend_px * 1.45 + 14
+    margin_t = title_px(k) * 1.45 + legend * legend_px * 1.6 + 12 * k  # plotly's line spacing
     needed = margin_t + span * row_px + 8
     sizes = Sizes(k, kt, plot_px, gpu, chars=chars, cells=cells_units, row_px=row_px,
                   height=int(needed), margin_l=margin_l, margin_t=margin_t,

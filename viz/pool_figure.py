@@ -167,7 +167,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
     sz = _sizes(snap, events, rows, keep, pending, token_text,
-                ["▶ " + n["text"] for n in plain], block_level, large, box, len(bands))
+                ["▶ " + re.sub("<[^>]*>", "", n["text"]) for n in plain], block_level, large, box,
+                len(bands))
     k, kt, gpu = sz.k, sz.kt, sz.gpu
     small = max(k, 14 / 11) if large else k  # 11 px text (the CPU bands): 14 px and up presenting
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
