@@ -53,6 +53,11 @@ class ScheduledSeq(NamedTuple):
         return (self.block_table,) + tuple(self.group_tables)
 
 
+#: on a GPU, a prompt's rest of at most this many tokens (after a prefix hit, a load from the CPU
+#: tier, a chunk's end) runs in the step's graph beside the decodes instead of a step of eager
+#: launches: for a small model those launches cost ten times the GPU's work
+SHORT_PREFILL = 8
+
 #: async scheduling: ([(index in the batch, row)], tokens): that sequence's one new token is
 #: tokens[row] on the device (the last step's pick, not read back yet)
 Feed = tuple[list[tuple[int, int]], torch.Tensor]
@@ -62,7 +67,8 @@ class ModelRunner:
     """Runs batches of scheduled sequences through the model, reading and writing the paged pool."""
 
     def __init__(self, loaded_model: Any, cache_engine: CacheEngine, max_batch: int = 256,
-                 use_graphs: bool | None = None, use_lean: bool = True, max_query: int = 1) -> None:
+                 use_graphs: bool | None = None, use_lean: bool = True, max_query: int = 1,
+                 static_queries: bool = False) -> None:
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.cache = cache_engine
@@ -92,7 +98,12 @@ class ModelRunner:
         # than the arithmetic on them)
         self.sampler_workspace = SamplerWorkspace()
         self.layout = cache_engine.layout  # which group's table and which page slot each layer reads
-        # decodes, and verifications of up to max_query - 1 draft tokens, from static buffers
+        # decodes, and steps of up to max_query tokens a sequence (drafts to verify, short rests
+        # of prompts), from static buffers; on a CPU only decodes unless `static_queries`
+        graphs_on = cache_engine.device.type == "cuda" if use_graphs is None else use_graphs
+        if graphs_on:
+            max_query = max(max_query, SHORT_PREFILL)
+        self.static_queries = static_queries
         self.graphs = DecodeGraphs(self._decode_forward, self.device, max_batch,
                                    -(-max_len // self.block_size), max_len, use_graphs,
                                    num_groups=self.layout.num_groups, block_size=self.block_size,
@@ -189,14 +200,17 @@ class ModelRunner:
             self._modules_only -= 1
 
     def execute_scores(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
-        """The step's scores: a batch whose every sequence computes a decode token (and maybe a
-        draft after it: all its new tokens' logits) through the static path (CUDA graphs on a
-        GPU), anything else (prefills, mixed batches) through `execute`."""
-        if not self._modules_only and all(s.num_logits == len(s.token_ids) for s in batch):
+        """The step's scores. Through the static path (CUDA graphs on a GPU): a batch of decodes,
+        and on a GPU (or with `static_queries`) any batch whose sequences compute at most
+        `max_query` tokens each: decodes with drafts to verify, the short rest of a prompt after
+        a prefix hit or a load from the CPU tier, beside decodes. Anything else (longer
+        prefills; on a CPU, drafts too: no padding to pay for there) through `execute`."""
+        if not self._modules_only:
             q = max(len(s.token_ids) for s in batch)
-            q = self.graphs.max_query if q > 1 else 1  # one graph per bucket for every draft
+            if q > 1 and (self.graphs.use_graphs or self.static_queries):
+                q = self.graphs.max_query  # one graph a bucket: every short row padded to it
             width = max((len(s.block_table) for s in batch), default=0)  # groups: as long
-            if self.graphs.fits(len(batch), width, q):
+            if (q == 1 or q == self.graphs.max_query) and self.graphs.fits(len(batch), width, q):
                 return self.decode(batch, feed, q)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 

@@ -77,24 +77,28 @@ def test_a_steady_step_sends_nothing_and_a_new_block_one_entry() -> None:
 
 
 def test_a_verification_step_equals_the_general_path(tiny_model) -> None:
-    """Drafts of 3, 1 and 0 tokens, padded to 4 queries a sequence: the static step's logits of
-    every real query equal the general path's, and the K/V pools match (no padding query wrote)."""
+    """Drafts of 3, 1 and 0 tokens and the 3-token rest of a prompt (its last token's logits
+    only), padded to 4 queries a sequence: the static step's logits of every row the engine reads
+    equal the general path's, and the K/V pools match (no padding query wrote). On a GPU this is
+    the graph's step; on a CPU `static_queries` asks for it (the CPU verifies drafts packed)."""
     bs = 4
     general = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs))
-    static = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs), max_batch=8, max_query=4)
-    prompts = [[11, 12, 13, 14, 15, 16], [21, 22, 23], [31, 32, 33, 34, 35]]
-    drafts = [[7, 8, 9], [5], []]
-    tables = [[1, 3, 5], [7, 9], [11, 13, 15]]
+    static = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs), max_batch=8, max_query=4,
+                         static_queries=True)
+    prompts = [[11, 12, 13, 14, 15, 16], [21, 22, 23], [31, 32, 33, 34, 35], [41, 42, 43, 44, 45]]
+    drafts = [[7, 8, 9], [5], [], [51, 52]]
+    tables = [[1, 3, 5], [7, 9], [11, 13, 15], [17, 19, 21]]
     batch = []
     for runner in (general, static):
         for p, t in zip(prompts, tables, strict=True):
             runner.execute([ScheduledSeq(p, 0, t)])
     for i, (p, d, t) in enumerate(zip(prompts, drafts, tables, strict=True)):
-        batch.append(ScheduledSeq([40 + i] + d, len(p), t, 1 + len(d), key=i))
+        logits = 1 if i == 3 else 1 + len(d)  # the last: a prompt's rest, not a draft
+        batch.append(ScheduledSeq([40 + i] + d, len(p), t, logits, key=i))
     want = general.execute(batch)
     before = static.cache.kv_cache.clone()
     got = static.execute_scores(batch)
-    rows = sum(len(s.token_ids) for s in batch)
+    rows = sum(s.num_logits for s in batch)
     # the engine's rows, each sequence's 1 + draft rows in turn, among the padded step's rows
     lp = torch.log_softmax(want, -1)
     assert [got.greedy(r)[0] for r in range(rows)] == want.argmax(-1).tolist()
