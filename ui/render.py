@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 
 from ui.hints import next_move
-from ui.run_views import seq_labels, split_box
+from ui.run_views import request_blocks, seq_labels, split_box
 from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
@@ -66,7 +66,8 @@ def session_figure(session: Session) -> Any:
     return pool_figure(snap, events, session.decode, selected_seq=_chosen(session, snap),
                        selected_block=block, large=session.presenter,
                        box=split_box(session.box, session.view_choice)[0],
-                       seq_labels=seq_labels(view.requests, view.timeline) or None)
+                       seq_labels=seq_labels(view.requests, view.timeline) or None,
+                       lit=request_blocks(view.requests, session.selected_request))
 
 
 def render(session: Session) -> tuple:

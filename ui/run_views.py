@@ -9,7 +9,7 @@ pool keeps POOL_SHARE of it and the view the rest; elsewhere each is as tall as 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from engine.core.memory_use import MemoryPoint
@@ -33,7 +33,7 @@ def split_box(box: tuple[int, int] | None, choice: str
     if not h:  # as tall as each needs (a laptop's page, a phone)
         return box, (w, 0)
     pool = int(h * POOL_SHARE)
-    return (w, pool), (w, h - pool - 8)
+    return (w, pool), (w, h - pool - 22)  # the plots' own padding between them
 
 
 def seq_labels(requests: Sequence[Any], timeline: Any) -> dict[int, str]:
@@ -101,9 +101,11 @@ def request_seq(requests: Sequence[Any], request_id: int) -> int | None:
     return r.live_seq_ids[0] if r is not None and r.live_seq_ids else None
 
 
-def labels_of(names: Mapping[int, str] | None) -> dict[int, str] | None:
-    """Lane labels for a room's requests: the student's name before the request id."""
-    return None if names is None else {rid: f"{name} #{rid}" for rid, name in names.items()}
+def request_blocks(requests: Sequence[Any], request_id: int | None) -> tuple[int, ...]:
+    """The GPU blocks a request's live sequences hold (none once it finished, or while it waits
+    or sits in swap space)."""
+    r = next((r for r in requests if r.request_id == request_id), None)
+    return r.block_ids if r is not None and r.status in ("running", "loading") else ()
 
 
 def lesson_choice(ls: Any) -> str:

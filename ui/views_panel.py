@@ -38,6 +38,7 @@ body.pl-presenter #picture-col #view-plot { margin-top: 0 }
 /* a slide's column scrolls when its controls are taller than the screen: a wrapping flex column
    would put the rest in a second column beside it, out of sight */
 body.pl-presenter #controls-col { flex-wrap: nowrap !important }
+body.pl-presenter #controls-col > * { flex-shrink: 0 }
 </style>"""
 
 

@@ -134,13 +134,15 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 seq_labels: Mapping[int, str] | None = None, selected_seq: int | None = None,
                 selected_block: int | None = None, block_level: bool = False,
                 large: bool = False, reserved: Collection[int] = (),
-                box: tuple[float, float] | None = None, bands: Sequence[Band] = ()) -> go.Figure:
+                box: tuple[float, float] | None = None, bands: Sequence[Band] = (),
+                lit: Collection[int] = ()) -> go.Figure:
     """The whole picture for one snapshot and the events of the step that led to it.
     `large`: presenter mode (large type, for a projector). `reserved`: blocks held back from the
     sequences drawn (a classroom's shrunk pool): one hatched region, no table rows. `box`: the
     (width, height) in pixels the page has for the picture (height 0: as tall as it needs): the
     picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes. `bands`: labelled
-    rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation)."""
+    rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation).
+    `lit`: blocks outlined as one request's (a request selected in the timeline)."""
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -201,6 +203,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                               cpu, in_use, tier, label_px=11 * small)
     traces += draft_marks(events, snap, gpu, token_text, kt)
     traces += reserved_region(gpu, sorted(reserved))
+    # `lit`: the blocks of a request selected in the timeline (ui/views_panel.py), outlined
+    traces += rects(gpu, lit, "selected request", palette.SELECT, 2.5, pad=0.15) if lit else []
     if drawn:
         chosen = [e for e in entries if e[3] == selected_block and not e[4]]
         line = links(chosen, gpu, None, "selected links", palette.SELECT, 2.5)

@@ -26,8 +26,8 @@ from engine.core.prefix_tree import PrefixTree, TreeNode
 from viz import palette
 from viz.pool_cells import FAST
 from viz.text_width import text_px
-from viz.tree_layout import CACHED, FOLD, GHOST, SHARED, TIER, USED, Placed, place
-from viz.view_frame import ViewSizes, base_layout, discrete_scale, view_sizes
+from viz.tree_layout import CACHED, FOLD, GHOST, SHARED, TIER, USED, Placed, kind_of, place
+from viz.view_frame import ViewSizes, base_layout, discrete_scale, key_html, view_sizes
 
 #: what a cell's colour says: (words, fill); plotly's text reads at 4.5:1 on each
 KINDS = (("used by one sequence", palette.OWNERS[0]), ("shared", palette.SHARED),
@@ -50,13 +50,15 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     ghosts = _ghosts(tree, events, before)
     width = (sz.width or 800) - 16
-    line_px = sz.font * 1.3
     two_lines = not sz.phone
-    row_px = line_px * (2 if two_lines else 1) + 8
-    avail = (sz.height - sz.title * 2.4 - sz.font * 3.2) if sz.height else 14 * row_px
-    max_rows = max(2, int(avail // row_px))
-    max_cols = max(2, int(width // (sz.font * 6.5)))
-    placed = place(tree, ghosts, max_rows, max_cols)
+    row_px = sz.font * 1.3 * (2 if two_lines else 1) + 8
+    # the key over the tree: the colours of the nodes there are and the marks of the step
+    kinds = {kind_of(n) for n in tree.nodes} | ({GHOST} if ghosts else set())
+    marked = _marked_words(events, ghosts, selected_block)
+    _, key_lines = key_html(_key(kinds, marked), sz, width)
+    top = sz.title * 2.2 + key_lines * sz.font * 1.45 + 4
+    avail = (sz.height - top - 10) if sz.height else 14 * row_px
+    placed = place(tree, ghosts, max(2, int(avail // row_px)), max(2, int(width // (sz.font * 6.5))))
     cols = max([p.x for p in placed.cells] + [0]) + 1
     rows = max([p.y for p in placed.cells] + [0]) + 1
     cell_px = width / cols
@@ -72,21 +74,39 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
                       text=text, texttemplate="%{text}", textfont={"size": sz.font},
                       customdata=custom, name="prefix tree", hoverongaps=False,
                       hovertemplate="%{customdata[2]}<extra></extra>")
-    traces = [heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *_outlines(placed, events,
-                                                                          selected_block),
-              *_legend(placed)]
-    fig = go.Figure(traces, **FAST)
-    height = sz.height or int(sz.title * 2.4 + sz.font * 3.4 + rows * row_px + 8)
+    outlines = _outlines(placed, events, selected_block)
+    fig = go.Figure([heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *outlines], **FAST)
+    height = sz.height or int(top + rows * row_px + 12)
     nodes = len(tree.nodes)
     head = f"{title} · {nodes} block{'s' if nodes != 1 else ''}"
     if tree.group != "full":
         head += f" ({tree.group} layers)"
     layout = base_layout(sz, head, height, 8, {"view": "tree", "rows": rows, "cols": cols})
-    layout["margin"].update(t=sz.title * 2.4, b=sz.font * 3.2)
-    fig.update_layout(**layout, showlegend=True)
+    layout["margin"].update(t=top, b=max(8, height - top - rows * row_px))
+    key, _ = key_html(_key({p.kind for p in placed.cells} - {FOLD},
+                           [t.name for t in outlines]), sz, width)
+    fig.update_layout(**layout, showlegend=False, annotations=[{
+        "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 4, "xanchor": "left",
+        "yanchor": "bottom", "align": "left", "showarrow": False, "text": key,
+        "font": {"size": sz.font}}])
     fig.update_xaxes(range=[-0.55, cols - 0.45], visible=False, fixedrange=True)
     fig.update_yaxes(range=[rows - 0.5, -0.5], visible=False, fixedrange=True)
     return fig
+
+
+def _key(kinds: set[int], marks: Sequence[str]) -> list[tuple]:
+    """(colour, words) of the key: each kind of cell drawn, then each mark (as an outline)."""
+    out = [(colour, words) for k, (words, colour) in enumerate(KINDS) if k in kinds and k != GHOST]
+    return out + [(MARKS[m], m, "▭") for m in MARKS if m in marks]
+
+
+def _marked_words(events: Sequence[Event], ghosts: list, selected: int | None) -> list[str]:
+    """The marks the step may draw, from its events (for the key's room before the layout)."""
+    kinds = {e.kind for e in events}
+    words = {"prefix_hit": "prefix hit", "cache": "new hash", "load": "loaded from the tier",
+             "offload": "offloaded to the tier"}
+    out = [w for k, w in words.items() if k in kinds]
+    return out + (["evicted"] if ghosts else []) + (["selected"] if selected is not None else [])
 
 
 def _ghosts(tree: PrefixTree, events: Sequence[Event], before: PrefixTree | None
@@ -201,11 +221,3 @@ def _outlines(placed, events: Sequence[Event], selected: int | None) -> list[go.
                               line={"color": MARKS[words], "width": 4,
                                     "dash": "dash" if words == "evicted" else "solid"}))
     return out
-
-
-def _legend(placed) -> list[go.Scatter]:
-    present = {p.kind for p in placed.cells} - {FOLD, GHOST}
-    return [go.Scatter(**FAST, x=[None], y=[None], mode="markers", name=words, hoverinfo="skip",
-                       marker={"symbol": "square", "size": 14, "color": colour,
-                               "line": {"color": palette.MUTED, "width": 1}})
-            for k, (words, colour) in enumerate(KINDS) if k in present]

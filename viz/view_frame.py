@@ -87,18 +87,20 @@ def legend_px(entries: Sequence, sz: ViewSizes, width: float) -> float:
     return lines * sz.font * 1.45 + 6
 
 
-def key_html(entries: Sequence[tuple[str, str]], sz: ViewSizes, width: float) -> tuple[str, int]:
-    """A colour key ("■ words" for each (colour, words)) wrapped to `width`, as one text for an
-    annotation over a view, and its number of lines: a legend of plotly's own stacks its entries
-    down the side, which a slide's short view has no height for."""
+def key_html(entries: Sequence[tuple], sz: ViewSizes, width: float) -> tuple[str, int]:
+    """A colour key wrapped to `width`, as one text for an annotation over a view, and its
+    number of lines: each entry (colour, words) is "■ words" in that colour, (colour, words,
+    glyph) that glyph (e.g. "▭" for an outline). A legend of plotly's own stacks its entries down
+    the side, which a slide's short view has no height for."""
     lines: list[list[str]] = [[]]
     used = 0.0
-    for colour, words in entries:
-        w = text_px(f"■ {words}", sz.font) + sz.font
+    for colour, words, *glyph in entries:
+        mark = glyph[0] if glyph else "■"
+        w = text_px(f"{mark} {words}", sz.font) + sz.font
         if lines[-1] and used + w > width:
             lines.append([])
             used = 0.0
-        lines[-1].append(f"<span style='color:{colour}'>■</span> {words}")
+        lines[-1].append(f"<span style='color:{colour}'>{mark}</span> {words}")
         used += w
     return "<br>".join("  ".join(line) for line in lines), len(lines)
 
