@@ -177,15 +177,18 @@ def _cells(rows: list, cols: tuple[int, ...], g: dict, sz: ViewSizes) -> go.Heat
     z, text, custom = [], [], []
     for label, cells, _, _ in rows:
         z.append([None if c is None else INDEX[c.state] for c in cells])
-        text.append(["" if c is None else _fit(cell_text(c), cell_px, row_px, sz.font)
-                     for c in cells])
+        if cell_px >= 12:  # room for a character or two
+            text.append(["" if c is None else _fit(cell_text(c), cell_px, row_px, sz.font)
+                         for c in cells])
         if words:
             custom.append([[label.strip(), cols[j], c and cell_words(c)]
                            for j, c in enumerate(cells)])
+    shown = any(t for row in text for t in row)  # no text fits: none sent (half the JSON)
     return go.Heatmap(
         **FAST, z=z, x=list(range(m)), y=list(range(n)), zmin=-0.5, zmax=len(STATES) - 0.5,
         colorscale=SCALE, showscale=False, xgap=1 if cell_px >= 6 else 0,
-        ygap=1 if row_px >= 6 else 0, text=text, texttemplate="%{text}",
+        ygap=1 if row_px >= 6 else 0, text=text if shown else None,
+        texttemplate="%{text}" if shown else None,
         textfont={"size": min(sz.font, row_px * 0.8)}, name="timeline cells",
         hoverongaps=False, customdata=custom if words else None,
         hovertemplate=("%{customdata[0]} · step %{customdata[1]}:<br>%{customdata[2]}"
