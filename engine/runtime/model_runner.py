@@ -207,10 +207,12 @@ class ModelRunner:
         prefills; on a CPU, drafts too: no padding to pay for there) through `execute`."""
         if not self._modules_only:
             q = max(len(s.token_ids) for s in batch)
-            if q > 1 and (self.graphs.use_graphs or self.static_queries):
+            padded = self.graphs.use_graphs or self.static_queries
+            if 1 < q <= self.graphs.max_query and padded:
                 q = self.graphs.max_query  # one graph a bucket: every short row padded to it
             width = max((len(s.block_table) for s in batch), default=0)  # groups: as long
-            if (q == 1 or q == self.graphs.max_query) and self.graphs.fits(len(batch), width, q):
+            if (q == 1 or (q == self.graphs.max_query and padded)) and \
+                    self.graphs.fits(len(batch), width, q):
                 return self.decode(batch, feed, q)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 

@@ -113,3 +113,17 @@ def test_a_verification_step_equals_the_general_path(tiny_model) -> None:
     written = {(s.block_table[p // bs], p % bs) for s in batch
                for p in range(s.num_computed, s.num_computed + len(s.token_ids))}
     assert {tuple(x) for x in changed.nonzero()[:, 2:].tolist()} == written
+
+
+def test_a_prompt_longer_than_the_static_queries_goes_the_general_way(tiny_model) -> None:
+    """A step with one long prefill among short rows cannot be padded: it runs packed, and its
+    logits are the general path's."""
+    bs = 4
+    general = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs))
+    static = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs), max_batch=8, max_query=4,
+                         static_queries=True)
+    batch = [ScheduledSeq(list(range(30, 41)), 0, [1, 3, 5], key=0),  # 11 tokens > 4
+             ScheduledSeq([7], 0, [9], key=1)]
+    torch.testing.assert_close(static.execute_scores(batch).logits, general.execute(batch),
+                               atol=1e-5, rtol=1e-5)
+    assert static.graphs.num_replays == 0 and not static.graphs.state._row_of
