@@ -1,0 +1,55 @@
+"""A classroom room's views of the run (issue 34), on a dry room: the timeline has a lane per
+student's request named by the student, its steps the room's; a memory point for every step,
+each equal to the counts of the snapshot published with it; the prefix tree a trunk (the class's
+system prompt) and a branch per student; each view drawn for the projector."""
+
+from __future__ import annotations
+
+import pytest
+
+from classroom import RoomRegistry
+from engine.core.memory_use import memory_point
+from tests.classroom.test_rooms import DRY, all_done, wait_for
+from ui.run_views import room_view
+
+
+@pytest.fixture
+def registry():
+    reg = RoomRegistry(max_rooms=2)
+    yield reg
+    reg.close_all()
+
+
+def test_a_rooms_views_are_its_run(registry):
+    room = registry.open({**DRY, "num_blocks": 40})
+    published = []
+    publish = room._publish
+
+    def keep() -> None:  # every view the room publishes, to compare with its memory points
+        publish()
+        published.append(room.view)
+    room._publish = keep
+    room.control(room.secret, "pause")
+    for name in ("Ada", "Bo", "Cy"):
+        room.submit(f"key-{name}", f"Why is the sky blue, asks {name}?", name=name)
+    room.control(room.secret, "resume")
+    wait_for(lambda: all_done(room))
+    view = room.view
+    timeline = view.timeline
+    assert [view.names[ln.request_id] for ln in timeline.lanes] == ["Ada #0", "Bo #1", "Cy #2"]
+    assert [p.step for p in view.memory] == list(timeline.columns)
+    by_step = {}
+    for v in published:  # the last view published after each step
+        if v.snapshot is not None and v.events:
+            by_step[v.snapshot.step] = v
+    for point in view.memory:
+        v = by_step[point.step]
+        assert point == memory_point(v.snapshot, v.events)
+        assert point.used == v.state["used_blocks"] and point.cached == v.state["cached_blocks"]
+    kids = view.tree.children()
+    assert len(kids[None]) == 1  # one system prompt: one first block, the class's trunk
+    assert any(len(c) == 3 for h, c in kids.items() if h is not None)  # three students' branches
+    for choice, key in (("timeline", "timeline"), ("memory", "memory"), ("prefix tree", "tree")):
+        fig = room_view(view, choice, (860, 620), True)
+        assert fig.layout.meta["view"] == key
+    assert room_view(view, "none", (860, 620), True) is None
