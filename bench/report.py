@@ -12,6 +12,10 @@ import argparse
 import itertools
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_device  # noqa: E402  (this folder: run as a script or loaded by path)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -297,7 +301,8 @@ def table() -> str:
               f"{v4['host_cpu']}) and `close_reuse.json`.",
               "", "| target | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(house_rows(v4, load("close_reuse.json")))
-    lines += ["", "Speculative decoding by prompt lookup (issue 21): from "
+    lines += ["", "Speculative decoding by prompt lookup (issue 21, before verification ran as "
+              "graphs: issue 31's table below replaces its GPU rows): from "
               "`bench/results/speculative_cpu.json` (this 2-core CPU, the real model) and "
               "`spec_verify_*.json`, `spec_e2e_*.json` (H100, bf16, random weights in SmolLM2's "
               "and a Llama-3.2-1B-like shape: 16 layers, hidden 2048, 32 / 8 heads, vocabulary "
@@ -310,10 +315,29 @@ def table() -> str:
            "Llama-1B shape": load("spec_e2e_llama1b.json")}
     lines += _markdown_rows(speculation_rows(load("speculative_cpu.json"), verify, e2e))
     hybrid = load("hybrid_h100.json")
-    lines += ["", "Hybrid KV memory (issue 22): from `bench/results/hybrid_h100.json` and "
+    lines += ["", "Hybrid KV memory (issue 22; its speed and CPU-tier rows are from before issues "
+              "31 and 32, whose tables follow): from `bench/results/hybrid_h100.json` and "
               f"`hybrid_speed_4k_h100.json` ({hybrid['device']}, torch {hybrid['torch']}, random "
               "weights; `bench/hybrid.py`).", "", "| what | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(hybrid_rows(hybrid, load("hybrid_speed_4k_h100.json")))
+    final = load("device_step_final_h100.json")
+    lines += ["", "Steps that stay on the device (issue 31): a persistent batch, verification and "
+              "short prompt rests as CUDA graphs, drafts every step. From "
+              "`bench/results/device_step_final_h100.json` (drafts, hybrid), "
+              "`device_step_h100.json` and `device_step_h100_run2.json` (HF's prompt lookup, the "
+              f"1.2B roofline) ({final['device']}, torch {final['torch']}, bf16, random weights, "
+              "async scheduling on; `bench/device_step.py`).",
+              "", "| target | measured | met |", "| --- | --- | --- |"]
+    lines += _markdown_rows(report_device.device_rows(final, load("device_step_h100.json"),
+                                                      load("device_step_h100_run2.json")))
+    tier = load("tier_h100.json")
+    lines += ["", "The CPU tier at the speed of the bus (issue 32): from "
+              "`bench/results/tier_h100.json` and, for the copies' bandwidth, "
+              "`tier_h100_run_before_short_prefill.json` and `tier_h100_bandwidth_run6.json` "
+              f"({tier['device']}, torch {tier['torch']}, bf16, random weights; `bench/tier.py`).",
+              "", "| target | measured | met |", "| --- | --- | --- |"]
+    lines += _markdown_rows(report_device.tier_rows(tier, [
+        load("tier_h100_run_before_short_prefill.json"), load("tier_h100_bandwidth_run6.json"), tier]))
     return "\n".join(lines)
 
 
