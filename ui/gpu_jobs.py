@@ -19,23 +19,18 @@ ZeroGPU would name any other exception by its class only).
 from __future__ import annotations
 
 import contextvars
-import copyreg
 import dataclasses
-import io
 import math
-import pickle
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import gradio as gr
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
-from engine.core.outputs import CompletionOutput
 from ui import limits
 from ui.gpu import GPU_DTYPE, ON_ZEROGPU, gpu_function, spaces_error
 from ui.refusal import refused
@@ -123,48 +118,13 @@ class GpuJob:
 class GpuResult:
     """What a GPU call did: its operations, the view after each (keyed by log position), its
     model steps and their seconds (the engine's build not counted), and why it stopped ("done",
-    "time", "steps"). Pickled by a
-    pickler that carries what the default one refuses: the snapshots' read-only mappings, and
-    a finished output's decoder (a closure: its text goes instead, decoded on the GPU's side)."""
+    "time", "steps"). Pickled as it is: snapshots and finished outputs pickle (an output with its
+    text, decoded on the GPU's side)."""
 
     def __init__(self, records: list, views: dict[int, View], steps: int, step_seconds: float,
                  stopped: str) -> None:
         self.records, self.views, self.steps = records, views, steps
         self.step_seconds, self.stopped = step_seconds, stopped
-
-    def __reduce__(self) -> tuple:
-        buf = io.BytesIO()
-        pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
-        pickler.dispatch_table = copyreg.dispatch_table.copy()
-        pickler.dispatch_table[MappingProxyType] = lambda m: (_read_only, (dict(m),))
-        pickler.dispatch_table[CompletionOutput] = lambda o: (_completion, (
-            o.index, o.token_ids, o.cumulative_logprob, o.finish_reason, o.text))
-        pickler.dump(self.__dict__)
-        return (_load_result, (buf.getvalue(),))
-
-
-def _read_only(mapping: dict) -> MappingProxyType:
-    return MappingProxyType(mapping)
-
-
-class _Decoded:
-    """A finished output's decoder that knows its one text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __call__(self, _ids: tuple[int, ...]) -> str:
-        return self.text
-
-
-def _completion(index: int, ids: tuple, logprob: float, reason: Any, text: str) -> CompletionOutput:
-    return CompletionOutput(index, ids, logprob, reason, _Decoded(text))
-
-
-def _load_result(blob: bytes) -> GpuResult:
-    result = GpuResult.__new__(GpuResult)
-    result.__dict__.update(pickle.loads(blob))
-    return result
 
 
 def _job(job: GpuJob) -> GpuResult:

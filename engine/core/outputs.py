@@ -23,6 +23,21 @@ class CompletionOutput:
         them all each step would cost more than the step's forward pass."""
         return self.detokenize(self.token_ids)
 
+    def __reduce__(self) -> tuple:
+        """Pickled with its text (decoded now) instead of the tokenizer it would decode with."""
+        return CompletionOutput, (self.index, self.token_ids, self.cumulative_logprob,
+                                  self.finish_reason, DecodedText(self.text))
+
+
+class DecodedText:
+    """A detokenizer that knows its one text (a pickled output's)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self, _ids: tuple[int, ...]) -> str:
+        return self.text
+
 
 @dataclass(frozen=True)
 class RequestOutput:

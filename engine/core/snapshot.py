@@ -8,7 +8,7 @@ a snapshot of a 4096-block pool costs only what changed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -46,6 +46,16 @@ class SequenceView(NamedTuple):
     block_tables: Mapping[str, tuple[int | None, ...]]
 
 
+def _with_dicts(obj: object) -> dict:
+    """A frozen dataclass's fields, its read-only mappings as plain dicts (which pickle)."""
+    return {f.name: dict(v) if isinstance(v := getattr(obj, f.name), MappingProxyType) else v
+            for f in fields(obj)}
+
+
+def _rebuilt(cls: type, state: dict, proxied: tuple[str, ...]) -> object:
+    return cls(**{k: MappingProxyType(v) if k in proxied else v for k, v in state.items()})
+
+
 @dataclass(frozen=True)
 class Metrics:
     used_blocks: int
@@ -73,6 +83,9 @@ class Metrics:
         """The paper's Fig. 15 measure: blocks saved by sharing / blocks needed without it."""
         return self.shared_saving / self.logical_blocks if self.logical_blocks else 0.0
 
+    def __reduce__(self) -> tuple:  # read-only mappings do not pickle: as dicts, and back
+        return _rebuilt, (type(self), _with_dicts(self), ("extra",))
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -91,6 +104,9 @@ class Snapshot:
     # "cached" where it holds an evicted block (its hash and tokens), "free" otherwise
     tier_blocks: tuple[BlockView, ...] = ()
     tier_lru: tuple[int, ...] = ()  # held tier slots, the next to be overwritten first
+
+    def __reduce__(self) -> tuple:  # a snapshot pickles (a ZeroGPU call returns them)
+        return _rebuilt, (type(self), _with_dicts(self), ("sequences",))
 
 
 class SnapshotBuilder:
