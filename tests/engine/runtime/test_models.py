@@ -133,7 +133,7 @@ def test_a_failed_cache_write_leaves_nothing_behind(tmp_path, tiny_model):
 
     target = tmp_path / "model"
     with pytest.raises(OSError, match="killed"):
-        models._save_atomically(tiny_model.model, Exploding(), target, source="test")
+        models.save_atomically(tiny_model.model, Exploding(), target, source="test")
     assert list(tmp_path.iterdir()) == []
 
 
