@@ -86,9 +86,10 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 # the step's events (and the playground's next move) right under the controls
                 wire_views = views_panel.choice_part(page, presenter)
                 page.events = gr.Markdown(elem_id="event-log")
+                # the inspector beside the picture, under the events (before the timeline bar)
+                wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
-                wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
                 wire_box = box_panel(page, lesson_figure)  # the page's room for the picture
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):

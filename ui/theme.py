@@ -100,12 +100,14 @@ body.pl-projector #room-side td { padding: 2px 6px !important }
   padding: 0.15em 0 0.15em 0.6em; font-weight: 600; color: #111827; font-style: normal;
   font-size: 1.08em; background: none }
 #lesson-narration blockquote p { margin: 0 }
-/* the block inspector opens over the column beside the picture, not a screen under it */
+/* the block inspector opens beside the picture, not a screen under it: in the playground it
+   sits right under the controls and the step's events; with a lesson in front (whose text
+   fills the column) it opens over the lesson's text, under the tabs, until it is closed */
 #controls-col { position: relative }
-#inspector:has(> .label-wrap.open) { position: absolute !important; top: 0; left: 0; right: 0;
-  z-index: 30; max-height: 100%; overflow-y: auto; box-shadow: 0 4px 18px rgba(15,23,42,.25);
-  background: var(--block-background-fill, #fff) }
-body:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 92vh }
+body.pl-lesson #inspector:has(> .label-wrap.open) { position: absolute !important; top: 46px;
+  left: 0; right: 0; z-index: 30; max-height: calc(100% - 46px); overflow-y: auto;
+  box-shadow: 0 4px 18px rgba(15,23,42,.25); background: var(--block-background-fill, #fff) }
+body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 88vh }
 #top-bar .gap, #top-bar .form { gap: 2px }
 #landing p { margin: 2px 0 0 0; color: #334155 }
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;
