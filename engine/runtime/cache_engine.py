@@ -108,10 +108,8 @@ class CacheEngine:
         # would look like data.
         self.kv_cache = torch.zeros(self._pool_shape(num_gpu_blocks), dtype=dtype,
                                     device=self.device)
-        # Pinned host memory lets swaps run as DMA at full PCIe speed (and asynchronously).
-        pin = self.device.type == "cuda"
-        self.cpu_cache = torch.zeros(self._pool_shape(num_cpu_blocks), dtype=dtype,
-                                     pin_memory=pin)
+        # the swap space: made at the first swap (`cpu_cache`), since most engines never swap
+        self._cpu_cache: torch.Tensor | None = None
         # the prefix cache's CPU tier: evicted cached blocks, copied back on a prefix hit; each
         # slot one contiguous run of pinned bytes, copied by the DMA engines (tier_copies.py)
         self.num_offload_blocks = num_offload_blocks
@@ -120,7 +118,19 @@ class CacheEngine:
     def close(self) -> None:
         """Free the pool and the swap space now (idempotent): the tensors go as soon as nothing
         else holds them, with no garbage collection needed. The sizes stay readable."""
-        self.kv_cache = self.cpu_cache = self.tier = None
+        self.kv_cache = self._cpu_cache = self.tier = None
+
+    @property
+    def cpu_cache(self) -> torch.Tensor:
+        """The CPU swap space, allocated when first asked for (a browser session that never
+        preempts by swap holds none of it). Pinned on a GPU machine: swaps then run at full
+        PCIe speed, asynchronously."""
+        if self._cpu_cache is None:
+            if self.kv_cache is None:
+                raise RuntimeError("this engine was closed: its KV pool is freed")
+            self._cpu_cache = torch.zeros(self._pool_shape(self.num_cpu_blocks), dtype=self.dtype,
+                                          pin_memory=self.device.type == "cuda")
+        return self._cpu_cache
 
     @property
     def closed(self) -> bool:
@@ -234,7 +244,7 @@ class CacheEngine:
         """A copy of these blocks' K/V in every layer (engine/checkpoint.py)."""
         saved: dict[str, Any] = {"gpu_ids": list(gpu_ids), "cpu_ids": list(cpu_ids)}
         saved["gpu"] = self.kv_cache[:, :, list(gpu_ids)].clone()
-        saved["cpu"] = self.cpu_cache[:, :, list(cpu_ids)].clone()
+        saved["cpu"] = self.cpu_cache[:, :, list(cpu_ids)].clone() if cpu_ids else None
         return saved
 
     @torch.inference_mode()

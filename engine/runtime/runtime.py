@@ -102,7 +102,8 @@ class Runtime:
 
     @staticmethod
     def saved_bytes(saved: Any) -> int:
-        return sum(t.numel() * t.element_size() for t in (saved["gpu"], saved["cpu"]))
+        return sum(t.numel() * t.element_size() for t in (saved["gpu"], saved["cpu"])
+                   if t is not None)
 
     def close(self) -> None:
         """Free the KV pool, swap space, decode graphs and sampler workspace now (idempotent).
