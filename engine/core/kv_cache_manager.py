@@ -276,6 +276,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
                 continue
             table = seq.block_tables[g]
             j = dead_blocks(n, group.window, bs, len(table)) - 1
+            if j < 0 or table[j] is None:  # most steps: nothing newly out of the window
+                continue
             dropped, released = [], []
             while j >= 0 and table[j] is not None:  # the newly dead ones: amortised O(1)
                 b, table[j] = table[j], None
