@@ -29,7 +29,7 @@ def next_move(snap: Any, events: Sequence[Any], selected: int | None) -> str:
     last = snap.blocks[table[-1]] if table else None
     if last is not None and last.ref_count > 1 and last.num_filled < snap.block_size:
         return (f"**Append** 1 to seq {seq.seq_id}: its last block {last.block_id} is shared and "
-                "not full, so the engine copies it first (copy-on-write).")
+                "not full, so the engine copies it before writing.")
     if "prefix_hit" in kinds:
         return "Gold: blocks served by the prefix cache. **Free** a sequence to see them stay cached."
     if len(snap.sequences) == 1 and last is not None and last.num_filled < snap.block_size:
