@@ -10,15 +10,19 @@ public API does not offer directly. Each is deterministic and leaves the lesson'
   waste, table entries, blocks read per token and prefix hits from their snapshots.
 - Lesson 9 (`AttentionProbe`): the real query of one token in one layer, caught with forward
   hooks on the shared model during one engine decode, and its attention weight per block.
+- `measured`: a figure of a committed benchmark result (lessons 12 and 14 cite what the H100
+  measured), read from bench/results, never typed.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks
@@ -251,10 +255,25 @@ class AttentionProbe:
                            max(range(len(mean_w)), key=mean_w.__getitem__))
 
 
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+
+def measured(name: str, *path: str | int) -> Any:
+    """A figure from a committed benchmark result (bench/results/<name>), e.g. what drafts gained
+    on an H100: measured by bench/, read here, never typed into a lesson. `path` walks the JSON:
+    keys of objects, indexes of lists."""
+    if "/" in name or "\\" in name or not name.endswith(".json"):
+        raise ValueError(f"measured() reads a results file by name (bench/results/*.json), got {name!r}")
+    value: Any = json.loads((RESULTS / name).read_text())
+    for key in path:
+        value = value[key]
+    return value
+
+
 PURE_HELPERS: dict[str, Any] = {
     "kv_bytes_per_token": kv_bytes_per_token, "kib": kib, "mib": mib, "gib": gib, "pct": pct,
     "fmt": fmt, "plural": plural, "quote": quote, "md_table": md_table, "workload": workload,
     "reservation_fit": reservation_fit,
     "block_size_sweep": block_size_sweep, "hybrid_request": hybrid_request, "ceil": math.ceil,
-    "floor": math.floor, "sqrt": math.sqrt, "log2": math.log2,
+    "floor": math.floor, "sqrt": math.sqrt, "log2": math.log2, "measured": measured,
 }

@@ -90,7 +90,8 @@ def _request(p: Player, args: list[Any], kw: dict[str, Any]) -> int:
 
 
 def _steps(p: Player, kw: dict[str, Any], run: bool) -> list[Any]:
-    """`step times=k`, or `run` until no request is left (or `until=` an event kind happened)."""
+    """`step times=k`, or `run` until no request is left (or `until=` an event of that kind, or of
+    that form such as "draft_kept", happened)."""
     eng, st = p.engine, p.state
     limit = as_int(kw.get("max_steps", MAX_RUN_STEPS) if run else kw.get("times", 1), "steps")
     finished = []
@@ -103,7 +104,7 @@ def _steps(p: Player, kw: dict[str, Any], run: bool) -> list[Any]:
         for out in list(res.outputs) + list(res.finished):
             st.outputs[out.request_id] = out
         finished += res.finished
-        if run and kw.get("until") in {e.kind for e in res.events}:
+        if run and kw.get("until") in {x for e in res.events for x in (e.kind, e.form) if x}:
             break  # `run until="preempt"`: stop right after the step where it happened
     return finished
 
