@@ -78,6 +78,8 @@ def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mappi
             # has no room for it twice)
         elif row.label:
             label += f" · {row.label}"
+        if row.seq.status == "loading" and not (i and rows[i - 1].seq.seq_id == sid):
+            label += " · loading"  # its prefix blocks come back from the CPU tier this step
         widest = max(widest, len(label) + 2)
         if sid == selected_seq:
             label = f"<b>▶ {label}</b>"

@@ -8,7 +8,7 @@ import json
 
 import plotly.graph_objects as go
 
-from engine import EngineConfig, LLMEngine
+from engine import EngineConfig, LLMEngine, SamplingParams
 from viz import metrics_html, pool_figure
 from viz.pool_cells import CACHED, FREE
 
@@ -118,3 +118,13 @@ def test_the_metrics_panel_counts_the_tier():
     assert f"CPU tier slots holding evicted blocks</td><td><b>{held} of 4" in html
     plain = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=6))
     assert "CPU tier" not in metrics_html(plain.snapshot(), plain.engine_info(), 64)
+
+
+def test_the_picture_names_a_request_whose_blocks_are_coming_back() -> None:
+    eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=16, num_offload_blocks=32))
+    eng.generate("You are a helpful assistant who answers questions. France?", SamplingParams(max_tokens=4))
+    eng.generate("x" * 100, SamplingParams(max_tokens=4))
+    eng.add_request("You are a helpful assistant who answers questions. Spain?", SamplingParams(max_tokens=4))
+    eng.step()
+    fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode)
+    assert any("loading" in a.text for a in fig.layout.annotations)

@@ -102,3 +102,4 @@ def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_mode
         return [o.outputs[0].token_ids for o in outs]
 
     assert run(64) == run(0)
+
