@@ -43,6 +43,11 @@ class DraftState:
     next_lookup: int = 0  # the first step it may look up again
     rate: float = FIRST_RATE  # recent share of its drafted tokens that were kept
 
+    def back_off(self, step: int) -> None:
+        """A lookup or a draft that gave nothing: the next try waits, twice as long each time."""
+        self.next_lookup = step + 1 + self.wait
+        self.wait = min(MAX_WAIT, 2 * self.wait or 1)
+
 
 @dataclass
 class DraftPolicy:
@@ -67,8 +72,7 @@ class DraftPolicy:
         if draft:
             st.wait = 0
         else:
-            st.next_lookup = step + 1 + st.wait
-            st.wait = min(MAX_WAIT, 2 * st.wait or 1)
+            st.back_off(step)
         return draft
 
     def pays(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int) -> bool:
@@ -84,8 +88,7 @@ class DraftPolicy:
         st = self.state(seq)
         st.rate = 0.7 * st.rate + 0.3 * (kept / drafted if drafted else 0.0)
         if kept == 0:
-            st.next_lookup = step + 1 + st.wait
-            st.wait = min(MAX_WAIT, 2 * st.wait or 1)
+            st.back_off(step)
 
     def wants_lookup(self, in_flight: list[Sequence], step: int) -> bool:
         """Should this step land at once (async scheduling), so that the next one can draft for
@@ -99,6 +102,5 @@ class DraftPolicy:
             if st.index.propose(seq.token_ids, seq.num_tokens - 1, 1):
                 found = True
             else:
-                st.next_lookup = step + 1 + st.wait
-                st.wait = min(MAX_WAIT, 2 * st.wait or 1)
+                st.back_off(step)
         return found
