@@ -12,10 +12,12 @@ import gradio as gr
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
 from lessons.page_text import keyed_markdown, page_markdown
+from ui import lesson_ask
 from ui.page import Page
+from ui.picture_split import fit_split
 from ui.refusal import refused
 from ui.render import model_status, token_text
-from ui.run_views import lesson_choice, split_box
+from ui.run_views import lesson_choice
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -31,19 +33,29 @@ class LessonSession:
         return LessonSession()
 
 
-def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:
-    """The lesson's picture on screen, fitted to the page's box (None before Start)."""
+def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
+    """The lesson's picture on screen, fitted to `box`."""
     run = ls.run
-    if run is None:
-        return None
     eng = run.engine
     step = run.current
-    box = split_box(ls.box, lesson_choice(ls))[0]  # the view under it takes its share
     if step is None:
         return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box)
     return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
                        seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
                        bands=step.bands)
+
+
+def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, int] | None]:
+    """(the lesson's picture, the box of the view under it; None: no view): the two share the
+    page's box (ui/picture_split.py)."""
+    run = ls.run
+    key = ("lesson", id(ls), id(run), id(run.current), run.index, bool(presenter_on))
+    return fit_split(key, ls.box, lesson_choice(ls), lambda box: lesson_pool(ls, presenter_on, box))
+
+
+def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:
+    """The lesson's picture on screen, fitted to the page's box (None before Start)."""
+    return None if ls.run is None else lesson_fit(ls, presenter_on)[0]
 
 
 def lesson_list_markdown(lessons) -> str:
@@ -72,11 +84,13 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         gr.Markdown(error or lesson_list_markdown(lessons), elem_id="lesson-list")
     progress = gr.Markdown(elem_id="lesson-progress")
     question = gr.Markdown(elem_id="lesson-question")
+    ask_widgets = lesson_ask.ask_part()  # the learner's prediction (ui/lesson_ask.py)
     with gr.Row(elem_id="lesson-nav"):
         back = gr.Button("◀ Back", elem_id="lesson-back", min_width=70)
         nxt = gr.Button("Next ▶", variant="primary", elem_id="lesson-next", min_width=70)
         restart = gr.Button("Restart", min_width=70)
     narration = gr.Markdown(elem_id="lesson-narration")
+    lesson_ask.inputs_part(ask_widgets)  # the inputs this page lets the learner change
 
     def view(ls: LessonSession, presenter_on: bool):
         run = ls.run
@@ -87,8 +101,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         config = run.engine.config
         where = "lesson engine · " + model_status(config)
         step = run.current
-        q = run.question_for_next()
-        ask = f"**Before you press Next, predict:** {q.text}" if q else ""
+        ask = lesson_ask.question_text(run)
         eng = run.engine
         if step is None:
             snap, info, max_len = run.intro_view()
@@ -98,8 +111,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
                     event_log_markdown([], empty="The lesson's engine is ready: press Next."),
                     sequences_html(snap, token_text(eng)),
                     metrics_html(snap, info, max_len), f"{where} · lesson page 0")
-        text = page_markdown(step)
-        done = " · the end: well done" if step.is_last else ""
+        text = page_markdown(step, lesson_ask.verdict_line(run, step.index))
+        done = f" · the end: {run.score().sentence() or 'well done'}" if step.is_last else ""
         snap = step.snapshot
         return (ls, f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}",
                 gr.update(value=text, elem_classes=cls), ask,
@@ -123,11 +136,17 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             raise ValueError("choose a lesson first")
         ls.run = LessonRun(by_title[title], device=page.device)
 
-    def do_next(ls):
+    def do_next(ls, answer=None, pick=None):
         if ls.run is None:
             raise ValueError("press Start first")
         if not ls.run.done:
-            ls.run.next()
+            ls.run.next(lesson_ask.prediction(ls.run, answer, pick))
+
+    def input_changed(k: int):
+        def do_input(ls, value):
+            if ls.run is not None:
+                ls.run = lesson_ask.change_input(ls.run, k, value)
+        return do_input
 
     def do_back(ls):
         if ls.run is not None:
@@ -158,7 +177,14 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     def wire() -> None:
         outs.extend([page.plot, page.events, page.seqs, page.metrics, page.status])  # built by now
         start.click(guarded(do_start), [state, presenter, choice], outs)
-        nxt.click(guarded(do_next), [state, presenter], outs)
+        nxt.click(guarded(do_next), [state, presenter, ask_widgets.answer, ask_widgets.pick], outs)
+        # a new page (or a new run) sets the prediction widgets and inputs for it
+        def asked(ls):
+            return lesson_ask.ask_values(ls.run)
+        progress.change(asked, [state], ask_widgets.outs, show_progress="hidden")
+        for k, drop in enumerate(ask_widgets.inputs):
+            drop.input(guarded(input_changed(k)), [state, presenter, drop], outs).then(
+                asked, [state], ask_widgets.outs, show_progress="hidden")
         back.click(guarded(do_back), [state, presenter], outs)
         restart.click(guarded(do_restart), [state, presenter], outs)
         # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front

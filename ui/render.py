@@ -9,7 +9,8 @@ from typing import Any
 import gradio as gr
 
 from ui.hints import next_move
-from ui.run_views import request_blocks, seq_labels, split_box
+from ui.picture_split import fit_split
+from ui.run_views import request_blocks, seq_labels
 from ui.session import Session
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 from viz.requests_panel import added_requests, requests_html
@@ -53,21 +54,33 @@ def _chosen(session: Session, snap: Any) -> int | None:
     return chosen
 
 
-def session_figure(session: Session) -> Any:
-    """The main picture at the session's cursor, fitted to the page's box for it."""
+def pool_at(session: Session, box: tuple[int, int] | None) -> Any:
+    """The main picture at the session's cursor, fitted to `box`. Serving's sequences are named
+    by their requests ("req 3 · beam 1 (seq 7)"), a request selected in the timeline outlined."""
     view = session.view()
     snap = view.snapshot
     events = list(view.events) if session.pos else []
     block = session.selected_block
     if block is not None and not 0 <= block < snap.num_blocks:
         block = None
-    # serving requests named as such ("req 3 · beam 1 (seq 7)"); the view under the picture, if
-    # any, takes its share of the box (ui/run_views.py)
     return pool_figure(snap, events, session.decode, selected_seq=_chosen(session, snap),
-                       selected_block=block, large=session.presenter,
-                       box=split_box(session.box, session.view_choice)[0],
+                       selected_block=block, large=session.presenter, box=box,
                        seq_labels=seq_labels(view.requests, view.timeline) or None,
                        lit=request_blocks(view.requests, session.selected_request))
+
+
+def session_fit(session: Session) -> tuple[Any, tuple[int, int] | None]:
+    """(the main picture, the box of the view under it; None: no view) at the session's
+    cursor: the two share the page's box (ui/picture_split.py)."""
+    key = ("session", id(session), session.pos, len(session.ops), id(session.view()),
+           session.presenter, session.selected_seq, session.selected_block,
+           session.selected_request)
+    return fit_split(key, session.box, session.view_choice, lambda box: pool_at(session, box))
+
+
+def session_figure(session: Session) -> Any:
+    """The main picture at the session's cursor, fitted to the page's box for it."""
+    return session_fit(session)[0]
 
 
 def render(session: Session) -> tuple:

@@ -3,8 +3,8 @@ cache as a tree) for a session, a lesson page or a classroom room: which figure,
 recorded data, in which box. Pure reads: a session's recorded views (ui/recorded_view.py), a
 lesson's recorded pages, a room's published view; no engine moves for any of them.
 
-The picture and its view share the picture's box: in presenter mode (a box with a height) the
-pool keeps POOL_SHARE of it and the view the rest; elsewhere each is as tall as it needs.
+The picture and its view share the picture's box (ui/picture_split.py): on a slide the picture
+first, the view under it in what the picture leaves; elsewhere each is as tall as it needs.
 """
 
 from __future__ import annotations
@@ -14,26 +14,14 @@ from typing import Any
 
 from engine.core.memory_use import MemoryPoint
 from lessons.front_matter import VIEWS  # noqa: F401  (the choices under the picture, for the pages)
+from ui.picture_split import split_box
 from viz.memory import memory_figure
 from viz.prefix_tree_figure import prefix_tree_figure
 from viz.timeline import timeline_figure
 from viz.view_frame import note_figure
 
-POOL_SHARE = 0.56
 NO_STEPS = ("No serving step yet: add a request in Serving (or load a workload) and press Step "
             "or Run to the end.")
-
-
-def split_box(box: tuple[int, int] | None, choice: str
-              ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-    """(the pool's box, the view's box) for the picture's box, with `choice` under the pool."""
-    if box is None or choice == "none":
-        return box, box
-    w, h = box
-    if not h:  # as tall as each needs (a laptop's page, a phone)
-        return box, (w, 0)
-    pool = int(h * POOL_SHARE)
-    return (w, pool), (w, h - pool - 22)  # the plots' own padding between them
 
 
 def seq_labels(requests: Sequence[Any], timeline: Any) -> dict[int, str]:
@@ -68,12 +56,12 @@ def session_timeline(session: Any) -> Any:
     return (end or session.view()).timeline
 
 
-def session_view(session: Any) -> Any:
-    """The figure under the session's picture (None: the page shows none)."""
+def session_view(session: Any, box: tuple[int, int] | None) -> Any:
+    """The figure under the session's picture, in `box` (None: none, or no room on the slide:
+    ui/picture_split.py)."""
     choice = session.view_choice
-    if choice == "none":
+    if choice == "none" or box is None:
         return None
-    _, box = split_box(session.box, choice)
     large = session.presenter
     if choice == "prefix tree":
         view = session.view()
@@ -119,12 +107,12 @@ def lesson_choice(ls: Any) -> str:
     return ls.view_choice
 
 
-def lesson_view(ls: Any, large: bool) -> Any:
-    """The figure under a lesson's picture: its page's moment (None: the lesson shows none)."""
+def lesson_view(ls: Any, large: bool, box: tuple[int, int] | None) -> Any:
+    """The figure under a lesson's picture, in `box`: its page's moment (None: the lesson shows
+    none, or the slide has no room for it)."""
     choice, run = lesson_choice(ls), getattr(ls, "run", None)
-    if choice == "none" or run is None:
+    if choice == "none" or run is None or box is None:
         return None
-    _, box = split_box(getattr(ls, "box", None), choice)
     step = run.current
     eng = run.engine
     if choice == "memory":

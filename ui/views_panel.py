@@ -20,8 +20,10 @@ from typing import Any
 import gradio as gr
 
 from ui import limits
+from ui.lesson_player import lesson_fit
 from ui.page import Page, guard, show
 from ui.picture_box import parse_box
+from ui.render import session_fit
 from ui.run_views import VIEWS, lesson_choice, lesson_view, request_seq, session_view
 from ui.session import Session
 
@@ -57,8 +59,13 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
     page.view_choice = choice
 
     def draw(session: Session, ls: Any) -> Any:
-        """The view's figure for what is in front, and whether to show it."""
-        fig = lesson_view(ls, session.presenter) if session.lesson_front else session_view(session)
+        """The view's figure for what is in front (in what the picture leaves of the box), and
+        whether to show it."""
+        if session.lesson_front:
+            box = lesson_fit(ls, session.presenter)[1] if getattr(ls, "run", None) else None
+            fig = lesson_view(ls, session.presenter, box)
+        else:
+            fig = session_view(session, session_fit(session)[1])
         chosen = lesson_choice(ls) if session.lesson_front else session.view_choice
         return gr.update(value=fig, visible=fig is not None), gr.update(value=chosen)
 

@@ -1,6 +1,7 @@
 """Every page of every lesson is a slide in presenter mode (issue 37), in a real browser: at
 1280 x 720 (forward, Next by Next) and 1920 x 1080 (back, Back by Back, over the recorded pages),
-nothing scrolls, the picture takes at least half of the screen, the page's key sentence is on
+nothing scrolls, the picture (with the view of the run under it, where the lesson shows one)
+takes at least half of the screen, the page's key sentence is on
 screen at 24 px or more and the rest of its text at 20 px or more, the question and Back / Next
 are in view, and the picture shows every token and every physical id whole (no "…", every text
 inside its cell) in type of 14 px or more.
@@ -43,8 +44,12 @@ SLIDE = """() => {
   if (de.scrollHeight > H + 1 || de.scrollWidth > W + 1) {
     bad.push(`scrolls: ${de.scrollWidth}x${de.scrollHeight}`);
   }
-  const pic = gd.getBoundingClientRect(), share = pic.width * pic.height / W / H;
+  // the picture: the pool and the view of the run under it, if the page shows one (issue 34)
+  const pic = gd.getBoundingClientRect();
+  const view = document.querySelector('#view-plot .js-plotly-plot')?.getBoundingClientRect();
+  const share = (pic.width * pic.height + (view?.height ? view.width * view.height : 0)) / W / H;
   if (share < 0.5) bad.push(`picture ${Math.round(100 * share)}% of the screen`);
+  if (view?.height && view.bottom > H + 1) bad.push(`the view under the picture ends at ${view.bottom}`);
   const k = key.getBoundingClientRect();
   if (px(key) < 24 - 0.01) bad.push(`key sentence ${px(key)} px`);
   if (k.top < 0 || k.bottom > H) bad.push(`key sentence at ${Math.round(k.top)}..${Math.round(k.bottom)}`);
