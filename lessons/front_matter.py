@@ -3,6 +3,7 @@ params), checked so a typo fails with the file and line before a class sees it."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,10 @@ def required_str(path: Path, meta: dict[str, Any], key: str) -> str:
     return value.strip()
 
 
-def engine_config(path: Path, meta: dict[str, Any]) -> tuple[EngineConfig, str]:
-    """The lesson's engine (keys: EngineConfig's own fields) and why it is dry, if it is."""
+def engine_config(path: Path, meta: dict[str, Any],
+                  params: tuple[Param, ...] = ()) -> tuple[EngineConfig, str]:
+    """The lesson's engine (keys: EngineConfig's own fields; a param named after one gives its
+    default) and why it is dry, if it is."""
     engine = meta.get("engine")
     if not isinstance(engine, dict):
         raise LessonError(path, 2, "the front matter needs an 'engine' mapping (model, block_size, "
@@ -69,7 +72,7 @@ def engine_config(path: Path, meta: dict[str, Any]) -> tuple[EngineConfig, str]:
     if unknown:
         raise LessonError(path, 2, f"unknown engine key(s): {', '.join(unknown)}; "
                                    f"expected some of {', '.join(sorted(ENGINE_KEYS))}")
-    values = dict(engine)
+    values = {**{p.name: p.default for p in params if p.name in ENGINE_KEYS}, **engine}
     model = values.get("model", "default")
     if model in ("dry", None):
         values["model"] = None
@@ -98,3 +101,22 @@ def params(path: Path, meta: dict[str, Any]) -> tuple[Param, ...]:
             raise LessonError(path, 2, f"param {name!r}: default {default!r} is not one of its choices")
         out.append(Param(str(name), str(spec.get("label", name)), tuple(spec["choices"]), default))
     return tuple(out)
+
+
+def engine_params(path: Path, config: EngineConfig, params: tuple[Param, ...], meta: dict[str, Any]) -> None:
+    """A param named after an engine setting (block_size, num_gpu_blocks, ...) sets it: each of
+    its choices must make a valid engine, and the engine mapping, if it names the key too, must
+    agree with the param's default."""
+    engine = meta.get("engine") or {}
+    for p in params:
+        if p.name not in ENGINE_KEYS:
+            continue
+        if p.name in engine and engine[p.name] != p.default:
+            raise LessonError(path, 2, f"param {p.name!r} sets the engine's {p.name}: its default "
+                                       f"{p.default!r} and the engine's {engine[p.name]!r} differ")
+        for choice in p.choices:
+            try:
+                replace(config, **{p.name: choice})
+            except (TypeError, ValueError) as e:
+                raise LessonError(path, 2, f"param {p.name!r}: {choice!r} is no engine setting: "
+                                           f"{e}") from None

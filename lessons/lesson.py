@@ -49,11 +49,19 @@ class Check:
 
 @dataclass(frozen=True)
 class Question:
+    """Asked before its step runs, answered by the engine after it (lessons/questions.py): a
+    number (`unit:` names what is counted, `within:` the slack a right answer may have), one of
+    `choices`, or a block of the pool the learner clicks."""
+
     text: Text
     answer_line: int
     answer_source: str
     answer: ast.Expression
     explain: Text | None
+    kind: str = "number"
+    choices: tuple[Text, ...] = ()
+    unit: str = ""
+    within: tuple[float, bool] = (0.0, False)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class Step:
     ops: tuple[Op, ...] = ()
     checks: tuple[Check, ...] = ()
     question: Question | None = None
+    inputs: tuple[str, ...] = ()  # params the page lets the learner change (```input)
 
 
 @dataclass(frozen=True)

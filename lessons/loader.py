@@ -36,6 +36,7 @@ from pathlib import Path
 from lessons import front_matter as fm
 from lessons.lesson import ENGINE_KEYS, Check, Lesson, LessonError, Op, Param, Question, Step, Text
 from lessons.op_lines import parse_expr, parse_op, split_args
+from lessons.questions import KINDS, MAX_CHOICES, parse_within
 from lessons.safe_eval import free_names
 
 # the data model and the op-line parser live beside this module; their names stay importable here
@@ -60,9 +61,10 @@ def load(path: str | Path, known_names: set[str] | None = None) -> Lesson:
     meta, body_start = fm.front_matter(path, lines)
     title = fm.required_str(path, meta, "title")
     summary = fm.required_str(path, meta, "summary")
-    config, dry_reason = fm.engine_config(path, meta)
     params = fm.params(path, meta)
-    intro, steps = _body(path, lines, body_start)
+    config, dry_reason = fm.engine_config(path, meta, params)
+    fm.engine_params(path, config, params, meta)
+    intro, steps = _body(path, lines, body_start, params)
     if not steps:
         raise LessonError(path, body_start + 1, "the lesson has no steps (start one with '## Step: a title')")
     lesson = Lesson(path, title, summary, config, tuple(steps), intro, dry_reason, params, meta)
@@ -71,7 +73,8 @@ def load(path: str | Path, known_names: set[str] | None = None) -> Lesson:
     return lesson
 
 
-def _body(path: Path, lines: list[str], start: int) -> tuple[Text, list[Step]]:
+def _body(path: Path, lines: list[str], start: int,
+          params: tuple[Param, ...] = ()) -> tuple[Text, list[Step]]:
     sections: list[tuple[str | None, int, list[tuple[int, str]]]] = [(None, start + 1, [])]
     for i in range(start, len(lines)):
         m = STEP_HEADING.match(lines[i])
@@ -82,20 +85,22 @@ def _body(path: Path, lines: list[str], start: int) -> tuple[Text, list[Step]]:
         else:
             sections[-1][2].append((i + 1, lines[i]))
     intro = _text(path, [ln for ln in sections[0][2]], sections[0][1])
-    return intro, [_step(path, title, line, body) for title, line, body in sections[1:] if title]
+    return intro, [_step(path, title, line, body, params) for title, line, body in sections[1:] if title]
 
 
-def _step(path: Path, title: str, line: int, body: list[tuple[int, str]]) -> Step:
+def _step(path: Path, title: str, line: int, body: list[tuple[int, str]],
+          params: tuple[Param, ...]) -> Step:
     narration: list[tuple[int, str]] = []
     ops: list[Op] = []
     checks: list[Check] = []
     question: Question | None = None
+    inputs: list[str] = []
     i = 0
     while i < len(body):
         num, text = body[i]
         fence = FENCE.match(text.strip())
         kind = fence.group(1) if fence else None
-        if kind not in ("ops", "check", "question"):
+        if kind not in ("ops", "check", "question", "input"):
             narration.append(body[i])
             i += 1
             continue
@@ -111,11 +116,27 @@ def _step(path: Path, title: str, line: int, body: list[tuple[int, str]]) -> Ste
             ops += [parse_op(path, n, s) for n, s in block if s.strip() and not s.strip().startswith("#")]
         elif kind == "check":
             checks += [_check(path, n, s) for n, s in block if s.strip() and not s.strip().startswith("#")]
+        elif kind == "input":
+            inputs += [_input(path, n, s.strip(), params, inputs) for n, s in block if s.strip()]
         else:
             if question is not None:
                 raise LessonError(path, num, "a step has at most one question")
             question = _question(path, num, block)
-    return Step(title, line, _text(path, narration, line + 1), tuple(ops), tuple(checks), question)
+    return Step(title, line, _text(path, narration, line + 1), tuple(ops), tuple(checks), question,
+                tuple(inputs))
+
+
+MAX_INPUTS = 2  # inputs a page offers: they share the slide with its text and question
+
+
+def _input(path: Path, line: int, name: str, params: tuple[Param, ...], taken: list[str]) -> str:
+    """A page's ```input line: the name of a param the learner may change there."""
+    if name not in {p.name for p in params}:
+        raise LessonError(path, line, f"```input names a param of the front matter ('params:'); "
+                                      f"{name!r} is not one ({', '.join(p.name for p in params) or 'none'})")
+    if name in taken or len(taken) >= MAX_INPUTS:
+        raise LessonError(path, line, f"a page offers at most {MAX_INPUTS} different inputs")
+    return name
 
 
 def _text(path: Path, lines: list[tuple[int, str]], first_line: int) -> Text:
@@ -134,22 +155,32 @@ def _check(path: Path, line: int, source: str) -> Check:
     return Check(line, source.strip(), parse_expr(path, line, source, "check"))
 
 
+OPTIONS = ("kind", "choices", "unit", "within")  # a question's lines between its text and answer
+
+
 def _question(path: Path, line: int, block: list[tuple[int, str]]) -> Question:
     text: list[tuple[int, str]] = []
     explain: list[tuple[int, str]] = []
+    options: dict[str, tuple[int, str]] = {}
     answer: tuple[int, str] | None = None
     for num, s in block:
         stripped = s.strip()
-        if answer is None and stripped.startswith("answer:"):
+        key = stripped.partition(":")[0].strip()
+        if answer is None and key == "answer":
             answer = (num, stripped[len("answer:"):].strip())
+        elif answer is None and key in OPTIONS and text:
+            if key in options:
+                raise LessonError(path, num, f"a question has one '{key}:' line")
+            options[key] = (num, stripped.partition(":")[2].strip())
         elif answer is not None and not explain and stripped.startswith("explain:"):
             explain.append((num, stripped[len("explain:"):].strip()))
         elif explain:
             explain.append((num, s))
-        elif answer is None:
+        elif answer is None and not options:
             text.append((num, s))
         elif stripped:
-            raise LessonError(path, num, "after 'answer:' comes 'explain:' (or the end of the question)")
+            raise LessonError(path, num, "a question is its text, then 'kind:' / 'choices:' / 'unit:' / "
+                                         "'within:' lines, 'answer:', and 'explain:'")
     if answer is None or not answer[1]:
         raise LessonError(path, line, "a question needs an 'answer: <expression>' line (the engine computes "
                                       "the answer)")
@@ -157,7 +188,39 @@ def _question(path: Path, line: int, block: list[tuple[int, str]]) -> Question:
         raise LessonError(path, line, "a question needs its text before the 'answer:' line")
     tree = parse_expr(path, answer[0], answer[1], "answer")
     return Question(_text(path, text, line + 1), answer[0], answer[1], tree,
-                    _text(path, explain, answer[0] + 1) if explain else None)
+                    _text(path, explain, answer[0] + 1) if explain else None,
+                    **_question_options(path, line, options))
+
+
+def _question_options(path: Path, line: int, options: dict[str, tuple[int, str]]) -> dict:
+    """kind (number, choice or block; choice when there are choices), its choices, unit, within:
+    each checked against the kind, so a typo fails at load time."""
+    choices = tuple(_text(path, [(options["choices"][0], c.strip())], options["choices"][0])
+                    for c in options["choices"][1].split("|")) if "choices" in options else ()
+    kind = options.get("kind", (line, "choice" if choices else "number"))
+    if kind[1] not in KINDS:
+        raise LessonError(path, kind[0], f"a question's kind is one of {', '.join(KINDS)}, got {kind[1]!r}")
+    where = options.get("choices", kind)[0]
+    if (kind[1] == "choice") != bool(choices):
+        raise LessonError(path, where, "a choice question lists its 'choices: a | b | c'; other kinds "
+                                       "have none")
+    if choices and not 2 <= len(choices) <= MAX_CHOICES or len({c.source for c in choices}) < len(choices):
+        raise LessonError(path, where, f"a choice question has 2 to {MAX_CHOICES} different choices, "
+                                       "separated by '|'")
+    if any(not c.source for c in choices):
+        raise LessonError(path, where, "a choice is empty (two '|' in a row?)")
+    out: dict = {"kind": kind[1], "choices": choices}
+    for key in ("unit", "within"):
+        if key in options and kind[1] != "number":
+            raise LessonError(path, options[key][0], f"'{key}:' is for number questions")
+    if "unit" in options:
+        out["unit"] = options["unit"][1]
+    if "within" in options:
+        try:
+            out["within"] = parse_within(options["within"][1])
+        except ValueError as e:
+            raise LessonError(path, options["within"][0], str(e)) from None
+    return out
 
 
 # ---- static name checks ---------------------------------------------------------------------------
@@ -177,8 +240,9 @@ def check_names(lesson: Lesson, known: set[str]) -> None:
         check(tree, line, "the intro", bound)
     for step in lesson.steps:
         if step.question is not None:  # shown before the step runs
-            for _, line, tree in step.question.text.exprs:
-                check(tree, line, "a question", bound)
+            for text in (step.question.text, *step.question.choices):
+                for _, line, tree in text.exprs:
+                    check(tree, line, "a question", bound)
         for op in step.ops:
             for tree in op.args + tuple(t for _, t in op.kwargs):
                 check(tree, op.line, f"'{op.source}'", bound)

@@ -38,12 +38,14 @@ def keyed_markdown(markdown: str) -> str:
     return "\n\n".join(p for p in (f"> {key}" if key else "", rest) if p)
 
 
-def page_markdown(step: Any) -> str:
-    """The page's Markdown: title, key sentence, the rest, then the question asked before it
-    with the engine's answer and why."""
+def page_markdown(step: Any, verdict: str = "") -> str:
+    """The page's Markdown: title, key sentence, the rest, then the answer to the question asked
+    before it (on the page before): the engine's, the learner's verdict (lessons/questions.py)
+    and why. Without a verdict (a page read outside the player) the question is repeated."""
     text = f"### {step.title}\n\n{keyed_markdown(step.narration_markdown)}"
     if step.question:
         why = f" {step.explanation}" if step.explanation else ""
-        text += (f"\n\n**Question:** {step.question}  \n**The engine's answer: {step.answer_text}.**"
-                 f"{why}")
+        asked = f"**Question:** {step.question}  \n" if not verdict else ""
+        said = f" {verdict}" if verdict else ""
+        text += f"\n\n{asked}**The engine's answer: {step.answer_text}.**{said}{why}"
     return text

@@ -20,16 +20,27 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from engine import EngineConfig, Event, LLMEngine, OutOfBlocks
+from engine import LLMEngine, OutOfBlocks
 from engine.core.snapshot import Snapshot
 from lessons import context
 from lessons.context import KNOWN_NAMES, show
-from lessons.lesson import Lesson, LessonError, Op, Text
+from lessons.lesson import ENGINE_KEYS, Lesson, LessonError, Op, Text
 from lessons.loader import PLACEHOLDER, lesson_files
 from lessons.loader import load as _load
+from lessons.pages import Mark, QuestionView, StepView
+from lessons.questions import (
+    PredictionError,
+    Score,
+    Verdict,
+    check_engine_answer,
+    matches,
+    read_prediction,
+    say,
+    score,
+)
 from lessons.safe_eval import Evaluator, UnsafeExpression
 from lessons.verbs import MAX_RUN_STEPS, VERBS, PlayState
 
@@ -43,51 +54,6 @@ class LessonCheckFailed(LessonError):
 
 #: verbs whose result is a sequence id: `a = add_sequence ...` names sequence a in the picture
 SEQUENCE_VERBS = ("add_sequence", "fork")
-
-@dataclass(frozen=True)
-class QuestionView:
-    text: str  # Markdown, shown before the step runs
-    step_index: int
-
-
-@dataclass(frozen=True)
-class StepView:
-    """Everything the UI shows for one executed step."""
-
-    index: int  # 0-based
-    total: int
-    title: str
-    narration_markdown: str
-    question: str | None  # the question that was asked before this step
-    answer: Any  # computed by the engine after the step ran (None when there is no question)
-    answer_text: str | None
-    explanation: str | None
-    events: tuple[Event, ...]
-    snapshot: Snapshot
-    checks: tuple[str, ...] = ()  # the checks that held, as written
-    info: Mapping[str, Any] = field(default_factory=dict)  # the engine's description then
-    max_model_len: int = 0
-    seq_names: Mapping[int, str] = field(default_factory=dict)  # seq id -> the lesson's name
-    # the engine at the point the picture shows: its config and op log (engine_for rebuilds it)
-    config: EngineConfig | None = None
-    trace: tuple = ()
-    bands: tuple = ()  # rows under the pool the page asks for (`chain`, `reservation`)
-
-    @property
-    def is_last(self) -> bool:
-        return self.index == self.total - 1
-
-
-@dataclass
-class _Mark:
-    """The state before a step: enough to rebuild it by replay."""
-
-    config: EngineConfig
-    trace: list[dict[str, Any]]
-    names: dict[str, Any]
-    outputs: dict[int, Any]
-    seq_names: dict[int, str] = field(default_factory=dict)
-
 
 def load(path: str | Any) -> Lesson:
     """Load and check one lesson (names are checked against what the runner provides)."""
@@ -105,18 +71,21 @@ class LessonRun:
     def __init__(self, lesson: Lesson, device: str = "auto", dtype: str = "auto",
                  params: Mapping[str, Any] | None = None, check_invariants: bool = True) -> None:
         self.lesson = lesson
-        self.base_config = replace(lesson.config, device=device, dtype=dtype)
         self.params = {p.name: p.default for p in lesson.params}
         for k, v in (params or {}).items():
             spec = next((p for p in lesson.params if p.name == k), None)
             if spec is None or v not in spec.choices:
                 raise ValueError(f"lesson {lesson.name}: {k}={v!r} is not one of its params' choices")
             self.params[k] = v
+        # a param named after an engine setting sets it (lessons/README.md: inputs)
+        settings = {k: v for k, v in self.params.items() if k in ENGINE_KEYS}
+        self.base_config = replace(lesson.config, device=device, dtype=dtype, **settings)
+        self.verdicts: dict[int, Verdict] = {}  # step index -> the learner's checked prediction
         self.check_invariants = check_invariants
         self._engine: LLMEngine | None = None
         self._config = self.base_config
         self.state = PlayState()
-        self._marks: list[_Mark] = []
+        self._marks: list[Mark] = []
         self.views: list[StepView] = []
         self._shown: int | None = None  # the view on screen (None: the intro)
         self._intro: tuple | None = None  # the intro's view, once the first step has run
@@ -180,23 +149,51 @@ class LessonRun:
         return self._render(self.lesson.intro)
 
     def question_for_next(self) -> QuestionView | None:
-        """The question of the next step, rendered now (before it runs), or None."""
+        """The question of the next step, rendered now (before it runs), or None; a step that
+        ran already carries its verdict (the prediction made then stays)."""
         if self.done:
             return None
         q = self.lesson.steps[self.index].question
-        return None if q is None else QuestionView(self._render(q.text), self.index)
+        if q is None:
+            return None
+        ran = self.index < len(self.views)
+        text = self.views[self.index].question if ran else self._render(q.text)
+        choices = tuple(self._render(c) for c in q.choices) if not ran else self.views[self.index].choices
+        return QuestionView(text, self.index, q.kind, choices, q.unit,
+                            self.shown_snapshot.num_blocks, self.verdicts.get(self.index))
 
-    def next(self) -> StepView:
+    @property
+    def inputs(self) -> tuple[tuple[str, Any], ...]:
+        """The learner's inputs now, as (label, value): what a verdict was made under."""
+        return tuple((p.label, self.params[p.name]) for p in self.lesson.params)
+
+    def score(self) -> Score:
+        """How many of the lesson's questions the learner predicted right so far."""
+        asked = sum(1 for st in self.lesson.steps if st.question is not None)
+        return score(list(self.verdicts.values()), asked)
+
+    def next(self, prediction: Any = None) -> StepView:
+        """Run (or show again) the next step. `prediction`: the learner's answer to its question,
+        read before the step runs (None or "": skipped); one that cannot be read raises
+        PredictionError and nothing runs."""
         if self.done:
             raise IndexError(f"lesson {self.lesson.name} has only {self.total} steps")
+        blank = prediction is None or (isinstance(prediction, str) and not prediction.strip())
         if self.index < len(self.views):  # run before: show it as it was
+            if not blank and self.index not in self.verdicts:
+                raise PredictionError("this step ran already, so its answer is known: Restart to "
+                                      "predict it again")
             self._shown = self.index
             return self.views[self._shown]
+        q = self.question_for_next()
+        if q is None and not blank:
+            raise PredictionError("this step asks nothing to predict")
+        guess = None if blank or q is None else read_prediction(q.kind, prediction, q.choices, q.num_blocks)
         eng = self.engine
         i = len(self._marks)
         if i == 0:  # what the intro shows, once steps have run
             self._intro = (eng.snapshot(), eng.engine_info(), eng.max_model_len)
-        self._marks.append(_Mark(self._config, eng.trace, dict(self.state.names),
+        self._marks.append(Mark(self._config, eng.trace, dict(self.state.names),
                                  dict(self.state.outputs), dict(self.state.seq_names)))
         try:
             view = self._run_step(i)
@@ -205,6 +202,12 @@ class LessonRun:
             raise
         self.views.append(view)
         self._shown = len(self.views) - 1
+        if q is not None:
+            question = self.lesson.steps[i].question
+            right = None if guess is None else matches(q.kind, guess, view.answer, question.within)
+            said = "" if guess is None else say(q.kind, guess, q.unit)
+            # a verdict made under earlier inputs stays (change_inputs replays without one)
+            self.verdicts.setdefault(i, Verdict(guess, view.answer, right, said, self.inputs))
         return view
 
     def back(self) -> StepView | None:
@@ -221,6 +224,7 @@ class LessonRun:
         self.state = PlayState()
         self._marks.clear()
         self.views.clear()
+        self.verdicts.clear()
         self._shown = None
 
     def goto(self, index: int, rerun: bool = False) -> StepView:
@@ -242,8 +246,30 @@ class LessonRun:
         self.state = PlayState(dict(mark.names), dict(mark.outputs), dict(mark.seq_names))
         del self._marks[index:]
         del self.views[index:]
+        for i in [i for i in self.verdicts if i >= index]:
+            del self.verdicts[i]
         self._shown = index - 1 if index else None
         return self.next()
+
+    def change_inputs(self, **params: Any) -> LessonRun:
+        """The learner changed an input on this page (```input): a new run of the lesson with
+        these params, played to the page on screen, so it shows the engine's new answer. The
+        predictions made so far stay (each says the inputs it was made under); this run's
+        engine is closed."""
+        new = LessonRun(self.lesson, self.base_config.device, self.base_config.dtype,
+                        {**self.params, **params}, self.check_invariants)
+        new.verdicts = {i: v for i, v in self.verdicts.items() if i < self.index}
+        if self.index:
+            new.goto(self.index - 1)
+        self.close()
+        return new
+
+    def close(self) -> None:
+        """Free this run's engines (the KV pool, a tensor-parallel lesson's workers) now."""
+        for eng in (self._engine, self._replayed[1] if self._replayed else None):
+            if eng is not None:
+                eng.close()
+        self._engine = self._replayed = None
 
     def run_all(self) -> list[StepView]:
         while not self.done:
@@ -255,6 +281,8 @@ class LessonRun:
     def _run_step(self, i: int) -> StepView:
         step = self.lesson.steps[i]
         asked = None if step.question is None else self._render(step.question.text)
+        choices = () if step.question is None else tuple(self._render(c) for c in step.question.choices)
+        num_blocks = self.engine.snapshot().num_blocks  # what a block question could name
         st = self.state
         st.events, st.shown, st.bands = [], None, []
         for op in step.ops:
@@ -280,8 +308,12 @@ class LessonRun:
             held.append(c.source)
         answer = answer_text = explanation = None
         if step.question is not None:
-            answer = self._eval(step.question.answer, step.question.answer_line, evaluator)
-            answer_text = show(answer)
+            q = step.question
+            answer = self._eval(q.answer, q.answer_line, evaluator)
+            wrong = check_engine_answer(q.kind, answer, choices, num_blocks)
+            if wrong:
+                raise LessonError(self.lesson.path, q.answer_line, wrong)
+            answer_text = say(q.kind, answer, q.unit)
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
         eng = self.engine
@@ -289,7 +321,7 @@ class LessonRun:
                                                    tuple(eng.trace), eng.config)
         return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
                         answer_text, explanation, events, snap, tuple(held), eng.engine_info(),
-                        eng.max_model_len, dict(st.seq_names), config, trace, tuple(st.bands))
+                        eng.max_model_len, dict(st.seq_names), config, trace, tuple(st.bands), choices)
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()
