@@ -177,13 +177,15 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     def wire() -> None:
         outs.extend([page.plot, page.events, page.seqs, page.metrics, page.status])  # built by now
         start.click(guarded(do_start), [state, presenter, choice], outs)
-        nxt.click(guarded(do_next), [state, presenter, ask_widgets.answer, ask_widgets.pick], outs)
+        # a refused prediction marks the status line only, never the picture (ui/page.py)
+        nxt.click(guarded(do_next), [state, presenter, ask_widgets.answer, ask_widgets.pick], outs,
+                  **page.quiet)
         # a new page (or a new run) sets the prediction widgets and inputs for it
         def asked(ls):
             return lesson_ask.ask_values(ls.run)
         progress.change(asked, [state], ask_widgets.outs, show_progress="hidden")
         for k, drop in enumerate(ask_widgets.inputs):
-            drop.input(guarded(input_changed(k)), [state, presenter, drop], outs).then(
+            drop.input(guarded(input_changed(k)), [state, presenter, drop], outs, **page.quiet).then(
                 asked, [state], ask_widgets.outs, show_progress="hidden")
         back.click(guarded(do_back), [state, presenter], outs)
         restart.click(guarded(do_restart), [state, presenter], outs)

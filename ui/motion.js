@@ -19,6 +19,17 @@
     setTimeout(() => go.click(), 0);
   }
 
+  // A lesson's block question (ui/lesson_ask.py marks its answer box): the clicked block is the
+  // learner's prediction, written into the box; the inspector stays closed over the question.
+  function pickBlock(id) {
+    const ask = document.querySelector('#lesson-answer.pl-pick-block');
+    const box = ask && ask.offsetParent !== null && ask.querySelector('input, textarea');
+    if (!box) return false;
+    box.value = 'block ' + id;
+    box.dispatchEvent(new Event('input', { bubbles: true }));
+    return true;
+  }
+
   function onClick(ev) {
     const pt = ev && ev.points && ev.points[0];
     if (!pt || !pt.data) return;
@@ -27,6 +38,7 @@
       cd = pt.data.customdata[pt.pointIndex[0]][pt.pointIndex[1]];
     }
     if (!cd) return;
+    if (pt.data.name === 'pool' && pickBlock(cd[0])) return;
     if (pt.data.name === 'pool') send('block:' + cd[0]);
     else if (pt.data.name === 'block tables') send('seq:' + cd[0]);
     else if (pt.data.name === 'cpu pool') send('cpu:' + cd[0]);

@@ -73,6 +73,17 @@ body.pl-presenter.pl-lesson #lesson-progress { order: 1 }
 body.pl-presenter.pl-lesson #lesson-narration { order: 2 }
 body.pl-presenter.pl-lesson #lesson-question { order: 3 }
 body.pl-presenter.pl-lesson #lesson-nav { order: 4 }
+/* the learner's prediction under the question, the page's inputs under its text (issue 35) */
+body.pl-presenter.pl-lesson #lesson-inputs { order: 2 }
+body.pl-presenter.pl-lesson #lesson-ask { order: 3 }
+#lesson-ask { gap: 4px } #lesson-inputs { gap: 8px; flex-wrap: nowrap }
+/* one line each on a slide: the label beside its box, not above it */
+:is(#lesson-ask, #lesson-inputs) .block { padding: 4px 8px !important }
+:is(#lesson-answer, #lesson-inputs) label { display: flex; align-items: center; gap: 8px }
+:is(#lesson-answer, #lesson-inputs) label > [data-testid=block-info] { margin: 0; flex: 0 1 auto }
+#lesson-inputs label > div, #lesson-answer label > div, #lesson-answer input { flex: 1 1 auto; min-width: 0 }
+body.pl-presenter #lesson-ask :is(input, textarea, label), body.pl-presenter #lesson-inputs input {
+  font-size: 18px !important }
 body.pl-presenter #lesson-progress .prose, body.pl-presenter #lesson-progress .prose * {
   font-size: 16px !important; line-height: 1.3 }
 body.pl-presenter #lesson-narration .prose, body.pl-presenter #lesson-question .prose {
@@ -122,6 +133,8 @@ body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-heigh
   #controls-col #lesson-nav button { min-width: 0 !important; flex: 1 1 0 !important; padding: 6px 4px }
   #controls-col #lesson-narration { order: 3 }
   #controls-col #lesson-question { order: 4 }
+  #controls-col #lesson-ask { order: 4 }
+  #controls-col #lesson-inputs { order: 3 }
   #controls-col #lesson-choose { order: 5 }
   #controls-col #lesson-all { order: 6 }
   .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
