@@ -18,6 +18,7 @@ import argparse
 import json
 import platform
 import random
+import subprocess
 import time
 from typing import Any
 
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --out and add these (seeds must not overlap)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     start = time.monotonic()
@@ -90,14 +93,36 @@ def main() -> None:
                                      num_gpu_blocks=1024 // bs))
         alone[bs] = [list(eng.generate(t, PARAMS)[0].outputs[0].token_ids) for t in texts]
         eng.close()
-    runs = []
+    runs, before = earlier(args.out) if args.resume else ([], 0.0)
+    if {r["seed"] for r in runs} & set(range(args.first_seed, args.first_seed + args.runs)):
+        raise SystemExit("--resume: these seeds are already in --out")
+    code = commit()  # the code this process loaded, whatever HEAD becomes while it runs
     for k in range(args.runs):
-        runs.append(one_run(args.first_seed + k, texts, alone))
+        runs.append({**one_run(args.first_seed + k, texts, alone), "commit": code})
         if (k + 1) % 50 == 0 or k + 1 == args.runs:
             bad = sum(len(x["wrong"]) for x in runs)
-            print(f"{k + 1} runs, {bad} wrong answers, {time.monotonic() - start:.0f} s", flush=True)
+            print(f"{len(runs)} runs, {bad} wrong answers, {time.monotonic() - start:.0f} s", flush=True)
             if args.out:
-                write(args.out, runs, time.monotonic() - start, args.threads)
+                write(args.out, runs, before + time.monotonic() - start, args.threads)
+
+
+def earlier(path: str | None) -> tuple[list[dict[str, Any]], float]:
+    """The runs already in `path` and the seconds they took."""
+    if not path:
+        raise SystemExit("--resume needs --out")
+    with open(path) as f:
+        d = json.load(f)
+    return d["each_run"], float(d["seconds"])
+
+
+def commit() -> str:
+    """HEAD's short hash, marked '+dirty' when engine/ has uncommitted changes."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "engine") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def write(path: str, runs: list[dict[str, Any]], seconds: float, threads: int) -> None:
