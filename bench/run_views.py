@@ -59,7 +59,7 @@ def redraw_ms(s: Session, choice: str, box: tuple[int, int], large: bool,
     for pos in positions:
         s.goto(pos)
         t, c = time.perf_counter(), time.process_time()
-        payload = session_view(s).to_json()
+        payload = session_view(s, box).to_json()
         wall.append(1e3 * (time.perf_counter() - t))
         cpu.append(1e3 * (time.process_time() - c))
         size = max(size, len(payload))
