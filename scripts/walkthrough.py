@@ -11,12 +11,15 @@ of every view a class would see; the README's pictures are these.
 4. Serving: a request with n = 4 samples and one with beam width 3, run to the end
    (serving-n4-beams.png), and the beams mid-run (beam-search.png).
 5. A classroom: the teacher opens a room, three students send prompts from their phones, the
-   teacher shrinks the pool (classroom-projector.png at 1280 x 720, classroom-student.png).
+   teacher shrinks the pool (classroom-projector.png at 1280 x 720, classroom-student.png), and
+   shows the class's prefix cache as a tree under the picture (classroom-tree.png).
 6. Lesson 12, speculative decoding, in presenter mode (presenter-lesson12-N.png,
    speculative-decoding.png); lessons 13 and 14, a sliding window and the CPU tier
    (presenter-lesson13-N.png, sliding-window.png, presenter-lesson14-N.png, cpu-tier.png).
 7. A hybrid model (tiny-hybrid) in the playground, opened from a trace link: a sequence past its
    window, forked, the fork appended (hybrid-playground.png at 1440 x 900, phone-hybrid.png).
+8. The views of the run: the request timeline, memory over time and the prefix tree in Serving
+   and lessons 5 and 11 in presenter mode, the timeline on a phone (scripts/walkthrough_views.py).
 Every wait is on a condition in the page; the app runs on the real default model.
 """
 
@@ -29,6 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from scripts.walkthrough_views import views  # noqa: E402
 from ui.app_process import free_port, launch, stop  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,7 +43,8 @@ SETTLED = ("() => { const gd = document.querySelector('#pool-plot .js-plotly-plo
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")
-STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory", "hybrid")
+STEPS = ("lesson", "playground", "serving", "classroom", "speculation", "memory", "hybrid",
+         "views")
 # the picture shows a step that kept some draft tokens and rejected others
 DRAFTS_KEPT_AND_REJECTED = ("() => { const names = (document.querySelector('#pool-plot .js-plotly-plot')"
                             "?._fullData ?? []).map((t) => t.name);"
@@ -263,6 +268,12 @@ def classroom(browser, url: str, out: str) -> None:
     settle_room(teacher)
     teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
     students[0].screenshot(path=os.path.join(out, "classroom-student.png"))
+    # the class's prefix cache as a tree under the projector's picture: the system prompt's trunk
+    teacher.locator("#room-view-choice").get_by_text("prefix tree", exact=True).click()
+    teacher.wait_for_function("() => document.querySelector('#room-view-plot .js-plotly-plot')"
+                              "?.layout?.meta?.view === 'tree'", timeout=60_000)
+    settle_room(teacher)
+    teacher.screenshot(path=os.path.join(out, "classroom-tree.png"))
     for pg in (teacher, *students):
         pg.close()
 
@@ -279,7 +290,8 @@ def main() -> None:
     proc = launch(["app.py"], port)
     url = f"http://127.0.0.1:{port}/"
     walks = {"landing": landing, "lesson": lesson, "playground": playground, "serving": serving,
-             "classroom": classroom, "speculation": speculation, "memory": memory_2026, "hybrid": hybrid}
+             "classroom": classroom, "speculation": speculation, "memory": memory_2026, "hybrid": hybrid,
+             "views": views}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])

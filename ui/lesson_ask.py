@@ -63,6 +63,12 @@ def prediction(run: LessonRun, answer: Any, pick: Any) -> Any:
     return pick if q.kind == "choice" else answer
 
 
+def asks_block(run: LessonRun) -> bool:
+    """Whether the page on screen waits for a block to be clicked."""
+    q = run.question_for_next()
+    return q is not None and q.kind == "block" and q.verdict is None
+
+
 def page_inputs(run: LessonRun) -> list[Param]:
     """The params the page on screen lets the learner change."""
     step = run.current

@@ -79,9 +79,11 @@ body.pl-presenter.pl-lesson #lesson-ask { order: 3 }
 #lesson-ask { gap: 4px } #lesson-inputs { gap: 8px; flex-wrap: nowrap }
 /* one line each on a slide: the label beside its box, not above it */
 :is(#lesson-ask, #lesson-inputs) .block { padding: 4px 8px !important }
-:is(#lesson-answer, #lesson-inputs) label { display: flex; align-items: center; gap: 8px }
-:is(#lesson-answer, #lesson-inputs) label > [data-testid=block-info] { margin: 0; flex: 0 1 auto }
-#lesson-inputs label > div, #lesson-answer label > div, #lesson-answer input { flex: 1 1 auto; min-width: 0 }
+:is(#lesson-answer label, #lesson-inputs .container) { display: flex; align-items: center; gap: 8px }
+:is(#lesson-answer, #lesson-inputs) [data-testid=block-info] { margin: 0 !important; flex: 0 1 auto;
+  white-space: nowrap }
+:is(#lesson-answer label, #lesson-inputs .container) > :is(div, input) { flex: 1 1 auto; min-width: 0 }
+#lesson-pick .wrap { gap: 6px } #lesson-pick label { padding: 2px 10px !important }
 body.pl-presenter #lesson-ask :is(input, textarea, label), body.pl-presenter #lesson-inputs input {
   font-size: 18px !important }
 body.pl-presenter #lesson-progress .prose, body.pl-presenter #lesson-progress .prose * {

@@ -135,14 +135,15 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                 selected_block: int | None = None, block_level: bool = False,
                 large: bool = False, reserved: Collection[int] = (),
                 box: tuple[float, float] | None = None, bands: Sequence[Band] = (),
-                lit: Collection[int] = ()) -> go.Figure:
+                lit: Collection[int] = (), every_block: bool = False) -> go.Figure:
     """The whole picture for one snapshot and the events of the step that led to it.
     `large`: presenter mode (large type, for a projector). `reserved`: blocks held back from the
     sequences drawn (a classroom's shrunk pool): one hatched region, no table rows. `box`: the
     (width, height) in pixels the page has for the picture (height 0: as tall as it needs): the
     picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes. `bands`: labelled
     rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation).
-    `lit`: blocks outlined as one request's (a request selected in the timeline)."""
+    `lit`: blocks outlined as one request's (a request selected in the timeline).
+    `every_block`: no run of free blocks folds away (a lesson asks which block: any may be clicked)."""
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -164,7 +165,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         hidden = len(seqs) - shown
         rows = table_rows(snap, seqs[:shown])
     pending = _pending_slots(rows, bs, token_text)
-    keep = _keep(snap, events, selected_block)
+    keep = set(range(snap.num_blocks)) if every_block else _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
@@ -346,4 +347,4 @@ def _fit_meta(sz: Sizes, box: tuple[float, float] | None) -> dict:
     """What the fit chose, for the page's tests and the curious: the box it was drawn for, the
     token type, whether every text is whole."""
     return {"token_px": round(10 * sz.kt, 1), "whole": sz.chars is None and sz.fitted and sz.within,
-            "fitted": sz.fitted, "box": list(box) if box else None}
+            "fitted": sz.fitted, "slots": sz.gpu.token_level, "box": list(box) if box else None}

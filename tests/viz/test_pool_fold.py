@@ -73,3 +73,13 @@ def test_a_request_is_in_the_picture_from_the_moment_it_is_added():
     eng.apply(ops.Step())  # scheduled: now a table row, no longer waiting
     fig = pool_figure(eng.snapshot(), eng.last_events, decode)
     assert not [a for a in fig.layout.annotations if "waiting" in (a.text or "")]
+
+
+def test_a_page_that_asks_which_block_draws_every_block_to_click():
+    """A lesson question answered by clicking a block (lessons/README.md: kind: block): no free
+    run folds away, so the block the learner predicts can be clicked whatever it is."""
+    eng = playground()
+    fig = pool_figure(eng.snapshot(), eng.last_events, decode, every_block=True)
+    assert not [a.text for a in fig.layout.annotations if "free (" in (a.text or "")]
+    drawn = {cd[0] for row in pool(fig).customdata for cd in row if cd}
+    assert drawn == set(range(64))
