@@ -14,7 +14,7 @@ from lessons.loader import LessonError
 from lessons.page_text import keyed_markdown, page_markdown
 from ui import lesson_ask
 from ui.page import Page
-from ui.picture_split import fit_split
+from ui.picture_split import FitMemo, fit_split
 from ui.refusal import refused
 from ui.render import model_status, token_text
 from ui.run_views import lesson_choice
@@ -28,29 +28,33 @@ class LessonSession:
         self.run: LessonRun | None = None
         self.box: tuple[int, int] | None = None  # the page's room for the picture
         self.inspected: int | None = None  # the block the inspector shows
+        self.fits = FitMemo()  # how the picture and the view under it shared the box, per page
 
     def __deepcopy__(self, memo: dict) -> LessonSession:
         return LessonSession()
 
 
 def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
-    """The lesson's picture on screen, fitted to `box`."""
+    """The lesson's picture on screen, fitted to `box`; every block drawn while the page asks
+    which block (a free run folded away could not be clicked)."""
     run = ls.run
     eng = run.engine
     step = run.current
+    every = lesson_ask.asks_block(run)
     if step is None:
-        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box)
+        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box,
+                           every_block=every)
     return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
                        seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
-                       bands=step.bands)
+                       bands=step.bands, every_block=every)
 
 
 def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, int] | None]:
     """(the lesson's picture, the box of the view under it; None: no view): the two share the
     page's box (ui/picture_split.py)."""
     run = ls.run
-    key = ("lesson", id(ls), id(run), id(run.current), run.index, bool(presenter_on))
-    return fit_split(key, ls.box, lesson_choice(ls), lambda box: lesson_pool(ls, presenter_on, box))
+    key = (id(run), id(run.current), run.index, bool(presenter_on))
+    return fit_split(ls.fits, key, ls.box, lesson_choice(ls), lambda box: lesson_pool(ls, presenter_on, box))
 
 
 def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:

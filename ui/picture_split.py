@@ -2,12 +2,13 @@
 
 Without a height (a laptop's page, a phone) each is as tall as it needs, one under the other. On
 a slide (presenter mode: a box with a height) the picture comes first: it keeps the least of
-SHARES of the height at which it is drawn whole (every token and id in its cell, viz/fit.py),
+SHARES of the height at which it is drawn as well as in the whole box (every token and id in its
+cell, viz/fit.py; tokens in their slots where the whole box has room for them),
 and the view gets the rest; where even the largest share is not enough but the whole box is,
 the view is left off this slide (the picture as it would be without it); a picture that is not
 whole even in the whole box (a big pool drawn a cell per block) keeps the smallest share. The
-choice is made once per state and box and kept (FITS), so the picture's handler and the view's
-agree whichever runs first.
+choice is made once per state and box and kept in the page's own FitMemo (its session or lesson
+holds one), so the picture's handler and the view's agree whichever runs first.
 """
 
 from __future__ import annotations
@@ -19,11 +20,30 @@ from typing import Any
 
 SHARES = (0.56, 0.66, 0.76)
 GAP = 22  # the plots' own padding between the picture and the view
-KEEP = 64  # choices kept (a few per session and page)
-_FITS: OrderedDict[Hashable, tuple[float | None, Any]] = OrderedDict()
-_LOCK = threading.Lock()
+KEEP = 16  # choices kept (a few per page)
 
 Box = tuple[int, int]
+
+
+class FitMemo:
+    """The choices made for one page (a session or a lesson run): state key -> (share, picture)."""
+
+    def __init__(self) -> None:
+        self._fits: OrderedDict[Hashable, tuple[float | None, Any]] = OrderedDict()
+        self._lock = threading.Lock()  # the picture's and the view's handlers may run at once
+
+    def get(self, key: Hashable) -> tuple[float | None, Any] | None:
+        with self._lock:
+            return self._fits.get(key)
+
+    def put(self, key: Hashable, hit: tuple[float | None, Any]) -> None:
+        with self._lock:
+            self._fits[key] = hit
+            while len(self._fits) > KEEP:
+                self._fits.popitem(last=False)
+
+    def __deepcopy__(self, memo: dict) -> FitMemo:
+        return FitMemo()  # a copied session starts with no choices (and a lock of its own)
 
 
 def split_box(box: Box | None, choice: str, share: float = SHARES[0]
@@ -47,39 +67,46 @@ def drawn_for(fig: Any, box: Box | None) -> Any:
     return fig
 
 
-def _whole(fig: Any) -> bool:
-    return bool(((fig.layout.meta or {}).get("fit") or {}).get("whole"))
+def _fit(fig: Any) -> dict:
+    return (fig.layout.meta or {}).get("fit") or {}
 
 
-def fit_split(key: Hashable, box: Box | None, choice: str, draw: Callable[[Box | None], Any]
-              ) -> tuple[Any, Box | None]:
+def _whole(fig: Any, slots: bool = False) -> bool:
+    """Whether every text of the picture is whole (and, with `slots`, its tokens drawn in their
+    slots, not a cell per block)."""
+    fit = _fit(fig)
+    return bool(fit.get("whole")) and (fit.get("slots", True) or not slots)
+
+
+def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
+              draw: Callable[[Box | None], Any]) -> tuple[Any, Box | None]:
     """(the picture, the view's box or None: no view on this slide); `draw(box)` draws the
-    picture in a box, `key` names everything else it depends on."""
+    picture in a box, `key` names everything else it depends on, `memo` keeps the choice."""
     if box is None or choice == "none" or not box[1]:
         pool, view = split_box(box, choice)
         return drawn_for(draw(pool), box), (view if choice != "none" else None)
     key = (key, tuple(box), choice)
-    with _LOCK:
-        hit = _FITS.get(key)
+    hit = memo.get(key)
     if hit is None:
         hit = _choose(box, draw)
-        with _LOCK:
-            _FITS[key] = hit
-            while len(_FITS) > KEEP:
-                _FITS.popitem(last=False)
+        memo.put(key, hit)
     share, fig = hit
     return fig, (None if share is None else split_box(box, choice, share)[1])
 
 
 def _choose(box: Box, draw: Callable[[Box | None], Any]) -> tuple[float | None, Any]:
+    """The smallest share at which the picture is drawn as well as in the whole box: whole, and
+    its tokens in their slots where the whole box has room for them (a lesson about slots must
+    not lose them to the view under it)."""
     w, h = box
+    full = draw(box)
+    slots = _whole(full, slots=True)
     first = None
     for share in SHARES:
         fig = draw((w, int(h * share)))
         first = first or fig
-        if _whole(fig):
+        if _whole(fig, slots):
             return share, drawn_for(fig, box)
-    full = draw(box)
     if _whole(full):
         return None, drawn_for(full, box)
     return SHARES[0], drawn_for(first, box)

@@ -72,10 +72,10 @@ def pool_at(session: Session, box: tuple[int, int] | None) -> Any:
 def session_fit(session: Session) -> tuple[Any, tuple[int, int] | None]:
     """(the main picture, the box of the view under it; None: no view) at the session's
     cursor: the two share the page's box (ui/picture_split.py)."""
-    key = ("session", id(session), session.pos, len(session.ops), id(session.view()),
+    key = (session.pos, len(session.ops), id(session.view()),
            session.presenter, session.selected_seq, session.selected_block,
            session.selected_request)
-    return fit_split(key, session.box, session.view_choice, lambda box: pool_at(session, box))
+    return fit_split(session.fits, key, session.box, session.view_choice, lambda box: pool_at(session, box))
 
 
 def session_figure(session: Session) -> Any:

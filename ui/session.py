@@ -24,6 +24,7 @@ from typing import Any
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from ui import limits
 from ui.limits import UserError
+from ui.picture_split import FitMemo
 from ui.recorded_view import View
 from ui.session_budget import BUDGET, reserve
 
@@ -74,6 +75,7 @@ class Session:
         self.view_choice = "none"
         self.selected_request: int | None = None
         self.open_request: int | None = None  # a sample or beam group opened into its sequences
+        self.fits = FitMemo()  # how the picture and the view under it shared the box, per state
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
