@@ -192,6 +192,8 @@
     const lesson = !!tab && tab.innerText.trim() === 'Lessons';
     if (document.body.classList.contains('pl-lesson') !== lesson) {
       document.body.classList.toggle('pl-lesson', lesson);
+      // an inspector left open in another tab would open over the lesson's own controls
+      document.querySelector('#inspector > .label-wrap.open')?.click();
     }
   }, 150);
 
