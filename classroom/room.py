@@ -23,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from classroom.poll import RoomLesson
 from classroom.records import RoomRequest, RoomView
+from classroom.reserve import Reserve
 from classroom.settings import RoomError, RoomSettings, check_text
 from engine import LLMEngine, SamplingParams, ops
 from engine.core.memory_use import MemoryPoint, memory_point
@@ -31,6 +33,8 @@ from engine.core.memory_use import MemoryPoint, memory_point
 #: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
 #: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing
 ACTIONS = ("pause", "resume", "step", "clear", "shrink", "restore", "prefix_on", "prefix_off", "close")
+#: the teacher's actions on the lesson the room plays (Room.lesson_control)
+LESSON_ACTIONS = ("play", "next", "end")
 RESERVED = "reserved by the teacher"
 MAX_POINTS = 5000  # memory over time: the steps a room keeps (a class of hours, not days)
 
@@ -40,6 +44,7 @@ class Room:
                  idle_seconds: float = 1800, on_close: Callable[[Room], None] | None = None) -> None:
         self.code, self.secret, self.settings = code, secret, settings
         self._config = settings.engine_config(device)
+        self._device = device
         try:
             self.engine = LLMEngine(self._config)
         except (ValueError, RuntimeError, OSError) as err:
@@ -58,12 +63,11 @@ class Room:
         self.closed = False
         self.prefix_caching = True
         self.error = ""
-        self._reserve_target = 0  # blocks the teacher took away from the class
-        self._reserve_seqs: list[int] = []
-        self._reserve_count = 0
+        self._reserve = Reserve()  # blocks the teacher took away from the class (Shrink pool)
         self._last_activity = time.monotonic()
         self._memory: list[MemoryPoint] = []  # a point per step since the last clear
         self.view = RoomView({})
+        self.lesson: RoomLesson | None = None  # a lesson the teacher plays here, its questions polled
         with self._lock:
             self._publish()
         self._thread = threading.Thread(target=self._loop, name=f"room-{code}", daemon=True)
@@ -104,9 +108,7 @@ class Room:
                 max_tokens=self.settings.max_tokens, temperature=0.0)))
             except ValueError as err:
                 raise RoomError(str(err)) from err
-            if label is None or (name and name != label):  # a new student, or a name changed
-                label = self._new_label(name, student_key)
-                self._students[student_key] = label
+            label = self._label(student_key, name)
             self._sent[student_key] = sent + 1
             room_id = self._id_base + rid
             n_tokens = self.engine.request(rid).num_prompt_tokens
@@ -128,6 +130,14 @@ class Room:
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return f"{system}\n\n{prompt}" if system else prompt
 
+    def _label(self, student_key: str, name: str) -> str:
+        """The student's label, made (or changed to the name they typed now); under the lock."""
+        label = self._students.get(student_key)
+        if label is None or (name and name != label):  # a new student, or a name changed
+            label = self._new_label(name, student_key)
+            self._students[student_key] = label
+        return label
+
     def _new_label(self, name: str, student_key: str = "") -> str:
         """The name as the student typed it (each request keeps the name it was sent with), made
         unique against the other students' names; "student N" without one."""
@@ -139,6 +149,51 @@ class Room:
         while label in taken:
             label, k = f"{name or 'student'} ({k})", k + 1
         return label
+
+    def answer(self, student_key: str, raw: Any, name: str = "") -> str:
+        """A student's answer to the open question of the lesson the room plays (classroom/poll.py);
+        returns it as the projector counts it."""
+        lesson = self.lesson
+        if lesson is None:
+            raise RoomError("the teacher is not playing a lesson in this room now")
+        name = (name or "").strip()[:24] if isinstance(name, str) else ""
+        check_text(name, "your name")
+        with self._lock:
+            if self.closed:
+                raise RoomError(f"room {self.code} is closed")
+            if student_key not in self._students and len(self._students) >= self.settings.max_students:
+                raise RoomError(f"room {self.code} is full: it has {len(self._students)} students")
+            label = self._label(student_key, name)
+            self._touch()
+        return lesson.answer(student_key, label, raw)
+
+    def lesson_control(self, secret: Any, action: Any, value: Any = "") -> str:
+        """The teacher plays a lesson in the room: `play` (value: its name), `next`, `end`."""
+        self.check_secret(secret)
+        if self.closed:
+            raise RoomError(f"room {self.code} is closed")
+        self._touch()
+        if action == "play":  # the lesson's engine is built outside the room's lock
+            new = RoomLesson(value, self._device)
+            old, self.lesson = self.lesson, new
+            if old is not None:
+                old.close()
+            return f"playing {new.view.title}: Next shows its first page"
+        lesson = self.lesson
+        if action not in LESSON_ACTIONS:
+            raise RoomError(f"unknown lesson action {action!r}; one of: {', '.join(LESSON_ACTIONS)}")
+        if lesson is None:
+            raise RoomError("no lesson is playing: play one first")
+        if action == "end":
+            self.lesson = None
+            lesson.close()
+            return "the lesson ended"
+        return lesson.next()
+
+    def poll_answers(self, secret: Any) -> list[dict[str, Any]]:
+        """Who answered what to the lesson's question on screen: for the teacher only."""
+        self.check_secret(secret)
+        return [] if self.lesson is None else self.lesson.answers()
 
     def cleared(self, room_id: int) -> bool:
         return room_id < self._cleared_below
@@ -199,7 +254,7 @@ class Room:
         self.requests.clear()
         self._students.clear()
         self._sent.clear()
-        self._reserve_target, self._reserve_seqs = 0, []
+        self._reserve.forget()
         self.error = ""
         return "cleared: a fresh engine, no requests, every student may send again"
 
@@ -212,16 +267,16 @@ class Room:
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= total:
             raise RoomError(f"shrink the pool to a whole number of blocks from {least} (what the "
                             f"largest request needs) to {total}, got {value!r}")
-        self._release_reserve()
-        self._reserve_target = total - value
-        self._top_up_reserve()
-        held = self._reserved_blocks()
+        self._reserve.release(self.engine)
+        self._reserve.target = total - value
+        self._reserve.top_up(self.engine)
+        held = self._reserve.blocks(self.engine)
         return (f"the class now has {value} of {total} blocks ({held} taken so far; the rest as "
                 "requests free them)")
 
     def _do_restore(self, _: Any) -> str:
-        self._reserve_target = 0
-        self._release_reserve()
+        self._reserve.target = 0
+        self._reserve.release(self.engine)
         return f"the class has the whole pool again ({self.engine.pool_size()} blocks)"
 
     def _set_prefix(self, on: bool) -> str:
@@ -254,6 +309,9 @@ class Room:
                 self._publish()
             time.sleep(0.002)  # let a waiting submission or teacher action take the lock
         self.engine = None  # type: ignore[assignment]  (the KV pool goes now, not at the next GC)
+        lesson, self.lesson = self.lesson, None  # closed idle: the lesson's engine goes too
+        if lesson is not None:
+            lesson.close()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -282,9 +340,9 @@ class Room:
                 rec.finish_reason = first.finish_reason if first else "abort"
                 if first is not None and first.finish_reason == "eos":  # the end mark is no text
                     rec.text = self._tokenizer.decode(list(first.token_ids[:-1]))
-        self._top_up_reserve()
+        self._reserve.top_up(self.engine)
 
-    # ---- reserve (the teacher's pool shrink) ---------------------------------------------------
+    # ---- sizes -------------------------------------------------------------------------------
 
     def _blocks_for(self, prompt_tokens: int) -> int:
         return -(-(prompt_tokens + self.settings.max_tokens) // self.settings.block_size)
@@ -294,27 +352,7 @@ class Room:
         return max([2, *live])
 
     def _usable_blocks(self) -> int:
-        return self.engine.pool_size() - self._reserve_target
-
-    def _reserved_blocks(self) -> int:
-        return sum(len(self.engine.block_table(s)) for s in self._reserve_seqs)
-
-    def _top_up_reserve(self) -> None:
-        """Take free blocks until the reserve holds its target: one sequence of filler tokens
-        per take, each starting with its own token so no two share a prefix-cache block."""
-        eng, bs = self.engine, self.settings.block_size
-        want = min(self._reserve_target - self._reserved_blocks(), eng.num_allocatable_blocks(),
-                   eng.max_model_len // bs)
-        if want <= 0:
-            return
-        self._reserve_count += 1
-        first = (7919 * self._reserve_count) % eng.vocab_size
-        self._reserve_seqs.append(eng.apply(ops.AddSequence([first] + [first] * (want * bs - 1))))
-
-    def _release_reserve(self) -> None:
-        for seq in self._reserve_seqs:
-            self.engine.apply(ops.Free(seq))
-        self._reserve_seqs = []
+        return self._reserve.usable(self.engine)
 
     # ---- what others read ----------------------------------------------------------------------
 
@@ -346,14 +384,14 @@ class Room:
             "requests": [r.public() for r in self.requests.values()],
             "queues": queues, "students": len(self._students),
             "num_blocks": snap.num_blocks, "usable_blocks": self._usable_blocks(),
-            "reserved_blocks": self._reserved_blocks(), "used_blocks": m.used_blocks,
+            "reserved_blocks": self._reserve.blocks(eng), "used_blocks": m.used_blocks,
             "cached_blocks": m.cached_blocks, "free_blocks": m.free_blocks,
             "prefix_hit_blocks": m.prefix_hit_blocks, "preemptions": m.extra["preemptions"],
             "cow_copies": m.cow_copies, "evictions": m.evictions, "prefix_caching": self.prefix_caching,
             "system_prompt": self.settings.system_prompt, "settings": self.settings.to_dict(),
         }
         events = tuple(eng.last_step.events) if eng.last_step else ()
-        reserved = frozenset(b for s in self._reserve_seqs for b in eng.block_table(s))
+        reserved = self._reserve.block_ids(eng)
         if eng.last_step is not None and (not self._memory or
                                           self._memory[-1].step != eng.last_step.step):
             self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)]

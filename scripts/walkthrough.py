@@ -269,7 +269,9 @@ def classroom(browser, url: str, out: str) -> None:
     teacher.screenshot(path=os.path.join(out, "classroom-projector.png"))
     students[0].screenshot(path=os.path.join(out, "classroom-student.png"))
     # the class's prefix cache as a tree under the projector's picture: the system prompt's trunk
+    teacher.click("#room-projector")  # the view's choice is the teacher's, off the projector
     teacher.locator("#room-view-choice").get_by_text("prefix tree", exact=True).click()
+    teacher.click("#room-projector")
     teacher.wait_for_function("() => document.querySelector('#room-view-plot .js-plotly-plot')"
                               "?.layout?.meta?.view === 'tree'", timeout=60_000)
     settle_room(teacher)

@@ -1,5 +1,6 @@
 """The room API for outside checks and scripts (gradio_client): `/room_open`, `/room_submit`,
-`/room_state`, `/room_control`. The pages call the same functions.
+`/room_state`, `/room_control`, and a lesson's poll: `/room_lesson` (the teacher), `/room_answer`
+(a student), `/room_poll` (who answered what: the teacher). The pages call the same functions.
 
 A student is the browser session (or gradio_client Client) that calls: Gradio's session hash, so
 limits per student hold without accounts. A RoomError becomes a gr.Error whose message the
@@ -54,7 +55,7 @@ def student_link(request: gr.Request | None, code: str) -> str:
 
 
 def add_room_api(registry: RoomRegistry) -> None:
-    """Register the four endpoints (inside a Blocks context)."""
+    """Register the endpoints (inside a Blocks context)."""
 
     @room_errors
     def room_open(settings: str, request: gr.Request) -> dict:
@@ -72,8 +73,31 @@ def add_room_api(registry: RoomRegistry) -> None:
     @room_errors
     def room_state(code: str) -> dict:
         """A room's state: requests (id, student, status, text, blocks, ...), queues, pool usage,
-        prefix_hit_blocks, preemptions."""
-        return dict(registry.get(code).view.state)
+        prefix_hit_blocks, preemptions; poll: the lesson the teacher plays (its page, the open
+        question and how many answered, the engine's answer and the class's counts once
+        revealed; never names), or null."""
+        room = registry.get(code)
+        lesson = room.lesson
+        return {**room.view.state, "poll": None if lesson is None else lesson.view.public()}
+
+    @room_errors
+    def room_answer(code: str, answer: str, name: str = "", request: gr.Request = None) -> str:
+        """Answer the open question of the lesson the teacher plays, as one student (a new answer
+        replaces this student's until the teacher's Next); returns the answer as counted."""
+        return registry.get(code).answer(student_key(request), answer, name)
+
+    @room_errors
+    def room_lesson(code: str, secret: str, action: str, lesson: str = "") -> str:
+        """The teacher plays a lesson in the room: play (lesson: its file name without .md, e.g.
+        03_fork_cow) | next (closes the open question: the engine answers) | end. Needs the
+        room's secret."""
+        return registry.get(code).lesson_control(secret, action, lesson)
+
+    @room_errors
+    def room_poll(code: str, secret: str) -> list:
+        """Who answered what to the question on screen (student, answer, right): the teacher's
+        eyes only, so it needs the room's secret."""
+        return registry.get(code).poll_answers(secret)
 
     @room_errors
     def room_control(code: str, secret: str, action: str, value: float = 0) -> str:
@@ -82,7 +106,7 @@ def add_room_api(registry: RoomRegistry) -> None:
         return registry.get(code).control(secret, action, value)
 
     # Light calls (a lock held for microseconds, or none): many students at once need no queue.
-    for fn in (room_submit, room_state):
+    for fn in (room_submit, room_state, room_answer, room_poll):
         gr.api(fn, api_name=fn.__name__, concurrency_limit=None)
-    for fn in (room_open, room_control):
+    for fn in (room_open, room_control, room_lesson):
         gr.api(fn, api_name=fn.__name__, concurrency_limit=4)

@@ -9,6 +9,7 @@ loses nothing: the room keeps the request and its text.
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import gradio as gr
 
@@ -16,6 +17,15 @@ from classroom import RoomError, RoomRegistry
 from classroom.settings import BLOCK_SIZES, MODELS, RoomSettings
 from ui.picture_box import parse_box
 from ui.room_api import add_room_api, room_errors, student_key, student_link
+from ui.room_poll import (
+    lesson_picture,
+    names_html,
+    poll_markdown,
+    poll_plot,
+    student_part,
+    student_poll,
+    teacher_part,
+)
 from ui.room_render import metrics_html, projector_figure, qr_svg, queues_html, requests_html, student_html
 from ui.run_views import VIEWS, room_view, split_box
 
@@ -93,6 +103,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                 joined = gr.Markdown(elem_id="room-joined")
                 qr = gr.HTML(elem_id="room-qr")
             warning = gr.Markdown(elem_id="room-warning")
+            poll = teacher_part()  # a lesson in the room: its page, question and the class's answers
             metrics = gr.HTML(elem_id="room-metrics-box")
             queues = gr.HTML(elem_id="room-queues")
     requests = gr.HTML(elem_id="room-requests-box")
@@ -140,27 +151,53 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     for action, btn in buttons.items():
         btn.click(make_control(action), [code, secret, shrink_to], [said])
 
-    def on_tick(c, last_step, box_value, large, choice):
-        try:
-            view = registry.get(c).view if c else None
-        except RoomError as err:
-            return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step, gr.skip()
-        if view is None:
-            return gr.skip(), "", "", "", last_step, gr.skip()
-        size = parse_box(box_value)
-        step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"],
-                size, bool(large), choice)  # a new box or view redraws the picture too
-        if step == last_step:
-            return gr.skip(), metrics_html(view), queues_html(view), requests_html(view), step, \
-                gr.skip()
-        # the view under the picture (ui/run_views.py) takes its share of the box
-        fig = projector_figure(view, split_box(size, choice)[0], bool(large))
-        below = room_view(view, choice, size, bool(large))
-        return (fig, metrics_html(view), queues_html(view), requests_html(view), step,
-                gr.update(value=below, visible=below is not None))
+    def make_lesson(action: str):
+        def on_lesson(c, s, name):
+            try:
+                return registry.get(c).lesson_control(s, action, name)
+            except RoomError as err:
+                return f"**Not done:** {err}"
+        return room_errors(on_lesson)
 
-    timer.tick(on_tick, [code, shown_step, box, projector, view_choice],
-               [plot, metrics, queues, requests, shown_step, view_plot], show_progress="hidden")
+    for action, btn in poll.buttons.items():
+        btn.click(make_lesson(action), [code, secret, poll.lesson], [said])
+
+    def on_tick(c, last_step, box_value, large, choice, s):
+        rest = (gr.skip(),) * 3  # the poll's panels
+        try:
+            room = registry.get(c) if c else None
+        except RoomError as err:
+            return gr.skip(), "", f"<p>{html.escape(str(err))}</p>", "", last_step, gr.skip(), *rest
+        if room is None:
+            return gr.skip(), "", "", "", last_step, gr.skip(), *rest
+        view, lesson = room.view, room.lesson
+        pv = lesson.view if lesson is not None else None
+        size = parse_box(box_value)
+        page = None if pv is None else (pv.lesson, pv.page, pv.reveal is not None)
+        step = (view.state["step"], len(view.state["requests"]), view.state["reserved_blocks"],
+                size, bool(large), choice, page)  # a new box, view or lesson page redraws too
+        try:
+            who = names_html(room.poll_answers(s)) if s and pv is not None else ""
+        except RoomError:
+            who = ""
+        # while a lesson plays, the side shows its page: the room's engine's numbers step aside
+        panels = (("", "") if pv is not None else (metrics_html(view), queues_html(view))) + (
+            requests_html(view),)
+        text, ask = poll_markdown(pv)
+        if step == last_step:
+            return (gr.skip(), *panels, step, gr.skip(), text, ask, who)
+        if pv is None:  # the view under the picture (ui/run_views.py) takes its share of the box
+            fig = projector_figure(view, split_box(size, choice)[0], bool(large))
+            below = room_view(view, choice, size, bool(large))
+        else:  # a lesson plays: its page's picture, and under it how the class answered
+            pic_box, poll_box = split_box(size, "poll" if pv.reveal is not None else "none")
+            fig = lesson_picture(pv, pic_box, bool(large))
+            below = poll_plot(pv, poll_box, bool(large))
+        return (fig, *panels, step, gr.update(value=below, visible=below is not None), text, ask, who)
+
+    timer.tick(on_tick, [code, shown_step, box, projector, view_choice, secret],
+               [plot, metrics, queues, requests, shown_step, view_plot, *poll.outs],
+               show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
     demo.load(on_load, None, [joined, qr, warning, code, open_box])
 
@@ -169,6 +206,7 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     gr.Markdown("# PagedLab classroom")
     code = gr.Textbox(label="room code", elem_id="student-code", max_length=12)
     name = gr.Textbox(label="your name (optional)", elem_id="student-name", max_length=24)
+    _student_poll(registry, code, name)  # a lesson's question first, when the teacher plays one
     # no max_length: the room refuses a prompt over its limit with the real count, never cut it
     prompt = gr.Textbox(label="your prompt", elem_id="student-prompt", lines=2)
     send = gr.Button("Send", variant="primary", elem_id="student-send")
@@ -199,3 +237,45 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt])
     demo.load(_code_from_link, None, [code])
     timer.tick(on_tick, [code, mine], [mine_html, timer], show_progress="hidden")
+
+
+def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
+    """The question of the lesson the teacher plays, with the student's answer box: followed
+    on a slow timer (a class of phones polling a published view costs the engine nothing)."""
+    sp = student_part()
+    answered = gr.State({})  # (lesson, question step) -> the answer this student gave, as written
+    shown = gr.State(None)  # what the widgets show now: redrawn only when it changes
+    poll_timer = gr.Timer(1.5)
+
+    def current(c):
+        try:
+            lesson = registry.get(c).lesson if c else None
+        except RoomError:
+            return None
+        return lesson.view if lesson is not None else None
+
+    def asked(pv) -> str | None:
+        """The open question's name: its lesson and step (None: no question open)."""
+        return None if pv is None or pv.question is None else f"{pv.lesson}:{pv.question['step']}"
+
+    def on_poll(c, mine, last):
+        pv = current(c)
+        said = mine.get(asked(pv), "")
+        before = "" if pv is None or pv.reveal is None else mine.get(f"{pv.lesson}:{pv.reveal.step}", "")
+        key = (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
+        if key == last:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), last
+        return (*student_poll(pv, said, before), key)
+
+    @room_errors
+    def on_answer(c, n, typed, picked, mine, request: gr.Request):
+        room = registry.get(c)
+        pv = current(c)
+        choice = pv is not None and pv.question is not None and pv.question["kind"] == "choice"
+        said = room.answer(student_key(request), picked if choice else typed, n)
+        mine = {**mine, asked(pv): said}
+        return (mine, *student_poll(pv, said), None)  # the next tick redraws what changed since
+
+    outs = [sp.text, sp.answer, sp.pick, sp.send]
+    poll_timer.tick(on_poll, [code, answered, shown], [*outs, shown], show_progress="hidden")
+    sp.send.click(on_answer, [code, name, sp.answer, sp.pick, answered], [answered, *outs, shown])

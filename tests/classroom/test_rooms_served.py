@@ -115,6 +115,64 @@ def test_a_student_cannot_control_and_rooms_do_not_see_each_other(served_app):
         teacher.predict(room["code"], room["secret"], "close", api_name="/room_control")
 
 
+def test_thirty_students_answer_a_poll_and_the_projector_counts_them(served_app, default_model):
+    """Issue 35's poll through the API: the teacher plays lesson 2 in a room; 30 gradio_client
+    students answer its first question at once (one changes their answer); the counts the
+    projector shows equal the answers sent, the changed one counted once; Next reveals the
+    engine's answer; a student can neither reveal nor read who answered what."""
+    from gradio_client.exceptions import AppError
+
+    teacher = client(served_app)
+    room = teacher.predict(json.dumps({"model": "dry"}), api_name="/room_open")
+    code, secret = room["code"], room["secret"]
+    teacher.predict(code, secret, "play", "02_paging", api_name="/room_lesson")
+    teacher.predict(code, secret, "next", "", api_name="/room_lesson")  # page 1 asks: how many blocks?
+    question = teacher.predict(code, api_name="/room_state")["poll"]["question"]
+    assert question["kind"] == "number"
+    errors: list[str] = []
+    start = threading.Barrier(30)
+    students: dict[int, object] = {}
+
+    def student(i: int) -> None:
+        try:
+            c = students[i] = client(served_app)
+            start.wait()  # all at once
+            said = c.predict(code, "2" if i < 20 else "3 blocks", f"Student {i}", api_name="/room_answer")
+            assert said in ("2 blocks", "3 blocks"), said
+        except Exception as err:  # noqa: BLE001 (reported below)
+            errors.append(f"{i}: {type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    assert students[0].predict(code, "5", "Student 0", api_name="/room_answer") == "5 blocks"  # changed
+    poll = wait_state(teacher, code, lambda s: s["poll"]["answered"] == 30)["poll"]
+    assert poll["question"] == question and poll["reveal"] is None
+    state = json.dumps(students[7].predict(code, api_name="/room_state"))
+    assert "Student" not in state  # counts, never names
+    for secret_guess in ("", "guess"):
+        with pytest.raises(AppError, match="only the teacher"):
+            students[7].predict(code, secret_guess, "next", "", api_name="/room_lesson")
+        with pytest.raises(AppError, match="only the teacher"):
+            students[7].predict(code, secret_guess, api_name="/room_poll")
+    assert teacher.predict(code, api_name="/room_state")["poll"]["reveal"] is None  # still open
+    said = teacher.predict(code, secret, "next", "", api_name="/room_lesson")
+    reveal = teacher.predict(code, api_name="/room_state")["poll"]["reveal"]
+    assert reveal["answer"] == "2 blocks" and "2 blocks" in said
+    assert {c["answer"]: c["students"] for c in reveal["counts"]} == {
+        "2 blocks": 19, "3 blocks": 10, "5 blocks": 1}
+    assert reveal["right"] == 19 and reveal["answered"] == 30
+    who = teacher.predict(code, secret, api_name="/room_poll")  # the teacher's eyes only
+    assert len(who) == 30 and {w["student"] for w in who} == {f"Student {i}" for i in range(30)}
+    assert sum(w["right"] for w in who) == 19
+    for c in students.values():
+        c.close()
+    teacher.predict(code, secret, "close", api_name="/room_control")
+
+
 def test_the_room_bench_runs(served_app):
     """bench/room_load.py in small (3 students), so `bench/load.py --room-students` cannot rot; the
     CPU and memory figures here are this test process's, not the server's."""
@@ -199,3 +257,65 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):
                                 " ?? []).some((t) => t.name === 'reserved by the teacher')",
                                 timeout=60_000)
     assert errors == []
+
+
+POLL_ASK = "() => document.querySelector('#room-poll-ask')?.innerText ?? ''"
+PROJECTED = ("() => { const gd = document.querySelector('#room-plot .js-plotly-plot');"
+             " const f = gd?.layout?.meta?.fit; return !!f?.fitted && f.token_px >= 14"
+             " && gd.getBoundingClientRect().height > 400; }")
+STUDENT_POLL = "() => document.querySelector('#student-poll')?.innerText ?? ''"
+
+
+def test_a_poll_on_the_projector_and_a_phone(served_app, browser, default_model):
+    """Issue 35 in Chromium: the teacher plays lesson 2 in a room and projects it (1280 x 720);
+    a phone answers the question; the projector counts it, Next draws the class's answers under
+    the lesson's picture, the phone says whether its prediction was right."""
+    teacher = browser.new_page(viewport={"width": 1280, "height": 720})
+    phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        teacher.goto(served_app + "class")
+        teacher.wait_for_selector("#room-open", timeout=180_000)
+        teacher.click("#room-open")
+        teacher.wait_for_function("() => document.querySelector('#room-code input, #room-code textarea')"
+                                  "?.value.length === 6", timeout=60_000)
+        code = teacher.locator("#room-code input, #room-code textarea").first.input_value()
+        teacher.locator("#room-lesson input").first.fill("02_paging")
+        teacher.keyboard.press("Enter")
+        teacher.click("#room-lesson-play")
+        teacher.wait_for_function("() => (document.querySelector('#room-poll')?.innerText ?? '')"
+                                  ".includes('page 0 of')", timeout=120_000)
+        teacher.click("#room-lesson-next")
+        teacher.wait_for_function(f"() => ({POLL_ASK})().includes('Predict')", timeout=60_000)
+        phone.goto(served_app + f"room?code={code}")
+        phone.wait_for_function(f"() => ({STUDENT_POLL})().includes('Predict')", timeout=60_000)
+        phone.locator("#student-name input, #student-name textarea").first.fill("Ada")
+        phone.locator("#student-answer input, #student-answer textarea").first.fill("2")
+        phone.click("#student-answer-send")
+        phone.wait_for_function(f"() => ({STUDENT_POLL})().includes('Your answer: 2 blocks')",
+                                timeout=60_000)
+        for i, guess in enumerate(("2", "3", "2", "4")):  # the rest of the class, by the API
+            client(served_app).predict(code, guess, f"S{i}", api_name="/room_answer")
+        teacher.click("#room-projector")
+        teacher.wait_for_function(f"() => ({POLL_ASK})().includes('5 answered')", timeout=60_000)
+        teacher.wait_for_function(PROJECTED, timeout=60_000)  # the picture redrawn for the projector
+        assert "Ada" not in teacher.locator("#room-side").inner_text()  # names stay off the projector
+        os.makedirs(SHOTS, exist_ok=True)
+        teacher.screenshot(path=os.path.join(SHOTS, "poll-projector-question.png"))
+        phone.screenshot(path=os.path.join(SHOTS, "poll-phone-question.png"))
+        teacher.click("#room-lesson-next")  # the reveal: the step runs, the engine answers
+        teacher.wait_for_function("() => document.querySelector('#room-view-plot .js-plotly-plot')"
+                                  "?.layout?.meta?.view === 'poll'", timeout=60_000)
+        meta = teacher.evaluate("document.querySelector('#room-view-plot .js-plotly-plot').layout.meta")
+        assert (meta["answer"], meta["right"], meta["answered"]) == ("2 blocks", 3, 5)
+        bars = teacher.evaluate("document.querySelector('#room-view-plot .js-plotly-plot').data[0]")
+        assert dict(zip(bars["x"], bars["y"], strict=True)) == {"2 blocks": 3, "3 blocks": 1, "4 blocks": 1}
+        pic, hist = (teacher.locator(s).first.bounding_box() for s in ("#room-plot", "#room-view-plot"))
+        assert hist["y"] >= pic["y"] + pic["height"] - 2 and hist["y"] + hist["height"] <= 721
+        phone.wait_for_function(f"() => ({STUDENT_POLL})().includes('You predicted 2 blocks: right')",
+                                timeout=60_000)
+        assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+        teacher.screenshot(path=os.path.join(SHOTS, "poll-projector-reveal.png"))
+        phone.screenshot(path=os.path.join(SHOTS, "poll-phone-reveal.png"))
+    finally:
+        teacher.close()
+        phone.close()
