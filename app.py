@@ -11,6 +11,7 @@ built-in ones unless its operator passes it (or sets PAGEDLAB_MODEL).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -61,7 +62,11 @@ def main() -> int:
     # a few events at once (more only thrash two cores), and a bounded line: past QUEUE_MAX_SIZE
     # waiting events a visitor is told the app is busy instead of waiting without end
     demo.queue(default_concurrency_limit=limits.QUEUE_CONCURRENCY, max_size=limits.QUEUE_MAX_SIZE)
-    demo.launch(server_name=args.host, server_port=args.port, css=CSS, head=HEAD, theme=THEME)
+    # Gradio 6's run history saves every call's inputs and outputs in the browser: each picture's
+    # figure, a few hundred KB, written again at every click, until a lesson's pages took a
+    # minute each in a long session (the storage service busy). The app keeps its own history.
+    quiet = {"run_history": False} if "run_history" in inspect.signature(demo.launch).parameters else {}
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS, head=HEAD, theme=THEME, **quiet)
     return 0
 
 

@@ -63,6 +63,10 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                             elem_id="title")
                 gr.HTML(LANDING, elem_id="landing", padding=False, container=False)
                 page.status = gr.Markdown(elem_id="status")
+                # pressed by ui/motion.js when the status line's text changes: the followers of
+                # the view (the view of the run, the inspector, the shards) hang on it, not on
+                # the Markdown's own change event, which Gradio fires again without a change
+                page.follow = gr.Button("follow", elem_id="pl-follow", elem_classes=["pl-hidden"])
             with gr.Column(scale=1, min_width=240), gr.Row(elem_id="look"):
                 presenter = gr.Checkbox(label="presenter mode", elem_id="presenter", min_width=110)
                 reduce = gr.Checkbox(label="reduce motion", elem_id="reduce-motion", min_width=110)
@@ -166,10 +170,11 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         demo.unload(on_unload)
         # the status line ("operation k of n", "lesson page k of n") changes with the view; the
-        # picture's own change event also fires whenever Plotly redraws it, and a follower
-        # answering it kept the page calling the server in a loop (lesson 10)
-        page.status.change(tp_panel.shards_update, [page.state, page.lesson], [shards],
-                           show_progress="hidden")
+        # picture's own change event fires whenever Plotly redraws it, and the status
+        # Markdown's fires again without a change: followers answering either kept the page
+        # calling the server in a loop (lessons 10 and 5), so ui/motion.js presses `follow`
+        page.follow.click(tp_panel.shards_update, [page.state, page.lesson], [shards],
+                          show_progress="hidden")
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
     # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
     demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)

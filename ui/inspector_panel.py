@@ -213,7 +213,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     def wire() -> None:
         inspect.click(on_inspect, [block_id, layer, page.state, page.lesson, rank], [note, kv_plot])
         # the status line, not the picture: see the shards picture in ui/app.py
-        page.status.change(on_follow, [layer, page.state, page.lesson, rank], [note, kv_plot],
+        page.follow.click(on_follow, [layer, page.state, page.lesson, rank], [note, kv_plot],
                            show_progress="hidden")
         click_go.click(on_click, [click_box, page.state, page.lesson],
                        [*page.outs, box, note, block_id, kv_plot], **page.quiet)

@@ -185,6 +185,19 @@
   new MutationObserver(measureSoon).observe(document.body, { attributes: true, attributeFilter: ['class'] });
   setInterval(measureBox, 1000); // a late page (Gradio draws its blocks after the script runs)
 
+  // The status line's text changed (an operation, Back / Next, a lesson page): the followers of
+  // the view are told by a hidden button. Gradio fires a Markdown's own change event again
+  // without a change (gradio-app/gradio#9103's family), which kept the page calling the server
+  // in a loop that never came to rest.
+  let statusSeen = null;
+  setInterval(() => {
+    const text = document.querySelector('#status .prose')?.innerText;
+    const go = document.querySelector('#pl-follow');
+    if (text === undefined || !go || text === statusSeen) return;
+    statusSeen = text;
+    go.click();
+  }, 100);
+
   // The lesson in front: the Lessons tab selected. Presenter mode then lays the page out as a
   // slide (ui/theme.py): the picture and the page's text, nothing else.
   setInterval(() => {

@@ -35,6 +35,7 @@ class Page:
     timeline: Any = None
     seq: Any = None
     status: Any = None
+    follow: Any = None  # a hidden button: the status line's text changed (ui/motion.js)
     lesson: Any = None  # the Lessons tab's state (its engine is the picture's when in front)
     gpu: GpuClock = field(default_factory=GpuClock)  # where serving work runs on ZeroGPU
 

@@ -76,6 +76,7 @@ class Session:
         self.selected_request: int | None = None
         self.open_request: int | None = None  # a sample or beam group opened into its sequences
         self.fits = FitMemo()  # how the picture and the view under it shared the box, per state
+        self.view_drawn: tuple | None = None  # what the view under the picture last followed
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)

@@ -22,7 +22,7 @@ import gradio as gr
 from ui import limits
 from ui.lesson_player import lesson_fit
 from ui.page import Page, guard, show
-from ui.picture_box import parse_box
+from ui.picture_box import take_box
 from ui.render import session_fit
 from ui.run_views import VIEWS, lesson_choice, lesson_view, request_seq, session_view
 from ui.session import Session
@@ -70,6 +70,17 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         return gr.update(value=fig, visible=fig is not None), gr.update(value=chosen)
 
     def on_view_follow(session: Session, ls):
+        """The status line changed (an operation, Back / Next, a lesson page): redraw the view,
+        unless what it shows is what it showed (the picture's box may be reported again)."""
+        run = getattr(ls, "run", None)
+        shown = (session.lesson_front, id(run), run and run.index, id(run and run.current),
+                 session.pos, len(session.ops), session.box, getattr(ls, "box", None),
+                 session.presenter, session.view_choice, getattr(ls, "view_choice", None),
+                 session.selected_request, session.open_request, session.selected_block,
+                 getattr(ls, "inspected", None))
+        if shown == session.view_drawn:
+            return gr.skip(), gr.skip()
+        session.view_drawn = shown
         return draw(session, ls)
 
     def on_view_presenter(on, session: Session, ls):
@@ -77,11 +88,9 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         return draw(session, ls)
 
     def on_view_box(value, session: Session, ls):
-        """The page measured a new box: the picture's handler keeps it (ui/picture_box.py),
-        and this one may run first, so it draws with the box it was given."""
-        size = parse_box(value)
-        if size is not None:
-            session.box = size
+        """The page measured a new box: the picture's handler keeps it too (ui/picture_box.py),
+        and this one may run first, so it keeps it itself and draws for it."""
+        take_box(value, session, ls)
         return draw(session, ls)
 
     @guard
@@ -116,7 +125,7 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         state, lesson = page.state, page.lesson
         outs = [page.view_plot, choice]
         # the status line changes with every operation and move over the log (ui/app.py)
-        page.status.change(on_view_follow, [state, lesson], outs, show_progress="hidden")
+        page.follow.click(on_view_follow, [state, lesson], outs, show_progress="hidden")
         presenter.change(on_view_presenter, [presenter, state, lesson], outs, show_progress="hidden")
         page.box_go.click(on_view_box, [page.box_input, state, lesson], outs, show_progress="hidden")
         choice.input(on_view_choice, [choice, state, lesson], [*page.outs, *outs], **page.quiet)
