@@ -17,7 +17,7 @@ from ui.page import Page
 from ui.picture_split import FitMemo, fit_split
 from ui.refusal import refused
 from ui.render import model_status, token_text
-from ui.run_views import lesson_choice
+from ui.run_views import lesson_slide_choice
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -35,18 +35,27 @@ class LessonSession:
 
 
 def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
-    """The lesson's picture on screen, fitted to `box`; every block drawn while the page asks
-    which block (a free run folded away could not be clicked)."""
+    """The lesson's picture on screen, fitted to `box`. While the page asks which block, every
+    block is drawn (a free run folded away could not be clicked) where the box still shows their
+    slots; where it does not, the free runs fold as usual and the learner types the block's id
+    (a cell per block would hide the slots the question is about)."""
     run = ls.run
     eng = run.engine
     step = run.current
-    every = lesson_ask.asks_block(run)
-    if step is None:
-        return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box,
-                           every_block=every)
-    return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
-                       seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
-                       bands=step.bands, every_block=every)
+
+    def draw(every: bool) -> Any:
+        if step is None:
+            return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box,
+                               every_block=every)
+        return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
+                           seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
+                           bands=step.bands, every_block=every)
+
+    if lesson_ask.asks_block(run):
+        fig = draw(True)
+        if (fig.layout.meta or {}).get("fit", {}).get("slots", True):
+            return fig
+    return draw(False)
 
 
 def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, int] | None]:
@@ -54,7 +63,8 @@ def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, i
     page's box (ui/picture_split.py)."""
     run = ls.run
     key = (id(run), id(run.current), run.index, bool(presenter_on))
-    return fit_split(ls.fits, key, ls.box, lesson_choice(ls), lambda box: lesson_pool(ls, presenter_on, box))
+    return fit_split(ls.fits, key, ls.box, lesson_slide_choice(ls),
+                     lambda box: lesson_pool(ls, presenter_on, box))
 
 
 def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:

@@ -41,6 +41,22 @@ def box_time(value: Any) -> int:
     return int(m.group(3)) if m and m.group(3) else 0
 
 
+def take_box(value: Any, session: Session, ls: Any) -> bool:
+    """Keep the box the page measured (the session's and the lesson's); False for a report
+    overtaken by a later one, or none. The picture's handler and the view's both call it: either
+    may run first, and both must draw for the same box."""
+    size, at = parse_box(value), box_time(value)
+    if size is None or at < session.box_at:
+        return False
+    session.box, session.box_at = size, at
+    slide = box_slide(value)
+    if slide is not None:  # the page's own word: presenter mode's event may still be on its way
+        session.presenter = slide
+    if ls is not None:
+        ls.box = size
+    return True
+
+
 def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable[[], None]:
     """The hidden box and its button; returns the function that wires them (once the picture
     and the lesson's state exist). `lesson_figure(ls, presenter)`: the lesson's picture."""
@@ -50,15 +66,8 @@ def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable
     page.box_input, page.box_go = box, go  # the views under the picture follow it too
 
     def on_box(value, session: Session, ls):
-        size, at = parse_box(value), box_time(value)
-        if size is None or at < session.box_at:  # a report overtaken by a later one: ignored
+        if not take_box(value, session, ls):
             return gr.update()
-        session.box, session.box_at = size, at
-        slide = box_slide(value)
-        if slide is not None:  # the page's own word: presenter mode's event may still be on its way
-            session.presenter = slide
-        if ls is not None:
-            ls.box = size
         if session.lesson_front:
             run = getattr(ls, "run", None)
             return lesson_figure(ls, session.presenter) if run is not None else gr.update()

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-SHARES = (0.56, 0.66, 0.76)
+SHARES = (0.56, 0.66)  # a view given less than a third of a slide is left off (no room for its lanes)
 GAP = 22  # the plots' own padding between the picture and the view
 KEEP = 16  # choices kept (a few per page)
 
@@ -84,14 +84,23 @@ def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
     picture in a box, `key` names everything else it depends on, `memo` keeps the choice."""
     if box is None or choice == "none" or not box[1]:
         pool, view = split_box(box, choice)
-        return drawn_for(draw(pool), box), (view if choice != "none" else None)
+        return _with_view(drawn_for(draw(pool), box), view if choice != "none" else None)
     key = (key, tuple(box), choice)
     hit = memo.get(key)
     if hit is None:
         hit = _choose(box, draw)
         memo.put(key, hit)
     share, fig = hit
-    return fig, (None if share is None else split_box(box, choice, share)[1])
+    return _with_view(fig, None if share is None else split_box(box, choice, share)[1])
+
+
+def _with_view(fig: Any, view: Box | None) -> tuple[Any, Box | None]:
+    """The picture says whether a view of the run shares its box (the page's tests wait for
+    the view to match), and the view's box."""
+    fit = _fit(fig)
+    if fit:
+        fig.layout.meta = {**fig.layout.meta, "fit": {**fit, "view": view is not None}}
+    return fig, view
 
 
 def _choose(box: Box, draw: Callable[[Box | None], Any]) -> tuple[float | None, Any]:

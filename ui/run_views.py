@@ -107,6 +107,21 @@ def lesson_choice(ls: Any) -> str:
     return ls.view_choice
 
 
+def lesson_slide_choice(ls: Any) -> str:
+    """What the lesson shows under its picture on this page: its choice; on a slide (a box with
+    a height) none where the view would have nothing to draw yet, so the picture takes the slide."""
+    choice, run, box = lesson_choice(ls), getattr(ls, "run", None), getattr(ls, "box", None)
+    if choice == "none" or run is None or not box or not box[1]:
+        return choice
+    step = run.current
+    if choice == "timeline":
+        return choice if run.engine.request_timeline().upto(len(step.trace) if step else 0).steps else "none"
+    if choice == "prefix tree":
+        snap = step.snapshot if step is not None else run.intro_view()[0]
+        return choice if run.engine.prefix_tree(snap).nodes else "none"
+    return "none"  # memory over time follows a serving run, not a lesson
+
+
 def lesson_view(ls: Any, large: bool, box: tuple[int, int] | None) -> Any:
     """The figure under a lesson's picture, in `box`: its page's moment (None: the lesson shows
     none, or the slide has no room for it)."""

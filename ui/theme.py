@@ -50,6 +50,12 @@ body.pl-presenter #look { flex-wrap: nowrap !important; justify-content: flex-en
 body.pl-presenter #look .block { padding: 2px 8px !important; flex: 0 0 auto !important;
   width: auto !important; min-width: 0 !important }
 body.pl-presenter #look label { white-space: nowrap }
+/* the bar above a slide takes one line: the slide gets the height (the two boxes side by side) */
+body.pl-presenter #look .form { flex-direction: row !important; flex-wrap: nowrap !important;
+  gap: 4px !important; border: 0 !important }
+body.pl-presenter #top-bar > div:last-child { flex: 0 0 auto !important; min-width: 0 !important }
+body.pl-presenter .gradio-container .main { padding-top: 4px !important }
+body.pl-presenter .gradio-container main.contain > .column { gap: 6px !important }
 body.pl-presenter .gradio-container .main > .wrap { padding-top: 0 !important }
 body.pl-presenter #main-row { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important;
   align-items: stretch; gap: 14px }
@@ -102,7 +108,19 @@ body.pl-presenter #lesson-nav button { font-size: 0.9em !important; min-height: 
 /* a classroom's projector view (/class, "projector view"): the room's picture at presenter size
    beside its link, QR code and numbers; the teacher's settings, buttons, keys and notes hidden */
 body.pl-projector :is(#room-open-box, #room-controls, #room-shrink-row, #room-said, #room-keys,
-  #room-warning, #room-requests-box), body.pl-projector footer { display: none !important }
+  #room-warning, #room-requests-box, #room-poll-names, #room-lesson, #room-lesson-play,
+  #room-lesson-end, #room-view-choice), body.pl-projector footer { display: none !important }
+/* a lesson in the room: its page beside the picture, in type the back row reads */
+body.pl-projector :is(#room-poll, #room-poll-ask) .prose :is(p, strong, em, li) { font-size: 20px !important }
+body.pl-projector #room-poll blockquote, body.pl-projector #room-poll blockquote * {
+  font-size: 24px !important }
+#room-poll blockquote { border-left: 5px solid #2563eb; padding-left: 0.6em; font-weight: 600;
+  margin: 0.3em 0 }
+#student-poll-box { border-top: 1px solid #ddd; padding-top: 6px }
+body.pl-projector #room-qr svg { width: 96px !important; height: 96px !important }
+body.pl-projector #room-projector { padding: 0 8px !important; min-height: 0 }
+body.pl-projector #room-lesson-row { margin: 0 !important; min-height: 0 }
+body.pl-projector #room-joined .prose * { font-size: 14px !important; line-height: 1.25 }
 body.pl-projector .gradio-container { padding-top: 2px !important; max-width: none !important }
 body.pl-projector #room-main { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important }
 body.pl-projector #room-picture-col { flex: 0 0 66% !important; max-width: 66%; min-width: 0 !important }
