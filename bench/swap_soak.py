@@ -120,7 +120,8 @@ def commit() -> str:
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], capture_output=True, text=True, check=True).stdout.strip()
     try:
-        return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "engine") else "")
+        dirty = "+dirty" if git("status", "--porcelain", "engine") else ""
+        return git("rev-parse", "--short", "HEAD") + dirty
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
