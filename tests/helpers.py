@@ -1,5 +1,12 @@
 """Shared test helpers (no fixtures: those live in conftest.py): a full fingerprint of the block
-bookkeeping. Whether the Triton kernels run in this process is tests/kernels/triton_mode.py's."""
+bookkeeping, a class of clients acting at once, a room opened from the teacher's page. Whether the
+Triton kernels run in this process is tests/kernels/triton_mode.py's."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
 
 from engine import LLMEngine
 
@@ -17,3 +24,34 @@ def fingerprint(eng: LLMEngine) -> tuple:
         eng.registry.next_seq_id,
     )
 
+
+
+def at_once(n: int, work: Callable[[int, threading.Barrier], None], timeout: float = 120) -> list[str]:
+    """Run work(i, start) for i in 0 .. n - 1 in n threads; each calls start.wait() once it is
+    set up, so all act at the same moment. The errors, a line each."""
+    errors: list[str] = []
+    start = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        try:
+            work(i, start)
+        except Exception as err:  # noqa: BLE001 (reported to the caller)
+            errors.append(f"{i}: {type(err).__name__}: {err}")
+            start.abort()  # the others must not wait for this one
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return errors
+
+
+def open_room_page(pg: Any, url: str) -> str:
+    """Open a room from the teacher's page (/class, the form's defaults); the room's code."""
+    pg.goto(url + "class")
+    pg.wait_for_selector("#room-open", timeout=180_000)
+    pg.click("#room-open")
+    pg.wait_for_function("() => document.querySelector('#room-code input, #room-code textarea')"
+                         "?.value.length === 6", timeout=120_000)
+    return pg.locator("#room-code input, #room-code textarea").first.input_value()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 
 import pytest
 
+from tests.helpers import at_once, open_room_page
 from ui.app_process import ROOT
 
 pytestmark = pytest.mark.slow  # the served app on the real model, 30 clients, a browser
@@ -47,26 +47,15 @@ def test_thirty_students_share_one_engine(served_app, default_model):
     assert set(room) >= {"code", "secret", "link"} and room["link"].endswith(f"/room?code={room['code']}")
     code = room["code"]
     sent: dict[int, str] = {}
-    errors: list[str] = []
 
-    start = threading.Barrier(30)
+    def student(i: int, start) -> None:
+        c = client(served_app)
+        start.wait()  # every client connected: now all of them send at once
+        prompt = f"What is {i} plus {i}?"
+        sent[c.predict(code, prompt, api_name="/room_submit")] = prompt
+        c.close()
 
-    def student(i: int) -> None:
-        try:
-            c = client(served_app)
-            start.wait()  # every client connected: now all of them send at once
-            prompt = f"What is {i} plus {i}?"
-            sent[c.predict(code, prompt, api_name="/room_submit")] = prompt
-            c.close()
-        except Exception as err:  # noqa: BLE001 (reported below)
-            errors.append(f"{i}: {type(err).__name__}: {err}")
-
-    threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == [] and len(sent) == 30
+    assert at_once(30, student) == [] and len(sent) == 30
     state = wait_state(teacher, code, lambda s: all(r["status"] == "done" for r in s["requests"]))
     by_id = {r["id"]: r for r in state["requests"]}
     assert sorted(by_id) == sorted(sent) == list(range(30))
@@ -129,25 +118,15 @@ def test_thirty_students_answer_a_poll_and_the_projector_counts_them(served_app,
     teacher.predict(code, secret, "next", "", api_name="/room_lesson")  # page 1 asks: how many blocks?
     question = teacher.predict(code, api_name="/room_state")["poll"]["question"]
     assert question["kind"] == "number"
-    errors: list[str] = []
-    start = threading.Barrier(30)
     students: dict[int, object] = {}
 
-    def student(i: int) -> None:
-        try:
-            c = students[i] = client(served_app)
-            start.wait()  # all at once
-            said = c.predict(code, "2" if i < 20 else "3 blocks", f"Student {i}", api_name="/room_answer")
-            assert said in ("2 blocks", "3 blocks"), said
-        except Exception as err:  # noqa: BLE001 (reported below)
-            errors.append(f"{i}: {type(err).__name__}: {err}")
+    def student(i: int, start) -> None:
+        c = students[i] = client(served_app)
+        start.wait()  # all at once
+        said = c.predict(code, "2" if i < 20 else "3 blocks", f"Student {i}", api_name="/room_answer")
+        assert said in ("2 blocks", "3 blocks"), said
 
-    threads = [threading.Thread(target=student, args=(i,)) for i in range(30)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
+    assert at_once(30, student) == []
     assert students[0].predict(code, "5", "Student 0", api_name="/room_answer") == "5 blocks"  # changed
     poll = wait_state(teacher, code, lambda s: s["poll"]["answered"] == 30)["poll"]
     assert poll["question"] == question and poll["reveal"] is None
@@ -273,12 +252,7 @@ def test_a_poll_on_the_projector_and_a_phone(served_app, browser, default_model)
     teacher = browser.new_page(viewport={"width": 1280, "height": 720})
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     try:
-        teacher.goto(served_app + "class")
-        teacher.wait_for_selector("#room-open", timeout=180_000)
-        teacher.click("#room-open")
-        teacher.wait_for_function("() => document.querySelector('#room-code input, #room-code textarea')"
-                                  "?.value.length === 6", timeout=60_000)
-        code = teacher.locator("#room-code input, #room-code textarea").first.input_value()
+        code = open_room_page(teacher, served_app)
         teacher.locator("#room-lesson input").first.fill("02_paging")
         teacher.keyboard.press("Enter")
         teacher.click("#room-lesson-play")

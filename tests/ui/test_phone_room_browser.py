@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from tests.helpers import open_room_page
 from tests.ui.test_browser import CELL_XY, IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -100,12 +101,7 @@ def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browse
     teacher = browser.new_page(viewport={"width": 1280, "height": 720})
     student = browser.new_page(viewport={"width": 390, "height": 844})
     try:
-        teacher.goto(served_app + "class")
-        teacher.wait_for_selector("#room-open", timeout=180_000)
-        teacher.click("#room-open")
-        teacher.wait_for_function("() => (document.querySelector('#room-joined')?.innerText ?? '')"
-                                  ".includes('Room')", timeout=120_000)
-        code = teacher.locator("#room-code input, #room-code textarea").first.input_value()
+        code = open_room_page(teacher, served_app)
         student.goto(served_app + f"room?code={code}")
         student.wait_for_selector("#student-send", timeout=120_000)
         student.wait_for_function("(c) => document.querySelector('#student-code textarea, "
