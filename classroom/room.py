@@ -122,12 +122,8 @@ class Room:
         """The engine's prompt: the model's chat template with the shared system prompt first
         (one identical prefix for the whole class), or plain text in the dry mode."""
         system = self.settings.system_prompt
-        hf = getattr(self._tokenizer, "hf", None)
-        if hf is not None and getattr(hf, "chat_template", None):
-            messages = ([{"role": "system", "content": system}] if system else [])
-            messages.append({"role": "user", "content": prompt})
-            ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        if getattr(getattr(self._tokenizer, "hf", None), "chat_template", None):
+            return self._tokenizer.apply_chat_template(prompt, system)
         return f"{system}\n\n{prompt}" if system else prompt
 
     def _label(self, student_key: str, name: str) -> str:

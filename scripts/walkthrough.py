@@ -280,6 +280,15 @@ def classroom(browser, url: str, out: str) -> None:
         pg.close()
 
 
+def _keep_what_failed(browser, out: str, part: str) -> None:
+    """The pages a failed walk left open, as they were (failed-<part>-N.png): what it waited on."""
+    for ctx in browser.contexts:
+        for i, pg in enumerate(ctx.pages):
+            path = os.path.join(out, f"failed-{part}-{i}.png")
+            pg.screenshot(path=path)
+            print(f"[walkthrough] {part} failed: {path} ({pg.url})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs")
@@ -299,7 +308,11 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
             for part in args.only.split(","):
                 print(f"[walkthrough] {part}", flush=True)
-                walks[part](browser, url, args.out)
+                try:
+                    walks[part](browser, url, args.out)
+                except Exception:
+                    _keep_what_failed(browser, args.out, part)
+                    raise
             browser.close()
     finally:
         stop(proc)

@@ -51,9 +51,9 @@ def _workload(pg, name: str) -> None:
     pg.locator("#load-workload").click()
     pg.wait_for_function(f"(b) => ({STATUS})() !== b && ({DONE})()", arg=before, timeout=180_000)
     pg.wait_for_function(IDLE, timeout=180_000)
+    loaded = pg.evaluate(STATUS)
     pg.get_by_role("button", name="Run to the end").click()
-    pg.wait_for_function(f"() => ({DONE})() && !/operation [0-9] of/.test(({STATUS})())",
-                         timeout=600_000)
+    pg.wait_for_function(f"(b) => ({DONE})() && ({STATUS})() !== b", arg=loaded, timeout=600_000)
     pg.wait_for_function(IDLE, timeout=180_000)
 
 

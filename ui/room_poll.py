@@ -147,5 +147,15 @@ def student_poll(poll: PollView | None, mine: str, before: str = "") -> tuple[st
     text = "\n\n".join(parts)
     if q["kind"] == "choice":
         return text, hide, gr.update(choices=q["choices"], visible=True), gr.update(visible=True)
-    label = "a block id" if q["kind"] == "block" else f"a number{' of ' + q['unit'] if q['unit'] else ''}"
-    return text, gr.update(visible=True, label=f"your prediction: {label}"), hide, gr.update(visible=True)
+    return text, gr.update(visible=True, label=_answer_label(q)), hide, gr.update(visible=True)
+
+
+def _answer_label(q: dict) -> str:
+    """What the box takes, short enough for a phone: "your prediction: a block id", "… (blocks)"."""
+    if q["kind"] == "block":
+        return "your prediction: a block id"
+    unit = q["unit"]
+    if not unit or unit == "%":
+        return f"your prediction{' (%)' if unit else ''}"
+    one, _, many = (part.strip() for part in unit.partition("/"))
+    return f"your prediction ({many or one + 's'})"

@@ -32,6 +32,7 @@ LIST = ("Repeat the list exactly, then add one more colour. List: red, green, bl
 class Workload(NamedTuple):
     requests: tuple[tuple[str, SamplingParams], ...]
     settings: Callable[[EngineConfig, int], dict[str, Any]]  # (config, blocks a request needs)
+    system: str = ""  # a system prompt every request starts with (the model's chat template)
 
 
 def _preempting(config: EngineConfig, need: int) -> dict[str, Any]:
@@ -56,9 +57,9 @@ WORKLOADS: dict[str, Workload] = {
         for topic in ("a lighthouse", "a lost key", "a paper boat", "the first snow")),
         _preempting),
     "a shared prefix (a class's system prompt)": Workload(tuple(
-        (SYSTEM + q, SamplingParams(max_tokens=12))
+        (q, SamplingParams(max_tokens=12))
         for q in ("What is paging?", "Why fixed-size blocks?", "What does a page table map?",
-                  "When is a block copied?")), _roomy),
+                  "When is a block copied?")), _roomy, SYSTEM),
     "beams and samples": Workload((
         ("The best way to learn a language is", SamplingParams(max_tokens=12, beam_width=3)),
         ("Once upon a time", SamplingParams(max_tokens=12, n=4, temperature=0.8, seed=7))),
@@ -75,17 +76,27 @@ def load(name: str, session: Session) -> Session:
     if work is None:
         raise UserError(f"choose a workload: {'; '.join(WORKLOADS)}")
     base = session.config
-    encode = session.engine.encode
+    prompts = [_prompt(work.system, text, session.engine) for text, _ in work.requests]
+    lengths = [len(p) if isinstance(p, tuple) else len(session.engine.encode(p)) for p in prompts]
     bs = base.block_size
-    need = max(-(-(len(encode(p)) + sp.max_tokens) // bs) for p, sp in work.requests)
+    need = max(-(-(n + sp.max_tokens) // bs) for n, (_, sp) in zip(lengths, work.requests, strict=True))
     try:
         config = dataclasses.replace(base, **work.settings(base, need))
     except (TypeError, ValueError) as err:
         raise UserError(f"this workload cannot run on this engine: {err}") from err
     limits.check_config(config)
     new = session.fresh(config)
-    for prompt, params in work.requests:
+    for prompt, (_, params) in zip(prompts, work.requests, strict=True):
         new.run(ops.AddRequest(prompt, params))
     if new.view_choice == "none":
         new.view_choice = "timeline"
     return new
+
+
+def _prompt(system: str, text: str, engine: Any) -> str | tuple[int, ...]:
+    """A request's prompt: after a system prompt, the model's chat template's tokens (what a
+    served chat model sees: on the raw text SmolLM2 answers the end-of-text token at once), or
+    the text itself (and in the dry mode, which has no template)."""
+    if system and not engine.config.dry:
+        return tuple(engine.tokenizer.apply_chat_template(text, system))
+    return system + text

@@ -195,7 +195,9 @@ class HFTokenizer:
     def decode(self, token_ids: list[int]) -> str:
         return self.hf.decode(list(token_ids))
 
-    def apply_chat_template(self, message: str) -> list[int]:
-        ids = self.hf.apply_chat_template([{"role": "user", "content": message}],
-                                          add_generation_prompt=True, tokenize=True)
+    def apply_chat_template(self, message: str, system: str = "") -> list[int]:
+        """The model's chat prompt for one user message (after `system`, if given)."""
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": message})
+        ids = self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
