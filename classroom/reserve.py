@@ -7,7 +7,10 @@ step, as requests free blocks, until it holds its target; Whole pool gives them 
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine import LLMEngine, ops
+from engine.core.prefix_tree import PrefixTree
 
 
 class Reserve:
@@ -15,6 +18,7 @@ class Reserve:
         self.target = 0  # blocks the teacher took away from the class
         self.seqs: list[int] = []  # the engine's sequences holding them
         self._count = 0  # sequences made so far (each starts with its own token)
+        self._hashes: set[int] = set()  # hashes of the filler blocks, held or cached since
 
     def blocks(self, eng: LLMEngine) -> int:
         """Blocks the reserve holds now."""
@@ -46,4 +50,12 @@ class Reserve:
 
     def forget(self) -> None:
         """A fresh engine (the room was cleared): nothing held, nothing to take."""
-        self.target, self.seqs = 0, []
+        self.target, self.seqs, self._hashes = 0, [], set()
+
+    def hidden_from(self, tree: PrefixTree, eng: LLMEngine) -> PrefixTree:
+        """The class's prefix cache: the tree without the reserve's filler blocks (held now, or
+        cached after Whole pool gave them back), which no prompt of the class can hit."""
+        held = self.block_ids(eng)
+        self._hashes.update(n.block_hash for n in tree.nodes if n.block_id in held)
+        kept = tuple(n for n in tree.nodes if n.block_hash not in self._hashes)
+        return dataclasses.replace(tree, nodes=kept)

@@ -393,5 +393,6 @@ class Room:
             self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)]
         names = {rid - self._id_base: f"{r.student} #{rid}" for rid, r in self.requests.items()}
         self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved,
-                             eng.request_timeline(), tuple(self._memory), eng.prefix_tree(snap),
+                             eng.request_timeline(), tuple(self._memory),
+                             self._reserve.hidden_from(eng.prefix_tree(snap), eng),
                              names)

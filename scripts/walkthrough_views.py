@@ -5,8 +5,8 @@
   timeline-presenter.png; memory over time at the same step: memory-presenter.png;
 - the "shared prefix" workload, the prefix cache as a tree mid-run: prefix-tree-presenter.png;
 - the timeline on a 390 x 844 phone: timeline-phone.png;
-- lesson 5's second page (the prefix hit, the tree's trunk and branches): lesson5-tree.png, and
-  lesson 11's third (chunks beside decodes): lesson11-timeline.png, in presenter mode.
+- lesson 5's second page (the prefix hit, the tree's trunk and branches) in presenter mode:
+  lesson5-tree.png (lesson 12's pages show the timeline: presenter-lesson12-N.png).
 Every wait is on a condition in the page.
 """
 
@@ -20,6 +20,8 @@ STATUS = "() => document.querySelector('#status')?.innerText ?? ''"
 META = "() => document.querySelector('#view-plot .js-plotly-plot')?.layout?.meta ?? null"
 DONE = ("() => { const m = /operation (\\d+) of (\\d+)/.exec(document.querySelector('#status')"
         "?.innerText ?? ''); return !!m && m[1] === m[2]; }")
+OPS = ("() => +(/operation \\d+ of (\\d+)/.exec(document.querySelector('#status')?.innerText ?? '')"
+       "?.[1] ?? -1)")  # the operations in the log
 CELL_XY = """([x, y]) => {
   const gd = document.querySelector('#view-plot .js-plotly-plot');
   const xa = gd?._fullLayout?.xaxis, ya = gd?._fullLayout?.yaxis;
@@ -51,9 +53,9 @@ def _workload(pg, name: str) -> None:
     pg.locator("#load-workload").click()
     pg.wait_for_function(f"(b) => ({STATUS})() !== b && ({DONE})()", arg=before, timeout=180_000)
     pg.wait_for_function(IDLE, timeout=180_000)
-    loaded = pg.evaluate(STATUS)
+    added = pg.evaluate(OPS)  # the workload's requests, added
     pg.get_by_role("button", name="Run to the end").click()
-    pg.wait_for_function(f"(b) => ({DONE})() && ({STATUS})() !== b", arg=loaded, timeout=600_000)
+    pg.wait_for_function(f"(n) => ({DONE})() && ({OPS})() > n", arg=added, timeout=600_000)
     pg.wait_for_function(IDLE, timeout=180_000)
 
 
@@ -98,9 +100,12 @@ def views(browser, url: str, out: str) -> None:
     pg.screenshot(path=os.path.join(out, "memory-presenter.png"))
     _workload(pg, "a shared prefix (a class's system prompt)")
     meta = _choose(pg, "prefix tree", "tree")
-    pg.click("#tl-back")  # mid-run: the requests hold the trunk
-    pg.click("#tl-back")
-    _wait_view(pg, "m.view === 'tree'")
+    for back in (1, 2):  # mid-run: the requests hold the trunk
+        pg.click("#tl-back")
+        pg.wait_for_function(f"(k) => ({STATUS})().includes(`operation ${{k}} of`)",
+                             arg=pg.evaluate(OPS) - back, timeout=60_000)
+        pg.wait_for_function(IDLE, timeout=180_000)
+    _wait_view(pg, "m.view === 'tree' && m.held > 0")
     pg.wait_for_function(IDLE, timeout=180_000)
     pg.screenshot(path=os.path.join(out, "prefix-tree-presenter.png"))
     pg.close()
@@ -111,4 +116,3 @@ def views(browser, url: str, out: str) -> None:
     phone.screenshot(path=os.path.join(out, "timeline-phone.png"))
     phone.close()
     _lesson_page(browser, url, "05_prefix_caching", 2, os.path.join(out, "lesson5-tree.png"))
-    _lesson_page(browser, url, "11_chunked_prefill", 3, os.path.join(out, "lesson11-timeline.png"))

@@ -81,7 +81,8 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
     head = f"{title} · {nodes} block{'s' if nodes != 1 else ''}"
     if tree.group != "full":
         head += f" ({tree.group} layers)"
-    layout = base_layout(sz, head, height, 8, {"view": "tree", "rows": rows, "cols": cols})
+    layout = base_layout(sz, head, height, 8, {"view": "tree", "rows": rows, "cols": cols,
+                                               "held": sum(n.ref_count > 0 for n in tree.nodes)})
     layout["margin"].update(t=top, b=max(8, height - top - rows * row_px))
     key, _ = key_html(_key({p.kind for p in placed.cells} - {FOLD},
                            [t.name for t in outlines]), sz, width)

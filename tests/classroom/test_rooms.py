@@ -129,9 +129,18 @@ def test_shrinking_the_pool_forces_preemption_and_restore_gives_it_back(registry
              for t, cd in zip(tr, cr, strict=True) if cd is not None and cd[0] in room.view.reserved}
     assert drawn and all(not t or t.split()[0].isdigit() for t in drawn.values())  # ids, no tokens
     assert class_blocks(state) == "0 of 12 · reserved by the teacher: 28 (of the pool's 40)"
+    # the class's prefix tree: the requests' blocks, none of the reserve's filler (held, or
+    # cached once Whole pool gave it back)
+    def tree_blocks() -> set[int]:
+        return {n.block_id for n in room.view.tree.nodes}
+
+    assert tree_blocks() and not tree_blocks() & set(room.view.reserved)
     room.engine.check_invariants()
+    reserved = set(room.view.reserved)
     room.control(room.secret, "restore")
     assert room.view.state["reserved_blocks"] == 0 and room.view.state["used_blocks"] == 0
+    assert not tree_blocks() & reserved
+    assert tree_blocks() == {n.block_id for n in room.engine.prefix_tree().nodes} - reserved
     with pytest.raises(RoomError, match="pool has 40"):
         room.submit("big", "x" * 300)  # 300 bytes + 24 tokens > 40 blocks of 4
 
