@@ -4,8 +4,8 @@ session on the current model and block size, an engine setting or two, and its r
 
 - preemption: four requests in a pool that holds under two of them at full length, swap space
   for about one: some are preempted by swap, some by recompute when swap space is full;
-- a shared prefix: four students' questions after one system prompt: prefix hits, one trunk in
-  the prefix tree;
+- a shared prefix: four students' questions after one system prompt (the model's chat template,
+  as a served chat model sees them): prefix hits, one trunk in the prefix tree;
 - beams and samples: a beam search of width 3 beside 4 parallel samples: forks, copy-on-write,
   beams dropped;
 - drafts: prompt-lookup speculative decoding (4 draft tokens) on a prompt that repeats itself.
