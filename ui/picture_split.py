@@ -95,11 +95,12 @@ def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
 
 
 def _with_view(fig: Any, view: Box | None) -> tuple[Any, Box | None]:
-    """The picture says whether a view of the run shares its box (the page's tests wait for
-    the view to match), and the view's box."""
+    """The picture says whether a view of the run shares its box and how tall the view may be
+    (the page's tests wait for the view to match), and the view's box."""
     fit = _fit(fig)
     if fit:
-        fig.layout.meta = {**fig.layout.meta, "fit": {**fit, "view": view is not None}}
+        fig.layout.meta = {**fig.layout.meta, "fit": {**fit, "view": view is not None,
+                                                      "view_h": view[1] if view else None}}
     return fig, view
 
 

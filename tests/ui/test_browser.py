@@ -91,8 +91,14 @@ def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None
                          timeout=timeout)
 
 
+BOX = """() => { const r = document.querySelector('#pool-plot .js-plotly-plot')?.getBoundingClientRect();
+  return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }"""
+
+
 def picture_box(pg) -> dict:
-    return pg.locator("#pool-plot .js-plotly-plot").bounding_box()
+    """The picture's box on the page once it is drawn (Gradio swaps the plot's element when it
+    redraws, and for that moment there is no box: not yet, never an error)."""
+    return pg.wait_for_function(BOX, timeout=60_000).json_value()
 
 
 @pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1440x900", "390x844"])

@@ -66,6 +66,28 @@ def click_point(pg, name: str, x: float, y: float) -> None:
     pg.mouse.click(*xy)
 
 
+def select_by_click(pg, name: str, x: float, y: float, done: str) -> None:
+    """Click a point that selects (clicking it again selects the same) until `done` holds: a
+    click that landed while Gradio swapped the view's element for a redraw is lost."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(5):
+        click_point(pg, name, x, y)
+        try:
+            pg.wait_for_function(done, timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 4:
+                raise
+
+
+def box_of(pg, selector: str) -> dict:
+    """An element's box once it has one (none for the moment Gradio swaps a plot's element)."""
+    return pg.wait_for_function("""(sel) => { const r = document.querySelector(sel)?.getBoundingClientRect();
+      return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }""",
+                                arg=selector, timeout=30_000).json_value()
+
+
 def run_workload(pg, name: str) -> None:
     pg.get_by_role("tab", name="Serving").click()
     pg.locator("#workload input").click()
@@ -116,8 +138,8 @@ def test_the_views_follow_the_run_and_select_what_is_clicked(browser, dry_app):
             if (t.customdata[r][c][0] >= 0) return [c, r, t.customdata[r][c][0]];
           return null; }""")
         assert block is not None
-        click_point(pg, "prefix tree", block[0], block[1])
-        pg.wait_for_function(f"() => ({PICTURE_TRACES})().includes('selected')")
+        selected = f"() => ({PICTURE_TRACES})().includes('selected')"
+        select_by_click(pg, "prefix tree", block[0], block[1], selected)
         pg.wait_for_function("(b) => document.querySelector('#inspector-note')?.innerText"
                              ".includes(`Block ${b}`)", arg=block[2], timeout=60_000)
         choose(pg, "memory", "m.view === 'memory'")
@@ -140,8 +162,8 @@ def test_each_view_fits_a_slide_and_a_phone(browser, dry_app, size):
         for view, key in (("timeline", "timeline"), ("memory", "memory"), ("prefix tree", "tree")):
             choose(pg, view, f"m.view === '{key}'")
             pg.wait_for_function(IDLE)
-            plot = pg.locator("#view-plot .js-plotly-plot").bounding_box()
-            picture = pg.locator("#pool-plot .js-plotly-plot").bounding_box()
+            plot = box_of(pg, "#view-plot .js-plotly-plot")
+            picture = box_of(pg, "#pool-plot .js-plotly-plot")
             assert plot["x"] + plot["width"] <= w + 1 and picture["x"] + picture["width"] <= w + 1
             if w > 600:  # a slide: the picture over its view, both on the screen, nothing scrolls
                 assert plot["y"] >= picture["y"] + picture["height"] - 2

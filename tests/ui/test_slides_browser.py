@@ -38,6 +38,9 @@ FITTED = """([w, h]) => { const gd = document.querySelector('#pool-plot .js-plot
   const view = document.querySelector('#view-plot .js-plotly-plot');
   const shown = !!view?._fullLayout && view.getBoundingClientRect().height > 0;
   if (shown !== !!gd.layout.meta.fit.view) return false;
+  // and was drawn for what the picture leaves it (its follower redraws it after the picture)
+  const room = gd.layout.meta.fit.view_h;
+  if (shown && room && view.layout.height > room + 1) return false;
   return Math.abs(box[0] - r.width) < 7 && Math.abs(box[1] - (innerHeight - r.top - 18)) < 7; }"""
 # what a slide must be, measured in the page: null while it renders, else a list of problems
 SLIDE = """() => {
