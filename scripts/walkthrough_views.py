@@ -54,7 +54,14 @@ def _workload(pg, name: str) -> None:
     pg.wait_for_function(f"(b) => ({STATUS})() !== b && ({DONE})()", arg=before, timeout=180_000)
     pg.wait_for_function(IDLE, timeout=180_000)
     added = pg.evaluate(OPS)  # the workload's requests, added
-    pg.get_by_role("button", name="Run to the end").click()
+    for attempt in range(3):  # a click that landed while the page redrew is lost: again
+        pg.get_by_role("button", name="Run to the end").click()
+        try:
+            pg.wait_for_function(f"(n) => ({OPS})() > n", arg=added, timeout=60_000)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
     pg.wait_for_function(f"(n) => ({DONE})() && ({OPS})() > n", arg=added, timeout=600_000)
     pg.wait_for_function(IDLE, timeout=180_000)
 

@@ -4,6 +4,8 @@ step, every request answering the end-of-text token to its raw text."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine import EngineConfig, LLMEngine, ops
@@ -25,9 +27,10 @@ def _run(name: str) -> tuple[Session, list[MemoryPoint]]:
     outs = sorted(s.engine.finished_requests(), key=lambda o: o.request_id)
     requests = workloads.WORKLOADS[name].requests
     assert len(outs) == len(requests)
+    alone = LLMEngine(dataclasses.replace(CONFIG, enable_prefix_caching=False))  # one at a time
     for out, (_, params) in zip(outs, requests, strict=True):
-        alone = LLMEngine(CONFIG).generate([list(out.prompt_token_ids)], params)[0]
-        assert out.outputs[0].token_ids == alone.outputs[0].token_ids, (name, out.request_id)
+        by_itself = alone.generate([list(out.prompt_token_ids)], params)[0]
+        assert out.outputs[0].token_ids == by_itself.outputs[0].token_ids, (name, out.request_id)
     return s, session_series(s)
 
 
