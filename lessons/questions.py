@@ -139,8 +139,15 @@ def say(kind: str, value: Any, unit: str = "") -> str:
     shown = f"{value:,}" if isinstance(value, int) else f"{value:,.4g}"
     if not unit or unit == "%":
         return shown + unit
+    one, many = unit_words(unit)
+    return f"{shown} {one if value == 1 else many}"
+
+
+def unit_words(unit: str) -> tuple[str, str]:
+    """A question's `unit:` as (one, many): ("block", "blocks"); "copy / copies" for an
+    irregular plural."""
     one, _, many = (part.strip() for part in unit.partition("/"))
-    return f"{shown} {one if value == 1 else (many or one + 's')}"
+    return one, many or one + "s"
 
 
 def matches(kind: str, predicted: Any, answer: Any, within: tuple[float, bool] = (0.0, False)) -> bool:

@@ -55,3 +55,11 @@ def open_room_page(pg: Any, url: str) -> str:
     pg.wait_for_function("() => document.querySelector('#room-code input, #room-code textarea')"
                          "?.value.length === 6", timeout=120_000)
     return pg.locator("#room-code input, #room-code textarea").first.input_value()
+
+
+def box_of(pg: Any, selector: str) -> dict:
+    """An element's box in the viewport once it has one: Gradio swaps a plot's element when it
+    redraws, and for that moment there is none (not yet, never an error)."""
+    return pg.wait_for_function("""(sel) => { const r = document.querySelector(sel)?.getBoundingClientRect();
+      return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }""",
+                                arg=selector, timeout=60_000).json_value()

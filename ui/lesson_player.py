@@ -40,22 +40,24 @@ def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | No
     slots; where it does not, the free runs fold as usual and the learner types the block's id
     (a cell per block would hide the slots the question is about)."""
     run = ls.run
-    eng = run.engine
     step = run.current
-
-    def draw(every: bool) -> Any:
-        if step is None:
-            return pool_figure(run.intro_view()[0], (), eng.decode, large=presenter_on, box=box,
-                               every_block=every)
-        return pool_figure(step.snapshot, step.events, eng.decode, large=presenter_on, box=box,
-                           seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
-                           bands=step.bands, every_block=every)
-
     if lesson_ask.asks_block(run):
-        fig = draw(True)
+        fig = page_picture(run, step, presenter_on, box, every_block=True)
         if (fig.layout.meta or {}).get("fit", {}).get("slots", True):
             return fig
-    return draw(False)
+    return page_picture(run, step, presenter_on, box)
+
+
+def page_picture(run: LessonRun, step: Any, large: bool, box: tuple[int, int] | None,
+                 every_block: bool = False) -> Any:
+    """The picture of a lesson's page `step` (None: the lesson's opening), in `box`: on the
+    learner's page and on a room's projector when a teacher plays the lesson there."""
+    if step is None:
+        return pool_figure(run.intro_view()[0], (), run.engine.decode, large=large, box=box,
+                           every_block=every_block)
+    return pool_figure(step.snapshot, step.events, run.engine.decode, large=large, box=box,
+                       seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
+                       bands=step.bands, every_block=every_block)
 
 
 def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, int] | None]:

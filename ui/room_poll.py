@@ -18,7 +18,8 @@ import gradio as gr
 
 from classroom.poll import LESSON_NAMES, PollView
 from lessons.page_text import split_key
-from viz import pool_figure
+from lessons.questions import unit_words
+from ui.lesson_player import page_picture
 from viz.poll_figure import poll_figure
 
 
@@ -50,13 +51,8 @@ def teacher_part() -> TeacherPoll:
 
 
 def lesson_picture(poll: PollView, box: tuple[int, int] | None, large: bool) -> Any:
-    """The lesson's picture on the projector: the page's snapshot and events, or the intro's."""
-    run, step = poll.run, poll.step
-    if step is None:
-        return pool_figure(run.intro_view()[0], (), run.engine.decode, large=large, box=box)
-    return pool_figure(step.snapshot, step.events, run.engine.decode, large=large, box=box,
-                       seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
-                       bands=step.bands)
+    """The lesson's picture on the projector: the page the poll published, or the opening."""
+    return page_picture(poll.run, poll.step, large, box)
 
 
 def poll_markdown(poll: PollView | None) -> tuple[str, str]:
@@ -157,5 +153,4 @@ def _answer_label(q: dict) -> str:
     unit = q["unit"]
     if not unit or unit == "%":
         return f"your prediction{' (%)' if unit else ''}"
-    one, _, many = (part.strip() for part in unit.partition("/"))
-    return f"your prediction ({many or one + 's'})"
+    return f"your prediction ({unit_words(unit)[1]})"

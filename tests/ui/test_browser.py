@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from tests.helpers import box_of
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -91,14 +92,8 @@ def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None
                          timeout=timeout)
 
 
-BOX = """() => { const r = document.querySelector('#pool-plot .js-plotly-plot')?.getBoundingClientRect();
-  return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }"""
-
-
 def picture_box(pg) -> dict:
-    """The picture's box on the page once it is drawn (Gradio swaps the plot's element when it
-    redraws, and for that moment there is no box: not yet, never an error)."""
-    return pg.wait_for_function(BOX, timeout=60_000).json_value()
+    return box_of(pg, "#pool-plot .js-plotly-plot")
 
 
 @pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1440x900", "390x844"])

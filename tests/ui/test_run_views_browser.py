@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from tests.helpers import box_of
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -79,13 +80,6 @@ def select_by_click(pg, name: str, x: float, y: float, done: str) -> None:
         except PlaywrightTimeout:
             if attempt == 4:
                 raise
-
-
-def box_of(pg, selector: str) -> dict:
-    """An element's box once it has one (none for the moment Gradio swaps a plot's element)."""
-    return pg.wait_for_function("""(sel) => { const r = document.querySelector(sel)?.getBoundingClientRect();
-      return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }""",
-                                arg=selector, timeout=30_000).json_value()
 
 
 def run_workload(pg, name: str) -> None:
