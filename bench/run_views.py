@@ -86,8 +86,8 @@ def main() -> None:
                  "smoke": args.smoke,
                  "run": {"requests": len(timeline.lanes), "engine_steps": len(timeline.steps),
                          "operations": n, "build_s": round(built, 1),
-                         "preemptions": s.view().snapshot.metrics.extra["preemptions"],
-                         "prefix_hit_blocks": s.view().snapshot.metrics.prefix_hit_blocks}}
+                         "preemptions": s.frame().snapshot.metrics.extra["preemptions"],
+                         "prefix_hit_blocks": s.frame().snapshot.metrics.prefix_hit_blocks}}
     for where, box, large in (("presenter_1280x720", (790, 650), True),
                               ("laptop_1440x900", (860, 0), False),
                               ("phone_390", (370, 0), False)):

@@ -7,11 +7,11 @@ only serving work that the CPU would take more than GPU_AFTER_S seconds for goes
 "Run to the end", or a serving click whose session would first have to replay a long GPU run
 here. Elsewhere (CPU basic, a laptop, a GPU box) everything runs where the app runs.
 
-A GPU call (`run_job`) gets the session as plain data (engine config, op log, what to do), builds
-the engine on the worker's GPU in float32, replays the log, runs the new operations or steps
-until the work is done or its time is nearly up, and returns the new operations and a recorded
-view after each; the session here adopts them (Session.adopt), so Back, Next and the timeline
-draw them at once. Its duration is sized to the work from what this app's earlier calls measured
+A GPU call (`run_job`) gets the session as plain data (engine config, op log, what to do), and
+plays it as a run of its own (history/run_history.py) on the worker's GPU in float32: the log
+replayed, then the new operations or steps until the work is done or its time is nearly up. It
+returns the new operations and the frame recorded after each; the session's run here adopts them
+(RunHistory.adopt), so Back, Next and the timeline draw them at once. Its duration is sized to the work from what this app's earlier calls measured
 (`GpuClock`), and a refusal inside it reaches the visitor as its own sentence (a gr.Error:
 ZeroGPU would name any other exception by its class only).
 """
@@ -30,11 +30,12 @@ from typing import Any
 
 import gradio as gr
 
-from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
+from engine import EngineConfig, OutOfBlocks, ops
 from ui import limits
 from ui.gpu import GPU_DTYPE, ON_ZEROGPU, gpu_function, spaces_error
 from ui.refusal import refused
-from ui.session import Session, UserError, View
+from history import Frame, RunHistory
+from ui.session import Session, UserError
 
 GPU_AFTER_S, GPU_MAX_S = limits.GPU_AFTER_SECONDS, limits.GPU_MAX_SECONDS
 
@@ -54,7 +55,7 @@ def model_steps(records: list[dict[str, Any]]) -> int:
 def run_steps(session: Session) -> int:
     """Scheduler steps a Run to the end may take from the cursor: the longest request's tokens
     and a step per live request, at most MAX_RUN_STEPS (a run stops there anyway)."""
-    live = len(session.view().requests)
+    live = len(session.frame().requests)
     if not live:
         return 0
     asked = [rec["params"].get("max_tokens", 16) for rec in session.ops[: session.pos]
@@ -116,14 +117,14 @@ class GpuJob:
 
 
 class GpuResult:
-    """What a GPU call did: its operations, the view after each (keyed by log position), its
+    """What a GPU call did: its operations, the frame after each (keyed by log position), its
     model steps and their seconds (the engine's build not counted), and why it stopped ("done",
     "time", "steps"). Pickled as it is: snapshots and finished outputs pickle (an output with its
     text, decoded on the GPU's side)."""
 
-    def __init__(self, records: list, views: dict[int, View], steps: int, step_seconds: float,
+    def __init__(self, records: list, frames: dict[int, Frame], steps: int, step_seconds: float,
                  stopped: str) -> None:
-        self.records, self.views, self.steps = records, views, steps
+        self.records, self.frames, self.steps = records, frames, steps
         self.step_seconds, self.stopped = step_seconds, stopped
 
 
@@ -131,31 +132,28 @@ def _job(job: GpuJob) -> GpuResult:
     """Inside the GPU call: replay, act, record. Refusals and failures become gr.Errors that
     keep their sentence."""
     start = time.monotonic()
-    eng = None
+    run = RunHistory(dataclasses.replace(job.config, device="auto", dtype=GPU_DTYPE))
     try:
-        eng = LLMEngine(dataclasses.replace(job.config, device="auto", dtype=GPU_DTYPE))
-        built = time.monotonic()  # what comes after is model steps (the clock counts them apart)
-        for rec in job.log:
-            eng.apply(rec)
-        records, views, base = [], {}, len(job.log)
+        run.any_engine()  # built first: what comes after is model steps (the clock counts them apart)
+        built = time.monotonic()
+        run.replay(job.log)
+        base = len(run)
         for rec in job.new_ops:
             op = ops.parse(rec)
-            Session.check_op(op, eng, job.log + records)
-            if isinstance(op, ops.Step) and not eng.has_pending_work():
+            Session.check_op(op, run.engine, run.log)
+            if isinstance(op, ops.Step) and not run.engine.has_pending_work():
                 raise UserError("no request is waiting or running: add a request first")
-            eng.apply(op)
-            records.append(eng.trace[-1])
-            views[base + len(records)] = View.of(eng)
+            run.act(op)
         stopped = "done"
-        while job.max_steps and eng.has_pending_work():
-            if len(records) >= job.max_steps or time.monotonic() - start > job.stop_after:
-                stopped = "steps" if len(records) >= job.max_steps else "time"
+        while job.max_steps and run.engine.has_pending_work():
+            if len(run) - base >= job.max_steps or time.monotonic() - start > job.stop_after:
+                stopped = "steps" if len(run) - base >= job.max_steps else "time"
                 break
-            eng.apply(ops.Step())
-            records.append(eng.trace[-1])
-            views[base + len(records)] = View.of(eng)
+            run.act(ops.Step())
+        records = run.log[base:]
+        frames = {p: run.recorded(p) for p in range(base + 1, len(run) + 1)}
         steps = model_steps(job.log) + model_steps(records)
-        return GpuResult(records, views, steps, time.monotonic() - built, stopped)
+        return GpuResult(records, frames, steps, time.monotonic() - built, stopped)
     except (UserError, ValueError, OutOfBlocks) as err:
         raise refused("the GPU run", str(err)) from None
     except Exception as err:  # a bug: its traceback to the log, a sentence to the visitor
@@ -163,8 +161,7 @@ def _job(job: GpuJob) -> GpuResult:
         raise refused("the GPU run", f"something went wrong on the GPU ({type(err).__name__}); "
                       "this session's operation log is intact") from None
     finally:
-        if eng is not None:
-            eng.close()
+        run.let_go()
 
 
 #: the one GPU function (ZeroGPU registers it at launch), asking for the job's own estimate
@@ -235,7 +232,7 @@ def _on_gpu(clock: GpuClock, session: Session, new_ops: list[dict], run: int) ->
         gr.Warning(f"No GPU this time ({err.title}). {err.message} This runs on the CPU instead.")
         return False
     clock.learn_gpu(result.steps, result.step_seconds, time.monotonic() - started)
-    session.adopt(len(log), result.records, result.views)
+    session.adopt(len(log), result.records, result.frames)
     if result.stopped == "time":
         session.notice = (f"The GPU call's {seconds} s ran out after {len(result.records)} "
                           "steps; press Run to the end again to go on")

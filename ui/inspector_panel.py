@@ -39,7 +39,7 @@ CPU_NOTE = {"cpu": ("**CPU block c{b}** (swap space): {what}. The inspector read
 
 def block_summary(session: Session, b: int) -> str:
     """The inspector's note on block `b` as it is now."""
-    return describe_block(session.view().snapshot, session.decode, session.config.block_size, b)
+    return describe_block(session.frame().snapshot, session.decode, session.config.block_size, b)
 
 
 def describe_block(snap, decode, size: int, b: int) -> str:
@@ -141,7 +141,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     @guard
     def on_inspect(b, lyr, session: Session, ls=None, r=None):
         """Show K/V: block `b` in layer `lyr` of the engine the picture shows."""
-        snap = lesson_snapshot(ls) if session.lesson_front else session.view().snapshot
+        snap = lesson_snapshot(ls) if session.lesson_front else session.frame().snapshot
         if snap is None:
             return "Press Start: the lesson's engine is not running yet.", None
         b = limits.whole(0 if b is None else b, "block id", 0, snap.num_blocks - 1)
@@ -160,7 +160,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         lesson = session.lesson_front  # the picture shows a lesson's engine: inspect its blocks
         unchanged = tuple(gr.update() for _ in page.outs)
         if what in ("cpu", "tier") and target.isdigit():
-            snap = lesson_snapshot(ls) if lesson else session.view().snapshot
+            snap = lesson_snapshot(ls) if lesson else session.frame().snapshot
             decode = ls.run.engine.decode if lesson and ls.run else session.decode
             note_text = cpu_block(snap, decode, what, int(target)) if snap is not None else ""
             return (*(unchanged if lesson else show(session)), gr.update(open=True), note_text,
@@ -171,7 +171,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
             ls.inspected = int(target)
             summary, figure = lesson_block(ls, int(target))
             return (*unchanged, gr.update(open=True), summary, int(target), figure)
-        if what == "seq" and target.isdigit() and int(target) in session.view().snapshot.sequences:
+        if what == "seq" and target.isdigit() and int(target) in session.frame().snapshot.sequences:
             session.selected_seq = int(target)
             return (*show(session), *keep)
         if what != "block" or not target.isdigit() or int(target) >= session.config.num_gpu_blocks:
@@ -181,7 +181,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         if session.config.dry:  # dry mode: bookkeeping only, no tensors to show
             return (*show(session), gr.update(open=True), block_summary(session, b) + DRY_NOTE, b,
                     None)
-        summary, figure = on_inspect(b, block_layer(session.view().snapshot, b), session)
+        summary, figure = on_inspect(b, block_layer(session.frame().snapshot, b), session)
         return (*show(session), gr.update(open=True), summary, b, figure)
 
     def on_follow(lyr, session: Session, ls=None, r=None):
@@ -198,7 +198,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
                 return summary + DRY_NOTE, None
             return summary + PAST_NOTE, None
         b = session.selected_block
-        if b is None or not 0 <= b < session.view().snapshot.num_blocks:
+        if b is None or not 0 <= b < session.frame().snapshot.num_blocks:
             return gr.update(), gr.update()
         summary = block_summary(session, b)
         if session.config.dry:

@@ -57,7 +57,7 @@ def _chosen(session: Session, snap: Any) -> int | None:
 def pool_at(session: Session, box: tuple[int, int] | None) -> Any:
     """The main picture at the session's cursor, fitted to `box`. Serving's sequences are named
     by their requests ("req 3 · beam 1 (seq 7)"), a request selected in the timeline outlined."""
-    view = session.view()
+    view = session.frame()
     snap = view.snapshot
     events = list(view.events) if session.pos else []
     block = session.selected_block
@@ -72,7 +72,7 @@ def pool_at(session: Session, box: tuple[int, int] | None) -> Any:
 def session_fit(session: Session) -> tuple[Any, tuple[int, int] | None]:
     """(the main picture, the box of the view under it; None: no view) at the session's
     cursor: the two share the page's box (ui/picture_split.py)."""
-    key = (session.pos, len(session.ops), id(session.view()),
+    key = (session.pos, len(session.ops), id(session.frame()),
            session.presenter, session.selected_seq, session.selected_block,
            session.selected_request)
     return fit_split(session.fits, key, session.box, session.view_choice, lambda box: pool_at(session, box))
@@ -86,7 +86,7 @@ def session_figure(session: Session) -> Any:
 def render(session: Session) -> tuple:
     """The page at the session's cursor, from the view recorded there (no engine work on Back,
     Next or the timeline)."""
-    view = session.view()
+    view = session.frame()
     snap = view.snapshot
     events = list(view.events) if session.pos else []
     live = [str(s) for s in snap.sequences]

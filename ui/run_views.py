@@ -1,6 +1,6 @@
 """The views of the run under the main picture (request timeline, memory over time, the prefix
 cache as a tree) for a session, a lesson page or a classroom room: which figure, from which
-recorded data, in which box. Pure reads: a session's recorded views (ui/recorded_view.py), a
+recorded data, in which box. Pure reads: a session's recorded frames (history/frame.py), a
 lesson's recorded pages, a room's published view; no engine moves for any of them.
 
 The picture and its view share the picture's box (ui/picture_split.py): on a slide the picture
@@ -53,7 +53,7 @@ def session_series(session: Any) -> list[MemoryPoint]:
 def session_timeline(session: Any) -> Any:
     """The whole run's timeline: recorded at the log's end, else at the cursor."""
     end = session.recorded(len(session.ops))
-    return (end or session.view()).timeline
+    return (end or session.frame()).timeline
 
 
 def session_view(session: Any, box: tuple[int, int] | None) -> Any:
@@ -64,7 +64,7 @@ def session_view(session: Any, box: tuple[int, int] | None) -> Any:
         return None
     large = session.presenter
     if choice == "prefix tree":
-        view = session.view()
+        view = session.frame()
         previous = session.recorded(session.pos - 1) if session.pos else None
         before = session.prefix_tree(previous) if previous is not None else None
         return prefix_tree_figure(session.prefix_tree(view), view.events if session.pos else (),
@@ -74,7 +74,7 @@ def session_view(session: Any, box: tuple[int, int] | None) -> Any:
         series = session_series(session)
         if not series:
             return note_figure("Memory over time", NO_STEPS, box, large)
-        return memory_figure(series, session.view().snapshot.num_blocks, session.pos, box=box,
+        return memory_figure(series, session.frame().snapshot.num_blocks, session.pos, box=box,
                              large=large)
     timeline = session_timeline(session)
     if timeline is None or not timeline.steps:

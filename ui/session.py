@@ -1,13 +1,12 @@
-"""One browser session: its engine config and operation log, an engine at the log's cursor, and
-what the page drew at every point of the log.
+"""One browser session of the Playground and Serving: its run (history/run_history.py: the config,
+the op log, the cursor, recorded frames, checkpoints, the engine) and, beside it, what the page
+shows of it: the selection, the view under the picture, the picture's box, presenter mode, and
+which run the picture shows (`front`: this session, or the lesson in front).
 
-The op log is the source of truth (DESIGN principle 3). Back, Next and the timeline move a cursor
-over it and draw the VIEW recorded when the engine was at that point (its snapshot, events,
-requests: small), with no engine work. The engine moves only when the user acts from a past
-point (editor semantics: the future is dropped) or asks it for K/V there, and then from the
-nearest CHECKPOINT at or before that point (engine/checkpoint.py), not from the start. The engine,
-which may hold the shared model, is never deep-copied: gr.State copies its initial value for
-every new session, and `__deepcopy__` hands each one a fresh, empty session instead.
+The run's engine may hold the shared model and is never deep-copied: gr.State copies its initial
+value for every new session, and `__deepcopy__` hands each one a fresh, empty session instead.
+The engine counts in the sessions' memory budget (ui/session_budget.py) from the moment the run
+builds it until the session lets go.
 """
 
 from __future__ import annotations
@@ -18,14 +17,15 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 import zlib
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
+from history import Frame, RunHistory
 from ui import limits
 from ui.limits import UserError
 from ui.picture_split import FitMemo
-from ui.recorded_view import View
 from ui.session_budget import BUDGET, reserve
 
 # The limits this module enforces itself (ui/limits.py reads them from the environment); kept as
@@ -36,214 +36,188 @@ ALLOWED_MODELS = limits.ALLOWED_MODELS
 MAX_SESSIONS = limits.MAX_SESSIONS
 
 
-__all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "View",
-           "live_sessions"]
-
-
-#: a checkpoint every CHECKPOINT_EVERY operations at first; past MAX_CHECKPOINTS the spacing
-#: doubles (every other one goes), so a long log keeps few, and a rebuild replays at most about
-#: MAX_OPS / MAX_CHECKPOINTS * 2 operations
-CHECKPOINT_EVERY = 8
-MAX_CHECKPOINTS = 12
+__all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
 
 
 class Session:
     def __init__(self, config: EngineConfig | None = None) -> None:
-        self.config = config or EngineConfig(model=None, block_size=4, num_gpu_blocks=32)
-        limits.check_config(self.config)
-        self.ops: list[dict[str, Any]] = []
-        self.pos = 0  # the engine shows ops[:pos]
-        self._engine: LLMEngine | None = None
-        self._at = 0  # the engine shows ops[:_at] (it may be ahead of the cursor after Back)
-        self._views: dict[int, View] = {}  # position -> what the page draws there
-        self._checkpoints: dict[int, Any] = {}  # position -> engine checkpoint
-        self._every = CHECKPOINT_EVERY
-        self.lock = threading.Lock()  # a fast clicker cannot interleave two operations
-        # what the picture outlines (a view choice, not an operation: not in the op log)
-        self.selected_seq: int | None = None
-        self.selected_block: int | None = None
-        self.lesson_front = False  # the picture shows a lesson's engine, not this session's
+        config = config or EngineConfig(model=None, block_size=4, num_gpu_blocks=32)
+        limits.check_config(config)
+        # the run reaches the budget through weak references: no cycle holds a dropped session's
+        # engine until the garbage collector comes
+        self.run_history = RunHistory(config, admit=_weakly(self._admit), hold=_weakly(self._hold))
+        self.lock = threading.Lock()  # held while acting: a fast clicker cannot interleave two
         self.active_at = time.monotonic()  # the visitor's last action (idle sessions let go)
         self.notice = ""  # a sentence for the visitor's next action (ui/page.py shows it)
         self.warned = ""  # the last refusal ui/page.py's show() warned about (said once)
-        self._adopted: set[int] = set()  # positions whose views a GPU call recorded
-        self._pool_bytes = 0  # the engine's KV pool, swap space and CPU tier (caps checkpoints)
+        # what the page shows of the run (not operations: not in the op log)
+        self.selected_seq: int | None = None
+        self.selected_block: int | None = None
         self.presenter = False  # large type in the picture (presenter mode)
         self.box: tuple[int, int] | None = None  # the page's room for the picture (ui/picture_box.py)
         self.box_at = 0  # when the page measured it (a later report wins)
-        # the view of the run under the picture (ui/views_panel.py) and what it selects
-        self.view_choice = "none"
+        self.view_choice = "none"  # the view of the run under the picture (ui/views_panel.py)
         self.selected_request: int | None = None
         self.open_request: int | None = None  # a sample or beam group opened into its sequences
         self.fits = FitMemo()  # how the picture and the view under it shared the box, per state
         self.view_drawn: tuple | None = None  # what the view under the picture last followed
+        self._front: Any = None  # a lesson in front of the picture (None: this session)
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
 
     def fresh(self, config: EngineConfig | None = None) -> Session:
         """A new, empty session (Reset, new settings) that keeps how the page looks: presenter
-        mode, the picture's box, which engine is in front."""
+        mode, the picture's box, the view under it, which run is in front."""
         new = Session(config or self.config)
-        new.presenter, new.box, new.lesson_front = self.presenter, self.box, self.lesson_front
+        new.presenter, new.box, new.box_at = self.presenter, self.box, self.box_at
         new.view_choice = self.view_choice
+        new._front = self._front
+        self.close()
         return new
 
-    # A session pickles as config + op log (and what the page shows besides: selection, lesson in
-    # front, presenter mode); unpickled, it rebuilds its engine by replay. (On ZeroGPU a GPU call
-    # gets plain data instead, and its views come back: ui/gpu_jobs.py.)
-    _VIEW = ("selected_seq", "selected_block", "lesson_front", "presenter", "box", "view_choice")
+    # A session pickles as config + op log (and the page's choices); unpickled, it rebuilds its
+    # engine by replay. (On ZeroGPU a GPU call gets plain data instead: ui/gpu_jobs.py.)
+    _LOOK = ("selected_seq", "selected_block", "presenter", "box", "view_choice")
 
     def __getstate__(self) -> dict[str, Any]:
         return {"config": self.config, "ops": self.ops, "pos": self.pos,
-                "view": {k: getattr(self, k) for k in self._VIEW}}
+                "look": {k: getattr(self, k) for k in self._LOOK}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"])
-        self.ops, self.pos = state["ops"], state["pos"]
-        for k, v in state.get("view", {}).items():
-            if k in self._VIEW:
+        self.run_history.log.extend(state["ops"])
+        self.run_history.pos = state["pos"]
+        for k, v in state.get("look", {}).items():
+            if k in self._LOOK:
                 setattr(self, k, v)
+
+    @property
+    def front(self) -> Any:
+        """What the picture shows: this session, or the lesson in front (ui/front.py)."""
+        return self if self._front is None else self._front
+
+    @front.setter
+    def front(self, shown: Any) -> None:
+        self._front = None if shown is self else shown  # never a cycle through itself
+
+    # ---- the run ----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.run_history.config
+
+    @property
+    def ops(self) -> list[dict[str, Any]]:
+        """The op log (the run's own list: read it, act through `run`)."""
+        return self.run_history.log
+
+    @property
+    def pos(self) -> int:
+        return self.run_history.pos
 
     @property
     def engine(self) -> LLMEngine:
         """The engine at the cursor, moved there if it is elsewhere."""
-        if self._engine is None or self._at != self.pos:
-            self._move_engine(self.pos)
-        return self._engine
+        return self.run_history.engine
 
     @property
     def engine_ready(self) -> bool:
         """Whether the engine is at the cursor now (asking for it costs nothing)."""
-        return self._engine is not None and self._at == self.pos
+        return self.run_history.engine_ready()
 
     def behind(self) -> list[dict[str, Any]]:
-        """The operations the engine here would apply to reach the cursor: from where it is,
-        from its nearest checkpoint after a Back, the whole log without an engine."""
-        if self._engine is None:
-            return self.ops[: self.pos]
-        if self._at <= self.pos:
-            return self.ops[self._at: self.pos]
-        return self.ops[max((p for p in self._checkpoints if p <= self.pos), default=0): self.pos]
+        """The operations the engine would apply to reach the cursor."""
+        return self.run_history.behind()
 
-    def view(self) -> View:
+    def frame(self) -> Frame:
         """What the page draws at the cursor: recorded, or recorded now."""
-        view = self._views.get(self.pos)
-        if view is None:
-            view = self._views[self.pos] = View.of(self.engine)
-        return view
+        return self.run_history.frame()
 
-    def recorded(self, pos: int) -> View | None:
-        """The view recorded at position `pos` of the log, if there is one (no engine work)."""
-        return self._views.get(pos)
+    def recorded(self, pos: int) -> Frame | None:
+        return self.run_history.recorded(pos)
 
-    def prefix_tree(self, view: View) -> Any:
-        """The prefix cache of a recorded view as a tree, from the engine the session holds
-        wherever it is in the log (what it knows of the hash chain holds at every point)."""
-        if self._engine is None:
-            self._build_engine()
-        return self._engine.prefix_tree(view.snapshot)
+    def prefix_tree(self, frame: Frame) -> Any:
+        return self.run_history.prefix_tree(frame)
 
     def decode(self, token_ids: Any) -> str:
-        """Token ids as text (the tokenizer's: the same at every point of the log, so an engine
-        anywhere in it will do, and drawing a view never replays)."""
-        if self._engine is None:
-            self._build_engine()
-        return self._engine.decode(token_ids)
+        return self.run_history.decode(token_ids)
 
-    def _build_engine(self) -> None:
-        """A new engine at the log's start, counted in the sessions' memory budget."""
+    def run(self, op: ops.Op) -> Any:
+        """Run one engine operation (engine/ops.py) at the cursor; returns its result. A refused
+        operation changes nothing; so does one that fails unexpectedly (the run rebuilds its
+        engine from the log, which holds only operations that succeeded), and the visitor gets
+        a message instead of a traceback."""
+        with self.lock:
+            self.active_at = time.monotonic()
+            BUDGET.sweep()  # sessions idle past the limit let go, whatever the pressure
+            if self.pos >= MAX_OPS:
+                raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
+                                "press Reset or export the trace and start again")
+            self.check_op(op, self.engine, self.ops[: self.pos])
+            try:
+                return self.run_history.act(op)
+            except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
+                raise UserError(str(err)) from err
+            except Exception as err:
+                traceback.print_exc(file=sys.stderr)
+                raise UserError(f"the {op.name} operation failed inside the engine "
+                                f"({type(err).__name__}: {err}); the session is as it was "
+                                "before it") from err
+
+    #: the per-session limits of ui/limits.py, for a click and for every op of a trace
+    check_op = staticmethod(limits.check_op)
+
+    def goto(self, pos: int) -> None:
+        """Move the cursor: the page draws the frame recorded there; the engine stays where it
+        is until an operation (or a K/V read) needs it at the cursor."""
+        self.active_at = time.monotonic()
+        self.run_history.goto(pos)
+
+    def undo(self) -> None:
+        self.run_history.undo()
+
+    def adopt(self, base: int, records: list[dict[str, Any]], frames: dict[int, Frame]) -> None:
+        """Take on what a GPU call did from position `base` (ui/gpu_jobs.py)."""
+        with self.lock:
+            try:
+                self.run_history.adopt(base, records, frames, elsewhere="the GPU")
+            except ValueError as err:
+                raise UserError(str(err)) from err
+            self.active_at = time.monotonic()
+
+    def take_notice(self) -> str:
+        notice, self.notice = self.notice or self.run_history.take_notice(), ""
+        return notice
+
+    # ---- the engine's memory ------------------------------------------------------------------------
+
+    def _admit(self, config: EngineConfig) -> None:
+        """Before the run builds an engine: room for it in the sessions' budget, or a refusal."""
         BUDGET.sweep()
-        BUDGET.admit(self, reserve(self.config, BUDGET.block_bytes(self.config)), MAX_SESSIONS)
-        self._hold(LLMEngine(self.config))
-        self._at = 0
-        self._note(self._engine)
+        BUDGET.admit(self, reserve(config, BUDGET.block_bytes(config)), MAX_SESSIONS)
 
     def _hold(self, eng: LLMEngine) -> None:
-        """Hold `eng`, counted at its exact size (the first engine of a model is known only once
-        it is built); refused, it is closed at once."""
+        """The run built `eng`: counted at its exact size (the first engine of a model is known
+        only once built); refused, the run closes it."""
         info = eng.engine_info()
-        BUDGET.learn(self.config, info)
-        need = reserve(self.config, info.get("kv bytes per block"))
-        try:
-            BUDGET.admit(self, need, MAX_SESSIONS)
-        except UserError:
-            eng.close()
-            raise
-        self._engine, self._pool_bytes = eng, need // 2
-
-    def _move_engine(self, pos: int) -> None:
-        """Bring the engine to ops[:pos]: forward by applying the ops in between, back from the
-        nearest checkpoint at or before pos, or, without an engine, by replaying the log."""
-        eng = self._engine
-        if eng is not None and self._at > pos:
-            start = max((p for p in self._checkpoints if p <= pos), default=None)
-            if start is None:
-                eng = None
-            else:
-                eng.restore(self._checkpoints[start])
-                self._at = start
-        if eng is None:
-            self._build_engine()
-            eng = self._engine
-        for op in self.ops[self._at: pos]:
-            eng.apply(op)
-            self._at += 1
-            if self._at in self._adopted:
-                self._check_adopted(eng)
-            self._note(eng)
-
-    def _check_adopted(self, eng: LLMEngine) -> None:
-        """The engine here has replayed up to a view a GPU call recorded: the same bookkeeping
-        (tokens, tables, blocks), or, where the two devices' rounding chose another token, the
-        page goes on from this engine's views and says so."""
-        if self._views[self._at].snapshot == eng.snapshot():
-            return
-        stale = {p for p in self._adopted if p >= self._at}
-        self._views = {p: v for p, v in self._views.items() if p not in stale}
-        self._adopted -= stale
-        self.notice = (f"Replayed here on the CPU, operation {self._at} chose other tokens than "
-                       "the GPU did (the two round differently); the page now shows the CPU's run")
-
-    def _note(self, eng: LLMEngine) -> None:
-        """Record the view at the engine's point, and a checkpoint where one is due."""
-        at = self._at
-        if at not in self._views:
-            self._views[at] = View.of(eng)
-        if at % self._every == 0 and at not in self._checkpoints:
-            checkpoint = eng.checkpoint()
-            if checkpoint is not None:
-                self._checkpoints[at] = checkpoint
-            # at most MAX_CHECKPOINTS, holding at most the pool's own bytes (the budget counts a
-            # session at twice its pool): past either, every other one goes
-            while len(self._checkpoints) > 1 and (len(self._checkpoints) > MAX_CHECKPOINTS or sum(
-                    c.kv_bytes for c in self._checkpoints.values()) > self._pool_bytes):
-                self._every *= 2
-                self._checkpoints = {p: c for p, c in self._checkpoints.items()
-                                     if p % self._every == 0}
-
-    def _drop_future(self, pos: int) -> None:
-        """The log now ends at pos: what was recorded after it is gone."""
-        self.ops = self.ops[:pos]
-        self._adopted = {p for p in self._adopted if p <= pos}
-        self._views = {p: v for p, v in self._views.items() if p <= pos}
-        self._checkpoints = {p: c for p, c in self._checkpoints.items() if p <= pos}
+        BUDGET.learn(eng.config, info)
+        BUDGET.admit(self, reserve(eng.config, info.get("kv bytes per block")), MAX_SESSIONS)
 
     def close(self) -> None:
         """The browser session ended: let go of the engine (and its KV pool) now."""
-        self._engine = None  # the engine holds no cycle: its KV pool goes with this reference
-        self._checkpoints, self._at = {}, 0  # their saved K/V go too
+        self.run_history.let_go()
         BUDGET.release(self)
 
     def let_go(self, idle: bool = False) -> bool:
-        """Let go of the engine to make room (ui/session_budget.py): the log and the views stay,
+        """Let go of the engine to make room (ui/session_budget.py): the log and the frames stay,
         and the next action rebuilds the engine from the log. Not while the session is acting."""
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            held = self._engine is not None
             minutes = (time.monotonic() - self.active_at) / 60
-            self.close()
+            held = self.run_history.let_go()
+            BUDGET.release(self)
             if held and idle:
                 self.notice = (f"This session was idle for {minutes:.0f} minutes, so its engine "
                                "was let go to make room for other visitors; it is rebuilt "
@@ -252,73 +226,7 @@ class Session:
         finally:
             self.lock.release()
 
-    def adopt(self, base: int, records: list[dict[str, Any]], views: dict[int, View]) -> None:
-        """Take on what a GPU call did from position `base` (ui/gpu_jobs.py): its operations and
-        the views it recorded. Back, Next and the timeline draw those; the engine here replays
-        the operations only when the visitor acts on it, checked against the views."""
-        with self.lock:
-            if base != self.pos or base > len(self.ops):
-                raise UserError("this session moved while the GPU ran; press the button again")
-            if self._engine is not None and self._at > base:  # after a Back: to base first
-                self._move_engine(base)
-            self._drop_future(base)
-            self.ops.extend(records)
-            self._views.update(views)
-            self._adopted.update(views)
-            self.pos = len(self.ops)
-            self.active_at = time.monotonic()
-
-    def take_notice(self) -> str:
-        notice, self.notice = self.notice, ""
-        return notice
-
-
-    def run(self, op: ops.Op) -> Any:
-        """Run one engine operation (engine/ops.py) at the cursor; returns its result. A refused
-        operation changes nothing; so does one that fails unexpectedly: the engine is rebuilt
-        from the log, which holds only operations that succeeded, and the user gets a message
-        instead of a traceback."""
-        with self.lock:
-            self.active_at = time.monotonic()
-            BUDGET.sweep()  # sessions idle past the limit let go, whatever the pressure
-            if self.pos >= MAX_OPS:
-                raise UserError(f"this session has {MAX_OPS} operations, the most it keeps; "
-                                "press Reset or export the trace and start again")
-            eng = self.engine
-            self.check_op(op, eng, self.ops[: self.pos])
-            try:
-                result = eng.apply(op)
-            except (ValueError, OutOfBlocks) as err:  # all or nothing: the engine is as it was
-                raise UserError(str(err)) from err
-            except Exception as err:
-                # Not all-or-nothing any more: drop the engine; the next access rebuilds it.
-                self._engine, self._checkpoints, self._at = None, {}, 0
-                traceback.print_exc(file=sys.stderr)
-                raise UserError(f"the {op.name} operation failed inside the engine "
-                                f"({type(err).__name__}: {err}); the session is as it was "
-                                "before it") from err
-            self._drop_future(self.pos)
-            self.ops.append(eng.trace[-1])
-            self.pos = self._at = len(self.ops)
-            self._note(eng)
-            return result
-
-    #: the per-session limits of ui/limits.py, for a click and for every op of a trace
-    check_op = staticmethod(limits.check_op)
-
-    def goto(self, pos: int) -> None:
-        """Move the cursor: the page draws the view recorded there; the engine stays where it is
-        until an operation (or a K/V read) needs it at the cursor."""
-        with self.lock:
-            self.active_at = time.monotonic()
-            self.pos = max(0, min(int(pos), len(self.ops)))
-            if self.pos not in self._views:  # e.g. a session rebuilt from its pickled log
-                self._move_engine(self.pos)
-
-    def undo(self) -> None:
-        with self.lock:
-            self.pos = max(0, self.pos - 1)
-            self._drop_future(self.pos)
+    # ---- traces and links ------------------------------------------------------------------------------
 
     def export(self) -> dict[str, Any]:
         return {"version": 1, "config": self.config.to_dict(), "ops": self.ops[: self.pos]}
@@ -346,30 +254,31 @@ class Session:
             limits.check_config(config)
         except UserError as err:
             raise UserError(f"this trace cannot run here: {err}") from err
+        cls._check_trace_limits(config, records)
         session = cls(config)
         try:
-            # the limits a click would meet, checked before anything runs (a trace could
-            # otherwise ask for more than any session may do)
-            probe = LLMEngine(config) if config.dry else None
-            for i, record in enumerate(records):
-                try:
-                    op = ops.parse(record)
-                except ValueError:
-                    continue  # a malformed record: the replay below says what is wrong with it
-                try:
-                    cls.check_op(op, probe, records[:i])
-                except UserError as err:
-                    raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
-            engine = LLMEngine.replay(config, records)
+            session.run_history.replay(records)
         except (ValueError, OutOfBlocks) as err:
-            if isinstance(err, UserError):
-                raise
-            raise UserError(f"the trace does not replay: {err}") from err
-        session._hold(engine)
-        session.ops = engine.trace
-        session.pos = session._at = len(session.ops)
-        session._note(engine)
+            session.close()
+            i = len(session.ops)
+            raise UserError(f"the trace does not replay: operation {i} ({records[i]!r:.80}) "
+                            f"failed: {err}") from err
         return session
+
+    @classmethod
+    def _check_trace_limits(cls, config: EngineConfig, records: list[Any]) -> None:
+        """The limits a click would meet, checked on every operation before anything runs (a
+        trace could otherwise ask for more than any session may do)."""
+        probe = LLMEngine(config) if config.dry else None
+        for i, record in enumerate(records):
+            try:
+                op = ops.parse(record)
+            except ValueError:
+                continue  # a malformed record: the replay says what is wrong with it
+            try:
+                cls.check_op(op, probe, records[:i])
+            except UserError as err:
+                raise UserError(f"the trace's operation {i} exceeds a limit: {err}") from err
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Session:
@@ -391,6 +300,17 @@ class Session:
         except (ValueError, zlib.error) as err:
             raise UserError(f"the link's trace is damaged: {err}") from err
         return cls.from_bytes(raw)
+
+
+def _weakly(method: Any) -> Any:
+    """`method`, called through a weak reference to its object (a no-op once it is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+    return call
 
 
 def live_sessions() -> int:

@@ -58,7 +58,7 @@ def shards_update(session: Any, ls: Any = None) -> Any:
     if session.config.tensor_parallel_size == 1:
         return gr.update(visible=False)
     with session.lock:  # not while an operation (or its replay) is under way
-        view = session.view()
+        view = session.frame()
         return gr.update(value=shards_figure(view.snapshot, view.info), visible=True)
 
 

@@ -116,7 +116,7 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         elif what == "lane":  # a group's label opens it into its sequences, or closes it
             session.open_request = None if session.open_request == rid else rid
         session.selected_request = rid
-        seq = request_seq(session.view().requests, rid)
+        seq = request_seq(session.frame().requests, rid)
         if seq is not None:
             session.selected_seq = seq
         return (*show(session), *draw(session, ls))

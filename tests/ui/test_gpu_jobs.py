@@ -41,20 +41,20 @@ def test_a_gpu_job_replays_runs_to_the_end_and_comes_back_pickled(tiny_model):
     result = pickle.loads(pickle.dumps(run_job(job(on_gpu))))  # as ZeroGPU's queue carries it
     run_here(here)
     assert result.stopped == "done" and result.records == here.ops[2:]
-    assert set(result.views) == set(range(3, len(here.ops) + 1))
-    for pos, view in result.views.items():
+    assert set(result.frames) == set(range(3, len(here.ops) + 1))
+    for pos, view in result.frames.items():
         here.goto(pos)
-        assert view.snapshot == here.view().snapshot and view.events == here.view().events
-    texts = {o.request_id: [c.text for c in o.outputs] for o in here.view().finished}
+        assert view.snapshot == here.frame().snapshot and view.events == here.frame().events
+    texts = {o.request_id: [c.text for c in o.outputs] for o in here.frame().finished}
     assert {o.request_id: [c.text for c in o.outputs] for o in view.finished} == texts
     assert all(t for outs in texts.values() for t in outs)
 
 
 def test_adopted_views_draw_without_the_engine_until_the_visitor_acts(tiny_model):
     s, here = serving(), serving()
-    s.view()  # the engine here stands at operation 2
+    s.frame()  # the engine here stands at operation 2
     result = run_job(job(s))
-    s.adopt(2, result.records, result.views)
+    s.adopt(2, result.records, result.frames)
     end = s.pos
     s.goto(end - 3)
     s.goto(end)
@@ -62,14 +62,14 @@ def test_adopted_views_draw_without_the_engine_until_the_visitor_acts(tiny_model
     run_here(here)
     s.run(ops.AddRequest("Again", SamplingParams(max_tokens=2)))  # replays, checked, then acts
     here.run(ops.AddRequest("Again", SamplingParams(max_tokens=2)))
-    assert s.take_notice() == "" and s.view().snapshot == here.view().snapshot
+    assert s.take_notice() == "" and s.frame().snapshot == here.frame().snapshot
 
 
 def test_a_replay_that_parts_from_the_gpus_tokens_says_so(tiny_model):
     s = serving("Another prompt entirely")
     other = serving()
     result = run_job(job(other))  # the same records, another run's views
-    s.adopt(2, result.records, result.views)
+    s.adopt(2, result.records, result.frames)
     s.run(ops.AddRequest("Again", SamplingParams(max_tokens=2)))
     assert "chose other tokens than the GPU did" in s.take_notice()
     here = serving("Another prompt entirely")
@@ -77,7 +77,7 @@ def test_a_replay_that_parts_from_the_gpus_tokens_says_so(tiny_model):
     for pos in range(3, len(result.records) + 3):  # the page now shows this engine's own run
         s.goto(pos)
         here.goto(pos)
-        assert s.view().snapshot == here.view().snapshot
+        assert s.frame().snapshot == here.frame().snapshot
 
 
 def test_refusals_inside_a_gpu_job_keep_their_sentence(tiny_model):
@@ -93,7 +93,7 @@ def test_refusals_inside_a_gpu_job_keep_their_sentence(tiny_model):
 
 def test_a_run_out_of_time_stops_between_steps_and_says_so(tiny_model):
     s = serving()
-    s.view()
+    s.frame()
     assert gpu_jobs._on_gpu(GpuClock(gpu_step_s=0, gpu_start_s=0), s, [], 50)
     assert len(s.ops) == 2 and s.engine.has_pending_work()  # nothing done; the run waits
     assert "ran out after" in s.take_notice()
@@ -126,12 +126,12 @@ def test_no_gpu_this_time_runs_the_work_here_and_says_so(tiny_model, monkeypatch
     run_here(here)
     assert warned == ["No GPU this time (ZeroGPU quota exceeded). You have exceeded your free "
                       "ZeroGPU quota (9s requested vs. 2s left). This runs on the CPU instead."]
-    assert s.ops == here.ops and s.view().snapshot == here.view().snapshot
+    assert s.ops == here.ops and s.frame().snapshot == here.frame().snapshot
 
 
 def test_a_run_longer_than_its_estimate_still_runs_to_the_end(tiny_model):
     s, here = serving(), serving()
-    s.view()
+    s.frame()
     assert gpu_jobs._on_gpu(GpuClock(), s, [], 1)  # sized for one step, capped at MAX_RUN_STEPS
     run_here(here)
     assert s.ops == here.ops and s.take_notice() == ""

@@ -57,9 +57,9 @@ def test_under_pressure_the_least_recently_active_idle_session_lets_go(budget):
     a, c = Session(TINY), Session(TINY)
     a.run(ops.AddSequence("first"))
     a.run(ops.Append(0, n=2))
-    drawn = [a.view().snapshot]
+    drawn = [a.frame().snapshot]
     a.goto(1)
-    drawn.insert(0, a.view().snapshot)
+    drawn.insert(0, a.frame().snapshot)
     c.run(ops.AddSequence("second"))
     a.active_at -= 100  # idle past the pressure limit, not the idle one
     third = Session(TINY)
@@ -68,12 +68,12 @@ def test_under_pressure_the_least_recently_active_idle_session_lets_go(budget):
     assert "idle for 2 minutes" in a.take_notice()
     for pos in (1, 2):  # Back and Next still draw what was recorded, with no engine
         a.goto(pos)
-        assert a.view().snapshot == drawn[pos - 1] and a not in b
+        assert a.frame().snapshot == drawn[pos - 1] and a not in b
     c.active_at -= 100  # now c is the one to go when a comes back
     a.run(ops.Append(0, n=1))  # rebuilt from its log, then the new op
     assert a in b and c not in b and len(a.ops) == 3
     a.goto(2)
-    assert a.view().snapshot == drawn[1]
+    assert a.frame().snapshot == drawn[1]
 
 
 def test_a_session_idle_past_the_limit_lets_go_without_pressure_but_not_while_acting(budget):
@@ -97,9 +97,9 @@ def test_checkpoints_hold_at_most_the_pool_itself(budget):
     s.run(ops.AddSequence("a short prompt"))
     for _ in range(48):
         s.run(ops.Append(0, n=1))
-    held = [c.kv_bytes for c in s._checkpoints.values()]
     pool = 16 * 4 * 1024  # tiny-random: 1 KiB a token
-    assert s._pool_bytes == pool and 0 < sum(held) <= pool and len(held) >= 2
+    run = s.run_history
+    assert 0 < run.checkpoint_bytes() <= pool and len(run.checkpoint_positions()) >= 2
     s.goto(30)
     s.run(ops.Append(0, n=1))  # acting from the past still comes back from a checkpoint
     assert len(s.ops) == 31

@@ -9,7 +9,8 @@ import pytest
 
 from engine import EngineConfig, SamplingParams, ops
 from ui.render import render
-from ui.session import CHECKPOINT_EVERY, Session
+from history.shelf import EVERY as CHECKPOINT_EVERY
+from ui.session import Session
 
 
 def drawn(session: Session) -> tuple:
