@@ -11,9 +11,10 @@ A GPU call (`run_job`) gets the session as plain data (engine config, op log, wh
 plays it as a run of its own (history/run_history.py) on the worker's GPU in float32: the log
 replayed, then the new operations or steps until the work is done or its time is nearly up. It
 returns the new operations and the frame recorded after each; the session's run here adopts them
-(RunHistory.adopt), so Back, Next and the timeline draw them at once. Its duration is sized to the work from what this app's earlier calls measured
-(`GpuClock`), and a refusal inside it reaches the visitor as its own sentence (a gr.Error:
-ZeroGPU would name any other exception by its class only).
+(RunHistory.adopt), so Back, Next and the timeline draw them at once. Its duration is sized to
+the work from what this app's earlier calls measured (`GpuClock`), and a refusal inside it
+reaches the visitor as its own sentence (a gr.Error: ZeroGPU would name any other exception by
+its class only).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from typing import Any
 import gradio as gr
 
 from engine import EngineConfig, OutOfBlocks, ops
+from history import Frame, RunHistory
 from ui import limits
 from ui.gpu import GPU_DTYPE, ON_ZEROGPU, gpu_function, spaces_error
 from ui.refusal import refused
-from history import Frame, RunHistory
 from ui.session import Session, UserError
 
 GPU_AFTER_S, GPU_MAX_S = limits.GPU_AFTER_SECONDS, limits.GPU_MAX_SECONDS

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, SamplingParams, ops
-from ui.render import render
 from history.shelf import EVERY as CHECKPOINT_EVERY
+from ui.render import render
 from ui.session import Session
 
 
