@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import EngineConfig, LLMEngine, OutOfBlocks
+from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from engine.core.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
 from engine.core.narration import plural  # the narration's own: "1 block", "2 blocks"
 from engine.core.units import gib, kib, mib  # noqa: F401  (lessons call them by name)
@@ -79,20 +79,21 @@ def _cell(v: Any) -> str:
 # ---- lesson 7: a workload and contiguous reservations ----------------------------------------------
 
 
-def admit(engine: LLMEngine, requests: Sequence[dict[str, Any]]) -> int:
-    """Add requests in order (prompt, then their output tokens) until the pool refuses one. The
-    refused operation leaves the engine as it was (all or nothing), so only whole requests stay."""
+def admit(act: Callable[[ops.Op], Any], requests: Sequence[dict[str, Any]]) -> int:
+    """Add requests in order (prompt, then their output tokens) until the pool refuses one, each
+    operation run by `act` (a lesson's run: its history records them). The refused operation
+    leaves the engine as it was (all or nothing), so only whole requests stay."""
     admitted = 0
     for r in requests:
         try:
-            seq = engine.add_sequence(list(r["prompt"]))
+            seq = act(ops.AddSequence(list(r["prompt"])))
         except OutOfBlocks:
             break
         if r["output"]:
             try:
-                engine.append(seq, n=r["output"])
+                act(ops.Append(seq, n=r["output"]))
             except OutOfBlocks:
-                engine.free(seq)
+                act(ops.Free(seq))
                 break
         admitted += 1
     return admitted

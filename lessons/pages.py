@@ -1,6 +1,7 @@
 """What a played lesson shows: a question before its step runs (`QuestionView`), a step after it
 ran (`StepView`, recorded: Back and Next show it again without engine work), and what the runner
-notes before each step to rebuild it by replay (`Mark`). lessons/runner.py makes them."""
+notes before each step to run it again (`Mark`: where the run's history stood, and what the
+lesson had bound). lessons/runner.py makes them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import EngineConfig, Event
+from engine import Event
 from engine.core.snapshot import Snapshot
 from lessons.questions import Verdict
 
@@ -44,9 +45,9 @@ class StepView:
     info: Mapping[str, Any] = field(default_factory=dict)  # the engine's description then
     max_model_len: int = 0
     seq_names: Mapping[int, str] = field(default_factory=dict)  # seq id -> the lesson's name
-    # the engine at the point the picture shows: its config and op log (engine_for rebuilds it)
-    config: EngineConfig | None = None
-    trace: tuple = ()
+    # where the picture's moment is in the lesson's run (history/run_history.py): the engine
+    # there is the one the inspector reads (LessonRun.engine_for)
+    pos: int = 0
     bands: tuple = ()  # rows under the pool the page asks for (`chain`, `reservation`)
     choices: tuple[str, ...] = ()  # a choice question's choices, as asked
 
@@ -57,10 +58,9 @@ class StepView:
 
 @dataclass
 class Mark:
-    """The state before a step: enough to rebuild it by replay."""
+    """The state before a step: enough to run it again."""
 
-    config: EngineConfig
-    trace: list[dict[str, Any]]
+    pos: int  # the run's history position the step starts from
     names: dict[str, Any]
     outputs: dict[int, Any]
     seq_names: dict[int, str] = field(default_factory=dict)

@@ -1,19 +1,20 @@
 """Playing a lesson on a live engine: Next runs a step's ops and fills its narration from the engine,
-Back and Next over steps already run show their recorded views (no engine work); Next past the
+Back and Next over steps already run show their recorded pages (no engine work); Next past the
 last one run runs the next step; Restart starts over.
 
-The engine's op log is the source of truth (DESIGN principle 3): before each step the runner notes
-the engine config, the length of the engine's trace and the lesson's bound names. A lesson is
-linear, so a step shown again is the view recorded when it ran (what a replay would give: the
-tests check it); `goto` to a step before the last one run rebuilds the engine with
-`LLMEngine.replay(config, trace[:n])` only when asked to run it again (`rerun=True`).
+A lesson's run is a run history (history/run_history.py), the same as the Playground's: every
+engine operation of every step goes through it, so its op log is the source of truth, a page's
+picture is a position in it, and the inspector reads the engine at that position
+(`engine_for`), moved there from a checkpoint. A lesson is linear, so a step shown again is the
+page recorded when it ran (what a replay would give: the tests check it); running a step again
+(`goto(i, rerun=True)`) moves the history's cursor back to where it started and drops the future.
 
 UI contract::
 
     run = LessonRun(lesson)                 # the engine is built on first use
     q = run.question_for_next()             # ask before Next (None when the step has no question)
     view = run.next()                       # StepView: title, narration_markdown, answer, events ...
-    run.back(); run.restart(); run.goto(i)  # the views of earlier steps, as recorded
+    run.back(); run.restart(); run.goto(i)  # the pages of earlier steps, as recorded
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from engine import LLMEngine, OutOfBlocks
+from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
 from engine.core.snapshot import Snapshot
+from history import RunHistory
 from lessons import context
 from lessons.context import KNOWN_NAMES, show
 from lessons.lesson import ENGINE_KEYS, Lesson, LessonError, Op, Text
@@ -82,22 +84,36 @@ class LessonRun:
         self.base_config = replace(lesson.config, device=device, dtype=dtype, **settings)
         self.verdicts: dict[int, Verdict] = {}  # step index -> the learner's checked prediction
         self.check_invariants = check_invariants
-        self._engine: LLMEngine | None = None
-        self._config = self.base_config
+        self.history = RunHistory(self.base_config)  # the lesson's run; its engine on first use
         self.state = PlayState()
         self._marks: list[Mark] = []
         self.views: list[StepView] = []
         self._shown: int | None = None  # the view on screen (None: the intro)
-        self._intro: tuple | None = None  # the intro's view, once the first step has run
-        self._replayed: tuple | None = None  # ((config, trace), engine): engine_for's rebuild
 
     # ---- the UI's API ----------------------------------------------------------------------------
 
     @property
     def engine(self) -> LLMEngine:
-        if self._engine is None:
-            self._engine = LLMEngine(self._config)
-        return self._engine
+        """The engine at the run's cursor: where the next step acts (moved there if need be)."""
+        return self.history.engine
+
+    @property
+    def config(self) -> EngineConfig:
+        """The engine config of the page on screen (a lesson's `engine` verb may change it)."""
+        return self.history.config_at(self.history.pos)
+
+    def decode(self, token_ids: Any) -> str:
+        """Token ids as text (the same at every page: no engine moves)."""
+        return self.history.decode(token_ids)
+
+    def act(self, op: ops.Op) -> Any:
+        """Run one engine operation at the run's cursor (the verbs call this)."""
+        return self.history.act(op, frame=False)
+
+    def picture_here(self) -> int:
+        """The run's cursor, its frame recorded: a page's picture (the `show` verb)."""
+        self.history.frame()
+        return self.history.pos
 
     @property
     def index(self) -> int:
@@ -118,32 +134,23 @@ class LessonRun:
 
     def intro_view(self) -> tuple[Snapshot, Mapping[str, Any], int]:
         """(snapshot, engine description, max tokens per sequence) before the first step."""
-        if self._marks:
-            return self._intro
-        eng = self.engine
-        return eng.snapshot(), eng.engine_info(), eng.max_model_len
+        frame = self.history.frame(0)
+        return frame.snapshot, frame.info, frame.max_model_len
 
     @property
     def shown_snapshot(self) -> Snapshot:
         """The snapshot of the page on screen (the intro's before the first page)."""
         return self.current.snapshot if self.current is not None else self.intro_view()[0]
 
+    def frame_at(self, view: StepView | None) -> Any:
+        """The run's frame (history/frame.py) at a page's picture (None: the intro's)."""
+        return self.history.frame(0 if view is None else view.pos)
+
     def engine_for(self, view: StepView | None) -> LLMEngine:
         """The engine in the state a page's picture shows (None: the intro's), for reading its
-        K/V: the live engine when it is there, else one rebuilt by replaying the op log to that
-        point (kept for the next click). Never another state's bytes."""
-        config, trace = ((view.config, list(view.trace)) if view is not None and view.config
-                         else (self.base_config, []))
-        eng = self.engine
-        if eng.config == config and eng.trace == trace:
-            return eng
-        if self._replayed is not None and self._replayed[0] == (config, trace):
-            return self._replayed[1]
-        if self._replayed is not None:
-            self._replayed[1].close()
-        rebuilt = LLMEngine.replay(config, trace)
-        self._replayed = ((config, trace), rebuilt)
-        return rebuilt
+        K/V: the run's engine, moved to that position (from a checkpoint near it). Never another
+        state's bytes."""
+        return self.history.engine_at(0 if view is None else view.pos)
 
     def intro_markdown(self) -> str:
         return self._render(self.lesson.intro)
@@ -183,22 +190,23 @@ class LessonRun:
             if not blank and self.index not in self.verdicts:
                 raise PredictionError("this step ran already, so its answer is known: Restart to "
                                       "predict it again")
-            self._shown = self.index
+            self._show(self.index)
             return self.views[self._shown]
         q = self.question_for_next()
         if q is None and not blank:
             raise PredictionError("this step asks nothing to predict")
         guess = None if blank or q is None else read_prediction(q.kind, prediction, q.choices, q.num_blocks)
-        eng = self.engine
         i = len(self._marks)
-        if i == 0:  # what the intro shows, once steps have run
-            self._intro = (eng.snapshot(), eng.engine_info(), eng.max_model_len)
-        self._marks.append(Mark(self._config, eng.trace, dict(self.state.names),
-                                 dict(self.state.outputs), dict(self.state.seq_names)))
+        self.history.frame(0)  # the intro's picture, recorded before anything runs
+        start = self.history.pos
+        self._marks.append(Mark(start, dict(self.state.names), dict(self.state.outputs),
+                                dict(self.state.seq_names)))
         try:
             view = self._run_step(i)
-        except BaseException:
+        except BaseException:  # the page did not happen: its ops go too
             self._marks.pop()
+            self.history.goto(start)
+            self.history.truncate()
             raise
         self.views.append(view)
         self._shown = len(self.views) - 1
@@ -212,15 +220,12 @@ class LessonRun:
 
     def back(self) -> StepView | None:
         """Show the step before the current one, as recorded. None: back at the intro."""
-        if self.index <= 1:
-            self._shown = None
-            return None
-        self._shown -= 1
-        return self.views[self._shown]
+        self._show(None if self.index <= 1 else self._shown - 1)
+        return self.current
 
     def restart(self) -> None:
-        self._config = self.base_config
-        self._engine = LLMEngine(self._config) if self._engine is not None else None
+        self.history.goto(0)
+        self.history.truncate()
         self.state = PlayState()
         self._marks.clear()
         self.views.clear()
@@ -233,16 +238,16 @@ class LessonRun:
         if not 0 <= index < self.total:
             raise IndexError(f"step {index} is not in 0..{self.total - 1}")
         if index < len(self.views) and not rerun:
-            self._shown = index
+            self._show(index)
             return self.views[index]
         if index >= len(self.views):
-            self._shown = len(self.views) - 1 if self.views else None
+            self._show(len(self.views) - 1 if self.views else None)
             while self.index <= index:
                 view = self.next()
             return view
         mark = self._marks[index]
-        self._config = mark.config
-        self._engine = LLMEngine.replay(mark.config, mark.trace)
+        self.history.goto(mark.pos)  # the next act drops the future, as in an editor
+        self.history.truncate()
         self.state = PlayState(dict(mark.names), dict(mark.outputs), dict(mark.seq_names))
         del self._marks[index:]
         del self.views[index:]
@@ -250,6 +255,16 @@ class LessonRun:
             del self.verdicts[i]
         self._shown = index - 1 if index else None
         return self.next()
+
+    def _show(self, shown: int | None) -> None:
+        """Put page `shown` (None: the intro) on screen: the run's cursor goes where it ended."""
+        self._shown = shown
+        if shown is None:
+            self.history.goto(self._marks[0].pos if self._marks else 0)
+        elif shown + 1 < len(self._marks):
+            self.history.goto(self._marks[shown + 1].pos)
+        else:
+            self.history.goto(len(self.history))
 
     def change_inputs(self, **params: Any) -> LessonRun:
         """The learner changed an input on this page (```input): a new run of the lesson with
@@ -265,11 +280,8 @@ class LessonRun:
         return new
 
     def close(self) -> None:
-        """Free this run's engines (the KV pool, a tensor-parallel lesson's workers) now."""
-        for eng in (self._engine, self._replayed[1] if self._replayed else None):
-            if eng is not None:
-                eng.close()
-        self._engine = self._replayed = None
+        """Free this run's engine (the KV pool, a tensor-parallel lesson's workers) now."""
+        self.history.let_go()
 
     def run_all(self) -> list[StepView]:
         while not self.done:
@@ -316,12 +328,12 @@ class LessonRun:
             answer_text = say(q.kind, answer, q.unit)
             if step.question.explain is not None:
                 explanation = self._render(step.question.explain, evaluator)
-        eng = self.engine
-        snap, events, trace, config = st.shown or (eng.snapshot(), tuple(st.events),
-                                                   tuple(eng.trace), eng.config)
-        return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked, answer,
-                        answer_text, explanation, events, snap, tuple(held), eng.engine_info(),
-                        eng.max_model_len, dict(st.seq_names), config, trace, tuple(st.bands), choices)
+        pos, events = st.shown or (self.history.pos, tuple(st.events))
+        frame = self.history.frame(pos)  # recorded now (the engine is there) or at `show`
+        return StepView(i, self.total, step.title, self._render(step.narration, evaluator), asked,
+                        answer, answer_text, explanation, events, frame.snapshot, tuple(held),
+                        frame.info, frame.max_model_len, dict(st.seq_names), pos,
+                        tuple(st.bands), choices)
 
     def _run_op(self, op: Op) -> None:
         ev = self._evaluator()
@@ -352,9 +364,9 @@ class LessonRun:
         return verb.do(self, args, kw)
 
     def reconfigure(self, settings: dict[str, Any]) -> None:
-        """The `engine` verb: a fresh engine with these settings changed (the op log restarts)."""
-        self._config = replace(self._config, **settings)
-        self._engine = LLMEngine(self._config)
+        """The `engine` verb: a fresh engine with these settings changed (its op log starts
+        empty), from the run's cursor on."""
+        self.history.reconfigure(replace(self.config, **settings))
 
     # ---- expressions -----------------------------------------------------------------------------
 

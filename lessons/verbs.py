@@ -2,9 +2,10 @@
 them when the lesson loads) and what it does (the runner calls it).
 
 The verbs that are engine operations (add_sequence, append, fork, free, request, step) build the
-operation of engine/ops.py and run it with `LLMEngine.apply`, so a lesson's op log is the same
-vocabulary as the playground's. let, run, probe, admit and engine are lesson verbs: a value, steps
-until the requests finish, the attention probe, the lesson-7 admission count, a fresh engine.
+operation of engine/ops.py and act it on the lesson's run (`Player.act`: its history records it),
+so a lesson's op log is the same vocabulary as the playground's. let, run, probe, admit and
+engine are lesson verbs: a value, steps until the requests finish, the attention probe, the
+lesson-7 admission count, a fresh engine.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class PlayState:
     events: list[Event] = field(default_factory=list)  # of the current step
     last_result: Any = None
     op_start: int = 0  # where the current op's events start in `events`
-    shown: tuple | None = None  # `show`: (snapshot, events, trace) the step's picture holds
+    shown: tuple | None = None  # `show`: (history position, events) the step's picture holds
     bands: list = field(default_factory=list)  # `chain` / `reservation`: rows under the pool
 
 
@@ -39,9 +40,13 @@ class Player(Protocol):
     """What a verb needs of the runner that plays it."""
 
     @property
-    def engine(self) -> LLMEngine: ...
+    def engine(self) -> LLMEngine: ...  # to read (snapshot, encode); never to act on
 
     state: PlayState
+
+    def act(self, op: ops.Op) -> Any: ...  # an engine operation, recorded in the run's history
+
+    def picture_here(self) -> int: ...  # the run's position now, its frame recorded
 
     def reconfigure(self, settings: dict[str, Any]) -> None: ...
 
@@ -59,7 +64,7 @@ class Verb:
 
 def _run(p: Player, op: ops.Op) -> Any:
     """Run one engine operation; its events join the step's."""
-    result = p.engine.apply(op)
+    result = p.act(op)
     p.state.events += p.engine.last_events
     return result
 
@@ -78,7 +83,7 @@ def _append(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
 def _free(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     events: list[Event] = []
     for a in args:
-        p.engine.apply(ops.Free(seq_id(a)))
+        p.act(ops.Free(seq_id(a)))
         events += p.engine.last_events
     p.state.events += events
 
@@ -92,13 +97,13 @@ def _request(p: Player, args: list[Any], kw: dict[str, Any]) -> int:
 def _steps(p: Player, kw: dict[str, Any], run: bool) -> list[Any]:
     """`step times=k`, or `run` until no request is left (or `until=` an event of that kind, or of
     that form such as "draft_kept", happened)."""
-    eng, st = p.engine, p.state
+    st = p.state
     limit = as_int(kw.get("max_steps", MAX_RUN_STEPS) if run else kw.get("times", 1), "steps")
     finished = []
     for _ in range(limit):
-        if run and not eng.has_pending_work():
+        if run and not p.engine.has_pending_work():
             break
-        res = eng.apply(ops.Step())
+        res = p.act(ops.Step())
         st.last_result = res
         st.events += res.events
         for out in list(res.outputs) + list(res.finished):
@@ -124,11 +129,10 @@ def _show(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     """`show`: the page's picture is the engine as it is now, with the events of the last engine
     step of the op before (the copy, the reservation, the drafts, the eviction), not the state
     after the step's last op. The narration is still written after every op ran."""
-    st, eng = p.state, p.engine
+    st = p.state
     last = st.events[st.op_start:] if st.op_start < len(st.events) else []
     step = max((e.step for e in last), default=None)
-    st.shown = (eng.snapshot(), tuple(e for e in last if e.step == step), tuple(eng.trace),
-                eng.config)
+    st.shown = (p.picture_here(), tuple(e for e in last if e.step == step))
 
 
 def _chain(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
@@ -192,7 +196,7 @@ VERBS: dict[str, Verb] = {
     "let": Verb(("value",), frozenset(), True, lambda p, a, kw: a[0]),
     "probe": Verb(("seq",), frozenset({"layer"}), True, _probe),
     # hundreds of ops: their events are not shown one by one; the snapshot tells the story
-    "admit": Verb(("workload",), frozenset(), True, lambda p, a, kw: helpers.admit(p.engine, a[0])),
+    "admit": Verb(("workload",), frozenset(), True, lambda p, a, kw: helpers.admit(p.act, a[0])),
     "engine": Verb((), ENGINE_KEYS - {"model"}, False, _engine),
     "show": Verb((), frozenset(), False, _show),
     "chain": Verb(("seq",), frozenset(), False, _chain),

@@ -20,7 +20,7 @@ from ui import tp_panel, views_panel
 from ui.compare import compare_tab
 from ui.gpu import ON_ZEROGPU
 from ui.inspector_panel import inspector_panel
-from ui.lesson_player import lesson_figure, lessons_tab
+from ui.lesson_player import lessons_tab
 from ui.page import Page, show
 from ui.picture_box import box_panel
 from ui.playground_panel import playground_panel
@@ -94,7 +94,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
                 with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
                     _, wire_timeline = timeline_panel(page)
-                wire_box = box_panel(page, lesson_figure)  # the page's room for the picture
+                wire_box = box_panel(page)  # the page's room for the picture
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
             with gr.Column(scale=7, min_width=300):
                 page.seqs = gr.HTML(elem_id="sequences")
@@ -104,45 +104,38 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                      wire_inspector, wire_box, wire_views):
             wire()
 
-        # the picture shows the engine of the mode in front: the session's, or the lesson's
+        # the picture shows the run of the tab in front: the session's, or the lesson's
         def on_session_tab(session: Session):
-            session.lesson_front = False
+            session.front = session
             return (*show(session), gr.update(visible=True))
 
         for tab in (playground_tab, serving_tab, settings_tab):
             tab.select(on_session_tab, [page.state], [*page.outs, tools], **page.quiet)
         view_fn, view_inputs, view_outputs = lesson_view
 
-        def on_lessons(ls, presenter_on, session: Session):
-            session.lesson_front = True  # clicks on the picture no longer act on the session
-            return (*view_fn(ls, presenter_on), gr.update(visible=False))
+        def on_lessons(ls, session: Session):
+            session.front = ls  # clicks on the picture now select the lesson's blocks
+            return (*view_fn(ls, session), gr.update(visible=False))
 
-        lesson_tab.select(on_lessons, [*view_inputs, page.state], [*view_outputs, tools])
+        lesson_tab.select(on_lessons, view_inputs, [*view_outputs, tools])
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
 
-        def on_presenter(on: bool, session: Session, ls):
-            """Large type in the picture too: the session's, or the lesson's when it is in front."""
+        def on_presenter(on: bool, session: Session):
+            """Large type in the picture too, for whichever run is in front."""
             session.presenter = bool(on)
-            if not session.lesson_front:
-                return show(session)
-            if ls.run is None:
-                return (session, *(gr.update() for _ in page.outs[1:]))
-            _, _, _, _, plot, events, seqs, metrics, status = view_fn(ls, on)
-            return (session, plot, events, seqs, metrics, gr.update(), gr.update(), status)
+            return show(session)
 
-        presenter.change(on_presenter, [presenter, page.state, view_inputs[0]], page.outs, **page.quiet)
+        presenter.change(on_presenter, [presenter, page.state], page.outs, **page.quiet)
         reduce.change(_look, [reduce], None, js=REDUCE_MOTION_JS, queue=False)
 
         link_fn, link_inputs, link_outputs = lesson_link
 
-        def on_lesson_link(ls, presenter_on, session: Session, request: gr.Request):
+        def on_lesson_link(ls, session: Session, request: gr.Request):
             """?lesson=02_paging&step=3 opens that lesson step, in the Lessons tab."""
-            asked = request is not None and bool(dict(request.query_params).get("lesson"))
-            if not asked:
+            shown = link_fn(ls, session, request)
+            if shown is None:
                 return (*(gr.update() for _ in link_outputs), gr.Tabs(), gr.update())
-            shown = link_fn(ls, presenter_on, request)
-            session.lesson_front = True
             return (*shown, gr.Tabs(selected="lessons"), gr.update(visible=False))
 
         def on_load(session: Session, request: gr.Request):
@@ -156,7 +149,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         # the lesson link runs after the session's first picture, so a lesson link wins
         demo.load(on_load, [page.state], page.outs, **page.quiet).then(
-            on_lesson_link, [*link_inputs, page.state], [*link_outputs, tabs, tools])
+            on_lesson_link, link_inputs, [*link_outputs, tabs, tools])
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.
@@ -173,8 +166,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # picture's own change event fires whenever Plotly redraws it, and the status
         # Markdown's fires again without a change: followers answering either kept the page
         # calling the server in a loop (lessons 10 and 5), so ui/motion.js presses `follow`
-        page.follow.click(tp_panel.shards_update, [page.state, page.lesson], [shards],
-                          show_progress="hidden")
+        page.follow.click(tp_panel.shards_update, [page.state], [shards], show_progress="hidden")
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
     # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
     demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)

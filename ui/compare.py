@@ -27,7 +27,7 @@ def compare(count: int, max_len: int, pool_tokens: int, block_size: int, seed: i
     eng = LLMEngine(EngineConfig(model=None, block_size=block_size,
                                  num_gpu_blocks=pool_tokens // block_size, enable_prefix_caching=False))
     rows = [reservation_fit(reqs, pool_tokens, p) for p in POLICIES]
-    paged = admit(eng, reqs)
+    paged = admit(eng.apply, reqs)
     snap = eng.snapshot()
     used = snap.metrics.num_tokens
     held = snap.metrics.used_blocks * block_size

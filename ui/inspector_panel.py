@@ -9,11 +9,11 @@ The inspector follows its block: whenever the picture changes (any operation, Ba
 timeline), the note and the K/V figure are written again from the block's state now, so a block
 freed or cached since the click is described as free or cached, not as its old owner's.
 
-It always reads the engine in the state the picture shows: the session's engine moved to the
-cursor, or, for a lesson, `LessonRun.engine_for(page)` (the live engine, or one replayed to the
-page's point: a page shown again after Back / Next, or a page whose picture holds an earlier
-moment of its step). A block that holds no K/V (free, or a CPU block) gets a sentence, not a
-figure. The inspector opens over the column beside the picture (ui/theme.py)."""
+It always reads the engine in the state the picture shows, whichever run is in front
+(ui/front.py): the session's engine at its cursor, or a lesson's at its page, each moved there
+by its run's history from a checkpoint near it. A block that holds no K/V (free, or a CPU block)
+gets a sentence, not a figure. The inspector opens over the column beside the picture
+(ui/theme.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from ui import limits, tp_panel
+from ui.front import Front, front
 from ui.page import Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
@@ -35,11 +36,6 @@ CPU_NOTE = {"cpu": ("**CPU block c{b}** (swap space): {what}. The inspector read
                     "a swapped request's K/V come back into a GPU block when it is swapped in."),
             "tier": ("**CPU tier slot t{b}**: {what}. The inspector reads GPU blocks: a prefix "
                      "hit on this slot copies its K/V back into a GPU block (lesson 14).")}
-
-
-def block_summary(session: Session, b: int) -> str:
-    """The inspector's note on block `b` as it is now."""
-    return describe_block(session.frame().snapshot, session.decode, session.config.block_size, b)
 
 
 def describe_block(snap, decode, size: int, b: int) -> str:
@@ -87,25 +83,18 @@ def kv_view(eng, snap, decode, b: int, layer: int, rank=None) -> tuple[str, obje
                                             f"{blk.ref_count}, {blk.num_filled} slots filled")
 
 
-def lesson_block(ls, b: int, layer: int | None = None) -> tuple[str, object]:
-    """Block `b` while a lesson is in front: its note and its K/V (its first layer unless
-    `layer`), read from the lesson's engine in the state its page shows."""
-    run = getattr(ls, "run", None)
-    if run is None:
+def shown_block(shown: Front, b: int, layer: int | None = None) -> tuple[str, object]:
+    """Block `b` of the run in front, as its picture shows it: its note and its K/V (its first
+    layer unless `layer`), read from that run's engine in that state."""
+    snap = shown.snapshot()
+    if snap is None:
         return "Press Start: the lesson's engine is not running yet.", None
-    snap = run.shown_snapshot
     if not 0 <= b < snap.num_blocks:
-        return f"Block {b} is not in this lesson's pool of {snap.num_blocks} blocks.", None
-    if run.engine.config.dry:
-        return describe_block(snap, run.engine.decode, snap.block_size, b) + DRY_NOTE, None
+        return f"Block {b} is not in this pool of {snap.num_blocks} blocks.", None
+    if shown.dry:  # bookkeeping only, no tensors to show
+        return describe_block(snap, shown.decode, snap.block_size, b) + DRY_NOTE, None
     layer = block_layer(snap, b) if layer is None else layer
-    return kv_view(run.engine_for(run.current), snap, run.engine.decode, b, layer)
-
-
-def lesson_snapshot(ls):
-    """The snapshot of the lesson page on screen, or None before Start."""
-    run = getattr(ls, "run", None)
-    return None if run is None else run.shown_snapshot
+    return kv_view(shown.engine_here(), snap, shown.decode, b, layer)
 
 
 def cpu_block(snap, decode, where: str, b: int) -> str:
@@ -139,82 +128,64 @@ def inspector_panel(page: Page) -> Callable[[], None]:
             inspect = gr.Button("Show K/V", min_width=80)
 
     @guard
-    def on_inspect(b, lyr, session: Session, ls=None, r=None):
+    def on_inspect(b, lyr, session: Session, r=None):
         """Show K/V: block `b` in layer `lyr` of the engine the picture shows."""
-        snap = lesson_snapshot(ls) if session.lesson_front else session.frame().snapshot
+        shown = front(session)
+        snap = shown.snapshot()
         if snap is None:
             return "Press Start: the lesson's engine is not running yet.", None
         b = limits.whole(0 if b is None else b, "block id", 0, snap.num_blocks - 1)
         lyr = limits.whole(0 if lyr is None else lyr, "layer", 0, 1 << 16)
-        if session.lesson_front:
-            return lesson_block(ls, b, lyr)
-        if session.config.dry:  # a press of Show K/V asks for tensors the dry mode has not
+        if shown.dry:  # a press of Show K/V asks for tensors the dry mode has not
             raise UserError("the dry mode has no K/V tensors to inspect; load a model")
-        return kv_view(session.engine, snap, session.decode, b, lyr, tp_panel.rank_of(r, session))
+        eng = shown.engine_here()
+        return kv_view(eng, snap, shown.decode, b, lyr, tp_panel.rank_of(r, eng))
 
     @guard
-    def on_click(value, session: Session, ls=None):
+    def on_click(value, session: Session):
         what, _, rest = str(value or "").partition(":")
         target = rest.partition("|")[0]
         keep = (gr.update(), gr.update(), gr.update(), gr.update())
-        lesson = session.lesson_front  # the picture shows a lesson's engine: inspect its blocks
-        unchanged = tuple(gr.update() for _ in page.outs)
-        if what in ("cpu", "tier") and target.isdigit():
-            snap = lesson_snapshot(ls) if lesson else session.frame().snapshot
-            decode = ls.run.engine.decode if lesson and ls.run else session.decode
-            note_text = cpu_block(snap, decode, what, int(target)) if snap is not None else ""
-            return (*(unchanged if lesson else show(session)), gr.update(open=True), note_text,
-                    gr.update(), None)
-        if lesson:
-            if what != "block" or not target.isdigit():
-                return (*unchanged, *keep)
-            ls.inspected = int(target)
-            summary, figure = lesson_block(ls, int(target))
-            return (*unchanged, gr.update(open=True), summary, int(target), figure)
-        if what == "seq" and target.isdigit() and int(target) in session.frame().snapshot.sequences:
-            session.selected_seq = int(target)
+        shown = front(session)
+        snap = shown.snapshot()
+        if snap is None or not target.isdigit():
             return (*show(session), *keep)
-        if what != "block" or not target.isdigit() or int(target) >= session.config.num_gpu_blocks:
+        if what in ("cpu", "tier"):
+            return (*show(session), gr.update(open=True), cpu_block(snap, shown.decode, what,
+                                                                     int(target)), gr.update(), None)
+        if what == "seq":
+            shown.select_seq(int(target))
+            return (*show(session), *keep)
+        if what != "block" or int(target) >= snap.num_blocks:
             return (*show(session), *keep)
         b = int(target)
-        session.selected_block = b
-        if session.config.dry:  # dry mode: bookkeeping only, no tensors to show
-            return (*show(session), gr.update(open=True), block_summary(session, b) + DRY_NOTE, b,
-                    None)
-        summary, figure = on_inspect(b, block_layer(session.frame().snapshot, b), session)
+        shown.selected_block = b
+        summary, figure = shown_block(shown, b)
         return (*show(session), gr.update(open=True), summary, b, figure)
 
-    def on_follow(lyr, session: Session, ls=None, r=None):
-        """The view changed: describe the selected block as it is now (in front: the lesson's
-        block on its page, or the session's at its cursor); its K/V when the engine is there
-        without moving it (Back / Next draw recorded views: no engine work)."""
-        if session.lesson_front:
-            b, run = getattr(ls, "inspected", None), getattr(ls, "run", None)
-            if b is None or run is None or not 0 <= b < run.shown_snapshot.num_blocks:
-                return gr.update(), gr.update()
-            snap = run.shown_snapshot
-            summary = describe_block(snap, run.engine.decode, snap.block_size, b)
-            if run.engine.config.dry:
-                return summary + DRY_NOTE, None
-            return summary + PAST_NOTE, None
-        b = session.selected_block
-        if b is None or not 0 <= b < session.frame().snapshot.num_blocks:
+    def on_follow(lyr, session: Session, r=None):
+        """The view changed: describe the selected block as it is now (the run in front, as its
+        picture shows it); its K/V where the engine is there without moving it (Back / Next draw
+        recorded frames: no engine work)."""
+        shown = front(session)
+        b, snap = shown.selected_block, shown.snapshot()
+        if b is None or snap is None or not 0 <= b < snap.num_blocks:
             return gr.update(), gr.update()
-        summary = block_summary(session, b)
-        if session.config.dry:
+        summary = describe_block(snap, shown.decode, snap.block_size, b)
+        if shown.dry:
             return summary + DRY_NOTE, None
-        if not session.engine_ready:
+        if not shown.engine_ready():
             return summary + PAST_NOTE, None
         try:
-            return on_inspect(b, lyr, session, ls, r)
+            return on_inspect(b, lyr, session, r)
         except gr.Error:  # e.g. a layer box left out of range: keep the note, drop the figure
             return summary, None
 
     def wire() -> None:
-        inspect.click(on_inspect, [block_id, layer, page.state, page.lesson, rank], [note, kv_plot])
+        inspect.click(on_inspect, [block_id, layer, page.state, rank], [note, kv_plot])
         # the status line, not the picture: see the shards picture in ui/app.py
-        page.follow.click(on_follow, [layer, page.state, page.lesson, rank], [note, kv_plot],
-                           show_progress="hidden")
-        click_go.click(on_click, [click_box, page.state, page.lesson],
+        page.follow.click(on_follow, [layer, page.state, rank], [note, kv_plot],
+                          show_progress="hidden")
+        click_go.click(on_click, [click_box, page.state],
                        [*page.outs, box, note, block_id, kv_plot], **page.quiet)
     return wire

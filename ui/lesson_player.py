@@ -5,73 +5,15 @@ checkbox; the right-arrow key presses Next."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import gradio as gr
 
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
-from lessons.page_text import keyed_markdown, page_markdown
 from ui import lesson_ask
-from ui.page import Page
-from ui.picture_split import FitMemo, fit_split
+from ui.lesson_pages import LessonSession, lesson_text
+from ui.page import Page, show
 from ui.refusal import refused
-from ui.render import model_status, token_text
-from ui.run_views import lesson_slide_choice
-from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
-
-
-class LessonSession:
-    """A lesson run per browser session; never deep-copied (it holds an engine)."""
-
-    def __init__(self) -> None:
-        self.run: LessonRun | None = None
-        self.box: tuple[int, int] | None = None  # the page's room for the picture
-        self.inspected: int | None = None  # the block the inspector shows
-        self.fits = FitMemo()  # how the picture and the view under it shared the box, per page
-
-    def __deepcopy__(self, memo: dict) -> LessonSession:
-        return LessonSession()
-
-
-def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
-    """The lesson's picture on screen, fitted to `box`. While the page asks which block, every
-    block is drawn (a free run folded away could not be clicked) where the box still shows their
-    slots; where it does not, the free runs fold as usual and the learner types the block's id
-    (a cell per block would hide the slots the question is about)."""
-    run = ls.run
-    step = run.current
-    if lesson_ask.asks_block(run):
-        fig = page_picture(run, step, presenter_on, box, every_block=True)
-        if (fig.layout.meta or {}).get("fit", {}).get("slots", True):
-            return fig
-    return page_picture(run, step, presenter_on, box)
-
-
-def page_picture(run: LessonRun, step: Any, large: bool, box: tuple[int, int] | None,
-                 every_block: bool = False) -> Any:
-    """The picture of a lesson's page `step` (None: the lesson's opening), in `box`: on the
-    learner's page and on a room's projector when a teacher plays the lesson there."""
-    if step is None:
-        return pool_figure(run.intro_view()[0], (), run.engine.decode, large=large, box=box,
-                           every_block=every_block)
-    return pool_figure(step.snapshot, step.events, run.engine.decode, large=large, box=box,
-                       seq_labels={i: f"{n} (seq {i})" for i, n in step.seq_names.items()},
-                       bands=step.bands, every_block=every_block)
-
-
-def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, int] | None]:
-    """(the lesson's picture, the box of the view under it; None: no view): the two share the
-    page's box (ui/picture_split.py)."""
-    run = ls.run
-    key = (id(run), id(run.current), run.index, bool(presenter_on))
-    return fit_split(ls.fits, key, ls.box, lesson_slide_choice(ls),
-                     lambda box: lesson_pool(ls, presenter_on, box))
-
-
-def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:
-    """The lesson's picture on screen, fitted to the page's box (None before Start)."""
-    return None if ls.run is None else lesson_fit(ls, presenter_on)[0]
+from ui.session import Session
 
 
 def lesson_list_markdown(lessons) -> str:
@@ -108,49 +50,27 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     narration = gr.Markdown(elem_id="lesson-narration")
     lesson_ask.inputs_part(ask_widgets)  # the inputs this page lets the learner change
 
-    def view(ls: LessonSession, presenter_on: bool):
-        run = ls.run
-        cls = ["presenter"] if presenter_on else []
-        keep = (gr.update(), gr.update(), gr.update(), gr.update(), gr.update())
-        if run is None:
-            return (ls, "", gr.update(value="", elem_classes=cls), "", *keep)
-        config = run.engine.config
-        where = "lesson engine · " + model_status(config)
-        step = run.current
-        ask = lesson_ask.question_text(run)
-        eng = run.engine
-        if step is None:
-            snap, info, max_len = run.intro_view()
-            return (ls, f"**{run.lesson.title}**: page 0 of {run.total}",
-                    gr.update(value=keyed_markdown(run.intro_markdown()), elem_classes=cls), ask,
-                    lesson_figure(ls, presenter_on),
-                    event_log_markdown([], empty="The lesson's engine is ready: press Next."),
-                    sequences_html(snap, token_text(eng)),
-                    metrics_html(snap, info, max_len), f"{where} · lesson page 0")
-        text = page_markdown(step, lesson_ask.verdict_line(run, step.index))
-        done = f" · the end: {run.score().sentence() or 'well done'}" if step.is_last else ""
-        snap = step.snapshot
-        return (ls, f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}",
-                gr.update(value=text, elem_classes=cls), ask,
-                lesson_figure(ls, presenter_on),
-                event_log_markdown(list(step.events), empty="This step ran no operation."),
-                sequences_html(snap, token_text(eng)),
-                metrics_html(snap, step.info, step.max_model_len),
-                f"{where} · lesson page {step.index + 1} of {step.total}")
+    def view(ls: LessonSession, session: Session) -> tuple:
+        """The lesson's page on screen: the tab's text, then the page (ui/front.py draws the
+        lesson while it is in front)."""
+        progress, text, ask = lesson_text(ls)
+        cls = ["presenter"] if session.presenter else []
+        return (ls, progress, gr.update(value=text, elem_classes=cls), ask, *show(session))
 
     def guarded(fn):
-        def wrapped(ls, presenter_on, *args):
+        def wrapped(ls, session: Session, *args):
             try:
                 fn(ls, *args)
             except (LessonError, ValueError) as err:
                 raise refused(fn.__name__, str(err)) from err
-            return view(ls, presenter_on)
+            session.front = ls  # whatever the tab shows, the picture shows this lesson
+            return view(ls, session)
         return wrapped
 
     def do_start(ls, title):
         if title not in by_title:
             raise ValueError("choose a lesson first")
-        ls.run = LessonRun(by_title[title], device=page.device)
+        ls.play(LessonRun(by_title[title], device=page.device))
 
     def do_next(ls, answer=None, pick=None):
         if ls.run is None:
@@ -161,7 +81,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     def input_changed(k: int):
         def do_input(ls, value):
             if ls.run is not None:
-                ls.run = lesson_ask.change_input(ls.run, k, value)
+                ls.replay(lesson_ask.change_input(ls.run, k, value))
         return do_input
 
     def do_back(ls):
@@ -174,37 +94,40 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
 
     by_name = {lesson.name: lesson for lesson in lessons}
 
-    def open_link(ls, presenter_on, request: gr.Request):
+    def open_link(ls, session: Session, request: gr.Request):
+        """?lesson=02_paging&step=3 opens that lesson step in front of the picture; None when the
+        page's address names no lesson."""
         query = dict(request.query_params) if request is not None else {}
         name, step = query.get("lesson"), query.get("step", "")
         if not name:
-            return (*view(ls, presenter_on), gr.update())
+            return None
         lesson = by_name.get(name)
         if lesson is None:
             gr.Warning(f"the link names no lesson {name!r}; lessons: {', '.join(by_name)}")
-            return (*view(ls, presenter_on), gr.update())
-        ls.run = LessonRun(lesson, device=page.device)
+            return None
+        ls.play(LessonRun(lesson, device=page.device))
         if step.isdigit() and int(step) > 0:
             ls.run.goto(min(int(step), ls.run.total) - 1)
-        return (*view(ls, presenter_on), gr.update(value=lesson.title))  # the list names it too
+        session.front = ls
+        return (*view(ls, session), gr.update(value=lesson.title))  # the list names it too
 
     outs: list = [state, progress, narration, question]
 
     def wire() -> None:
-        outs.extend([page.plot, page.events, page.seqs, page.metrics, page.status])  # built by now
-        start.click(guarded(do_start), [state, presenter, choice], outs)
+        outs.extend(page.outs)  # built by now
+        start.click(guarded(do_start), [state, page.state, choice], outs)
         # a refused prediction marks the status line only, never the picture (ui/page.py)
-        nxt.click(guarded(do_next), [state, presenter, ask_widgets.answer, ask_widgets.pick], outs,
+        nxt.click(guarded(do_next), [state, page.state, ask_widgets.answer, ask_widgets.pick], outs,
                   **page.quiet)
         # a new page (or a new run) sets the prediction widgets and inputs for it
         def asked(ls):
             return lesson_ask.ask_values(ls.run)
         progress.change(asked, [state], ask_widgets.outs, show_progress="hidden")
         for k, drop in enumerate(ask_widgets.inputs):
-            drop.input(guarded(input_changed(k)), [state, presenter, drop], outs, **page.quiet).then(
-                asked, [state], ask_widgets.outs, show_progress="hidden")
-        back.click(guarded(do_back), [state, presenter], outs)
-        restart.click(guarded(do_restart), [state, presenter], outs)
+            drop.input(guarded(input_changed(k)), [state, page.state, drop], outs,
+                       **page.quiet).then(asked, [state], ask_widgets.outs, show_progress="hidden")
+        back.click(guarded(do_back), [state, page.state], outs)
+        restart.click(guarded(do_restart), [state, page.state], outs)
         # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front
         presenter.change(lambda p: gr.update(elem_classes=["presenter"] if p else []), [presenter],
                          [narration])
@@ -213,4 +136,4 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
     def wire_all() -> None:
         wire()
         link_outs.extend([*outs, choice])
-    return wire_all, (open_link, [state, presenter], link_outs), (view, [state, presenter], outs)
+    return wire_all, (open_link, [state, page.state], link_outs), (view, [state, page.state], outs)

@@ -13,9 +13,9 @@ from typing import Any
 import gradio as gr
 
 from engine.ops import OpError
+from ui.front import front
 from ui.gpu_jobs import GpuClock
 from ui.refusal import failed, refused
-from ui.render import render
 from ui.session import Session, UserError
 
 # Progress and errors show on the status line only: by default Gradio marks every output of a
@@ -36,7 +36,7 @@ class Page:
     seq: Any = None
     status: Any = None
     follow: Any = None  # a hidden button: the status line's text changed (ui/motion.js)
-    lesson: Any = None  # the Lessons tab's state (its engine is the picture's when in front)
+    lesson: Any = None  # the Lessons tab's state (ui/lesson_pages.py: a LessonSession)
     gpu: GpuClock = field(default_factory=GpuClock)  # where serving work runs on ZeroGPU
 
     @property
@@ -50,11 +50,12 @@ class Page:
 
 
 def show(session: Session) -> tuple:
-    """The session's values for page.outs. A session that cannot hold an engine now (the
+    """The values for page.outs: the session, then the run in front of the picture (the
+    session's own, or a lesson's: ui/front.py). A session that cannot hold an engine now (the
     sessions' memory budget is full: ui/session_budget.py) gets its message as a warning and a
     page left as it was, from every handler (page load and tab switches are not guarded)."""
     try:
-        values = render(session)
+        values = front(session).values()
     except UserError as err:
         if session.warned != str(err):  # once, though page load redraws more than once
             session.warned = str(err)

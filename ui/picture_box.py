@@ -1,7 +1,8 @@
 """The picture's box: how much room the page gives the main picture, measured in the browser
 (ui/motion.js writes "WIDTHxHEIGHT" into a hidden textbox and presses a hidden button) and kept
-on the session and the lesson, so that every figure is drawn to fit it (viz/fit.py). A new box
-(the window resized, presenter mode turned on, a phone turned) redraws the picture at once."""
+on the session (the page's look, whichever run is in front), so that every figure is drawn to
+fit it (viz/fit.py). A new box (the window resized, presenter mode turned on, a phone turned)
+redraws the picture at once."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import gradio as gr
 
+from ui.front import front
 from ui.page import Page
-from ui.render import session_figure
 from ui.session import Session
 
 BOX = re.compile(r"^(\d{2,5})x(\d{1,5})(?:#(\d{1,16}))?(?:#([01]))?$")
@@ -41,10 +42,10 @@ def box_time(value: Any) -> int:
     return int(m.group(3)) if m and m.group(3) else 0
 
 
-def take_box(value: Any, session: Session, ls: Any) -> bool:
-    """Keep the box the page measured (the session's and the lesson's); False for a report
-    overtaken by a later one, or none. The picture's handler and the view's both call it: either
-    may run first, and both must draw for the same box."""
+def take_box(value: Any, session: Session) -> bool:
+    """Keep the box the page measured; False for a report overtaken by a later one, or none. The
+    picture's handler and the view's both call it: either may run first, and both must draw for
+    the same box."""
     size, at = parse_box(value), box_time(value)
     if size is None or at < session.box_at:
         return False
@@ -52,27 +53,23 @@ def take_box(value: Any, session: Session, ls: Any) -> bool:
     slide = box_slide(value)
     if slide is not None:  # the page's own word: presenter mode's event may still be on its way
         session.presenter = slide
-    if ls is not None:
-        ls.box = size
     return True
 
 
-def box_panel(page: Page, lesson_figure: Callable[[Any, bool], Any]) -> Callable[[], None]:
+def box_panel(page: Page) -> Callable[[], None]:
     """The hidden box and its button; returns the function that wires them (once the picture
-    and the lesson's state exist). `lesson_figure(ls, presenter)`: the lesson's picture."""
+    exists)."""
     box = gr.Textbox(elem_id="pl-box", elem_classes=["pl-hidden"], show_label=False,
                      container=False)
     go = gr.Button("picture box", elem_id="pl-box-go", elem_classes=["pl-hidden"])
     page.box_input, page.box_go = box, go  # the views under the picture follow it too
 
-    def on_box(value, session: Session, ls):
-        if not take_box(value, session, ls):
+    def on_box(value, session: Session):
+        if not take_box(value, session):
             return gr.update()
-        if session.lesson_front:
-            run = getattr(ls, "run", None)
-            return lesson_figure(ls, session.presenter) if run is not None else gr.update()
-        return session_figure(session)
+        picture = front(session).picture()
+        return gr.update() if picture is None else picture
 
     def wire() -> None:
-        go.click(on_box, [box, page.state, page.lesson], [page.plot], show_progress="hidden")
+        go.click(on_box, [box, page.state], [page.plot], show_progress="hidden")
     return wire

@@ -19,7 +19,7 @@ import gradio as gr
 from classroom.poll import LESSON_NAMES, PollView
 from lessons.page_text import split_key
 from lessons.questions import unit_words
-from ui.lesson_player import page_picture
+from ui.lesson_pages import page_picture
 from viz.poll_figure import poll_figure
 
 

@@ -96,56 +96,42 @@ def request_blocks(requests: Sequence[Any], request_id: int | None) -> tuple[int
     return r.block_ids if r is not None and r.status in ("running", "loading") else ()
 
 
-def lesson_choice(ls: Any) -> str:
-    """What a lesson shows under its picture: its front matter's `view:` from its start, until
-    the learner chooses another."""
-    run = getattr(ls, "run", None)
-    if run is None:
-        return "none"
-    if getattr(ls, "view_run", None) is not run:  # a lesson (re)started: its own choice
-        ls.view_choice, ls.view_run = run.lesson.meta.get("view", "none"), run
-    return ls.view_choice
-
-
-def lesson_slide_choice(ls: Any) -> str:
+def lesson_slide_choice(ls: Any, box: tuple[int, int] | None) -> str:
     """What the lesson shows under its picture on this page: its choice; on a slide (a box with
     a height) none where the view would have nothing to draw yet, so the picture takes the slide."""
-    choice, run, box = lesson_choice(ls), getattr(ls, "run", None), getattr(ls, "box", None)
+    choice, run = ls.view_choice, ls.run
     if choice == "none" or run is None or not box or not box[1]:
         return choice
-    step = run.current
+    frame = run.frame_at(run.current)
     if choice == "timeline":
-        return choice if run.engine.request_timeline().upto(len(step.trace) if step else 0).steps else "none"
+        return choice if frame.timeline is not None and frame.timeline.steps else "none"
     if choice == "prefix tree":
-        snap = step.snapshot if step is not None else run.intro_view()[0]
-        return choice if run.engine.prefix_tree(snap).nodes else "none"
+        return choice if run.history.prefix_tree(frame).nodes else "none"
     return "none"  # memory over time follows a serving run, not a lesson
 
 
 def lesson_view(ls: Any, large: bool, box: tuple[int, int] | None) -> Any:
     """The figure under a lesson's picture, in `box`: its page's moment (None: the lesson shows
     none, or the slide has no room for it)."""
-    choice, run = lesson_choice(ls), getattr(ls, "run", None)
+    choice, run = ls.view_choice, ls.run
     if choice == "none" or run is None or box is None:
         return None
     step = run.current
-    eng = run.engine
     if choice == "memory":
         return note_figure("Memory over time", "Memory over time follows a serving run: open the "
                            "Serving tab, or a classroom room.", box, large)
+    frame = run.frame_at(step)
     if choice == "prefix tree":
-        snap = step.snapshot if step is not None else run.intro_view()[0]
-        previous = run.views[step.index - 1].snapshot if step is not None and step.index else None
-        return prefix_tree_figure(eng.prefix_tree(snap), step.events if step is not None else (),
-                                  eng.decode, before=eng.prefix_tree(previous) if previous else None,
-                                  selected_block=getattr(ls, "inspected", None), box=box,
-                                  large=large)
-    at = len(step.trace) if step is not None else 0
-    timeline = eng.request_timeline().upto(at)
-    if not timeline.steps:
+        previous = run.frame_at(run.views[step.index - 1]) if step is not None and step.index else None
+        history = run.history
+        return prefix_tree_figure(history.prefix_tree(frame), step.events if step is not None else (),
+                                  run.decode, before=history.prefix_tree(previous) if previous else None,
+                                  selected_block=ls.inspected, box=box, large=large)
+    timeline = frame.timeline
+    if timeline is None or not timeline.steps:
         return note_figure("Requests over time", "The lesson has run no serving step yet: press "
                            "Next.", box, large)
-    return timeline_figure(timeline, at, box=box, large=large)
+    return timeline_figure(timeline, frame.snapshot.step, box=box, large=large)
 
 
 def room_view(view: Any, choice: str, box: tuple[int, int] | None, large: bool) -> Any:

@@ -12,6 +12,7 @@ import gradio as gr
 
 from engine import EngineConfig
 from ui import limits
+from ui.front import front
 from ui.limits import UserError
 from viz.shards_figure import shards_figure
 
@@ -46,20 +47,13 @@ def shards_plot() -> gr.Plot:
                    visible=False, elem_id="shards-plot")
 
 
-def shards_update(session: Any, ls: Any = None) -> Any:
-    """The shards picture for the engine in the picture (the session's, or a lesson's in front);
+def shards_update(session: Any) -> Any:
+    """The shards picture for the run in front of the picture (the session's, or a lesson's);
     hidden without tensor parallelism."""
-    run = getattr(ls, "run", None)
-    if session.lesson_front:
-        if run is None or run.engine.config.tensor_parallel_size == 1:
-            return gr.update(visible=False)
-        return gr.update(value=shards_figure(run.shown_snapshot, run.engine.engine_info()),
-                         visible=True)
-    if session.config.tensor_parallel_size == 1:
+    shown = front(session).shards()
+    if shown is None:
         return gr.update(visible=False)
-    with session.lock:  # not while an operation (or its replay) is under way
-        view = session.frame()
-        return gr.update(value=shards_figure(view.snapshot, view.info), visible=True)
+    return gr.update(value=shards_figure(*shown), visible=True)
 
 
 def rank_setting() -> gr.Number:

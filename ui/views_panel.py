@@ -20,11 +20,10 @@ from typing import Any
 import gradio as gr
 
 from ui import limits
-from ui.lesson_player import lesson_fit
+from ui.front import front
 from ui.page import Page, guard, show
 from ui.picture_box import take_box
-from ui.render import session_fit
-from ui.run_views import VIEWS, lesson_choice, lesson_view, request_seq, session_view
+from ui.run_views import VIEWS
 from ui.session import Session
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "views.js"), encoding="utf-8") as f:
@@ -58,76 +57,55 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
     gr.HTML(STYLE, js_on_load=VIEWS_JS, elem_id="views-script", padding=False)
     page.view_choice = choice
 
-    def draw(session: Session, ls: Any) -> Any:
-        """The view's figure for what is in front (in what the picture leaves of the box), and
+    def draw(session: Session) -> Any:
+        """The view's figure for the run in front (in what the picture leaves of the box), and
         whether to show it."""
-        if session.lesson_front:
-            box = lesson_fit(ls, session.presenter)[1] if getattr(ls, "run", None) else None
-            fig = lesson_view(ls, session.presenter, box)
-        else:
-            fig = session_view(session, session_fit(session)[1])
-        chosen = lesson_choice(ls) if session.lesson_front else session.view_choice
-        return gr.update(value=fig, visible=fig is not None), gr.update(value=chosen)
+        shown = front(session)
+        fig = shown.view_figure()
+        return gr.update(value=fig, visible=fig is not None), gr.update(value=shown.view_choice)
 
-    def on_view_follow(session: Session, ls):
+    def on_view_follow(session: Session):
         """The status line changed (an operation, Back / Next, a lesson page): redraw the view,
         unless what it shows is what it showed (the picture's box may be reported again)."""
-        run = getattr(ls, "run", None)
-        shown = (session.lesson_front, id(run), run and run.index, id(run and run.current),
-                 session.pos, len(session.ops), session.box, getattr(ls, "box", None),
-                 session.presenter, session.view_choice, getattr(ls, "view_choice", None),
-                 session.selected_request, session.open_request, session.selected_block,
-                 getattr(ls, "inspected", None))
-        if shown == session.view_drawn:
+        shown = front(session)
+        key = (*shown.view_key(), session.box, session.presenter, shown.view_choice)
+        if key == session.view_drawn:
             return gr.skip(), gr.skip()
-        session.view_drawn = shown
-        return draw(session, ls)
+        session.view_drawn = key
+        return draw(session)
 
-    def on_view_presenter(on, session: Session, ls):
+    def on_view_presenter(on, session: Session):
         session.presenter = bool(on)  # the page's own handler may not have run yet
-        return draw(session, ls)
+        return draw(session)
 
-    def on_view_box(value, session: Session, ls):
+    def on_view_box(value, session: Session):
         """The page measured a new box: the picture's handler keeps it too (ui/picture_box.py),
         and this one may run first, so it keeps it itself and draws for it."""
-        take_box(value, session, ls)
-        return draw(session, ls)
+        take_box(value, session)
+        return draw(session)
 
     @guard
-    def on_view_choice(value, session: Session, ls):
+    def on_view_choice(value, session: Session):
         if value not in VIEWS:
             raise limits.UserError(f"choose one of {', '.join(VIEWS)}")
-        if session.lesson_front and ls is not None:
-            lesson_choice(ls)  # the lesson's own first, so the learner's choice is not undone
-            ls.view_choice = value
-            return (*(gr.update() for _ in page.outs), *draw(session, ls))
-        session.view_choice = value
-        return (*show(session), *draw(session, ls))  # the pool's share of the box changes
+        front(session).view_choice = value
+        return (*show(session), *draw(session))  # the pool's share of the box changes
 
     @guard
-    def on_view_click(value, session: Session, ls):
+    def on_view_click(value, session: Session):
         what, _, rest = str(value or "").partition(":")
         parts = rest.partition("|")[0].split(":")
-        if session.lesson_front or not all(p.isdigit() for p in parts) or not parts[0]:
-            return (*(gr.update() for _ in page.outs), *draw(session, ls))
-        rid = int(parts[0])
-        if what == "cell" and len(parts) == 2:
-            session.goto(limits.whole(int(parts[1]), "the step", 0, len(session.ops)))
-        elif what == "lane":  # a group's label opens it into its sequences, or closes it
-            session.open_request = None if session.open_request == rid else rid
-        session.selected_request = rid
-        seq = request_seq(session.frame().requests, rid)
-        if seq is not None:
-            session.selected_seq = seq
-        return (*show(session), *draw(session, ls))
+        if not front(session).click_view(what, parts):
+            return (*(gr.update() for _ in page.outs), *draw(session))
+        return (*show(session), *draw(session))
 
     def wire() -> None:
-        state, lesson = page.state, page.lesson
+        state = page.state
         outs = [page.view_plot, choice]
         # the status line changes with every operation and move over the log (ui/app.py)
-        page.follow.click(on_view_follow, [state, lesson], outs, show_progress="hidden")
-        presenter.change(on_view_presenter, [presenter, state, lesson], outs, show_progress="hidden")
-        page.box_go.click(on_view_box, [page.box_input, state, lesson], outs, show_progress="hidden")
-        choice.input(on_view_choice, [choice, state, lesson], [*page.outs, *outs], **page.quiet)
-        click_go.click(on_view_click, [click_box, state, lesson], [*page.outs, *outs], **page.quiet)
+        page.follow.click(on_view_follow, [state], outs, show_progress="hidden")
+        presenter.change(on_view_presenter, [presenter, state], outs, show_progress="hidden")
+        page.box_go.click(on_view_box, [page.box_input, state], outs, show_progress="hidden")
+        choice.input(on_view_choice, [choice, state], [*page.outs, *outs], **page.quiet)
+        click_go.click(on_view_click, [click_box, state], [*page.outs, *outs], **page.quiet)
     return wire

@@ -111,7 +111,7 @@ def test_a_handler_turns_an_unexpected_error_into_a_message(monkeypatch) -> None
         handlers["on_fork"]("0", s)
     monkeypatch.undo()
     assert fingerprint(s.engine) == before
-    monkeypatch.setattr("ui.page.render", lambda session: 1 / 0)  # a bug in drawing, not in the engine
+    monkeypatch.setattr("ui.front.render", lambda session: 1 / 0)  # a bug in drawing, not in the engine
     with pytest.raises(gr.Error, match=r"something went wrong \(ZeroDivisionError\); this session's "
                                        r"operation log is intact"):
         handlers["on_append"]("0", 1, s)

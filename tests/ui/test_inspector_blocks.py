@@ -13,8 +13,10 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from lessons import LessonRun, load
-from ui.inspector_panel import NO_KV, cpu_block, kv_view, lesson_block
-from ui.lesson_player import LessonSession
+from ui.front import front
+from ui.inspector_panel import NO_KV, cpu_block, kv_view, shown_block
+from ui.lesson_pages import LessonSession
+from ui.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -78,13 +80,16 @@ def test_a_dropped_block_and_cpu_blocks_get_a_sentence():
 
 def test_a_lessons_inspector_reads_the_state_its_page_shows(default_model):
     ls = LessonSession()
-    ls.run = LessonRun(load(Path("lessons") / "03_fork_cow.md"), device="cpu", dtype="float32")
+    ls.play(LessonRun(load(Path("lessons") / "03_fork_cow.md"), device="cpu", dtype="float32"))
+    session = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    session.front = ls
+    shown = front(session)
     for _ in range(4):
         ls.run.next()
     ls.run.back()
     page = ls.run.next()  # page 4 again, as a teacher goes back to repeat a point
     copy = page.snapshot.sequences[0].block_table[-1]
-    note, fig = lesson_block(ls, copy)
+    note, fig = shown_block(shown, copy)
     assert "4 of 4 slots filled" in note and len(_heat(fig)[0].y) == 4
     while not ls.run.done:
         page = ls.run.next()
@@ -92,11 +97,11 @@ def test_a_lessons_inspector_reads_the_state_its_page_shows(default_model):
     # engine is rebuilt there, and its bytes are those of that moment
     copies = [e.block_ids[1] for e in page.events if e.kind == "cow"]
     assert copies and all(page.snapshot.blocks[b].num_filled for b in copies)
-    live = ls.run.engine.snapshot()
+    live = ls.run.history.engine_at(len(ls.run.history)).snapshot()
     assert any(live.blocks[b].token_ids != page.snapshot.blocks[b].token_ids for b in copies)
-    note, fig = lesson_block(ls, copies[0])
-    then = ls.run.engine_for(page)
-    assert then is not ls.run.engine
+    note, fig = shown_block(shown, copies[0])
+    then = ls.run.engine_for(page)  # the run's engine, moved back to the page's moment
+    assert then.snapshot().blocks == page.snapshot.blocks
     k, _ = then.inspect_block(copies[0], 0)
     filled = page.snapshot.blocks[copies[0]].num_filled
     shown = torch.tensor(_heat(fig)[0].z)

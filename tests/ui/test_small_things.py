@@ -162,7 +162,7 @@ def test_a_refused_input_is_logged_as_one_line(app_fns, capfd) -> None:
 
 def test_an_unexpected_error_keeps_its_traceback(app_fns, capfd, monkeypatch) -> None:
     s = _dry_session()
-    monkeypatch.setattr("ui.page.render", lambda session: 1 / 0)  # a bug in drawing
+    monkeypatch.setattr("ui.front.render", lambda session: 1 / 0)  # a bug in drawing
     capfd.readouterr()
     with pytest.raises(gr.Error, match=r"something went wrong \(ZeroDivisionError\)"):
         _click(app_fns["on_append"], ("0", 1), s)
@@ -253,9 +253,11 @@ def test_the_shards_picture_follows_a_tensor_parallel_session(tmp_path, monkeypa
         s.run(ops.AddSequence("abcdef"))
         first = tp_panel.shards_update(s)
         assert first["visible"] is True and "2 pools" in first["value"].layout.title.text
-        s.lesson_front = True  # a lesson without tensor parallelism in front: hidden
-        assert tp_panel.shards_update(s, None)["visible"] is False
-        s.lesson_front = False
+        from ui.lesson_pages import LessonSession
+
+        s.front = LessonSession()  # a lesson (not started) in front: hidden
+        assert tp_panel.shards_update(s)["visible"] is False
+        s.front = s
         shown = tp_panel.shards_update(s)
         assert shown["visible"] is True and shown["value"] is not None
     finally:

@@ -57,6 +57,6 @@ def test_paged_fit_matches_what_a_dry_engine_admits():
     fit = paged_fit(work, 8192, 16)
     eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=8192 // 16,
                                  enable_prefix_caching=False))
-    assert fit["admitted"] == admit(eng, work)
+    assert fit["admitted"] == admit(eng.apply, work)
     assert fit["reserved"] == eng.snapshot().metrics.used_blocks * 16
     assert fit["external_fragmentation"] == 0 and fit["internal_fragmentation"] < 16 * fit["admitted"]
