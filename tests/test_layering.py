@@ -2,7 +2,9 @@
 import circle among the packages, and the heavy libraries only where their layer lives.
 
 Rules (module-level imports; an import inside a function is a deliberate lazy load):
-- no circle among engine, kernels, viz, ui, lessons, classroom, bench and app.py;
+- no circle among engine, kernels, history, viz, ui, lessons, classroom, bench and app.py;
+- no upward import, at any level: kernels < engine < history, viz < lessons < classroom < ui <
+  app.py < bench (LAYERS);
 - torch and numpy only in engine/runtime, engine/tp, kernels and bench (engine/core proves it
   imports neither with the two blocked: tests/engine/core/test_torch_free.py);
 - plotly only in viz (the figures); gradio only in ui and app.py (the page);
@@ -20,8 +22,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "kernels", "viz", "ui", "lessons", "classroom", "bench")
-PRODUCT = ("engine", "kernels", "viz", "ui", "lessons", "classroom", "app")
+PACKAGES = ("engine", "kernels", "history", "viz", "ui", "lessons", "classroom", "bench")
+PRODUCT = ("engine", "kernels", "history", "viz", "ui", "lessons", "classroom", "app")
+# each layer imports only from the layers below it (lower numbers), at any level
+LAYERS = {"kernels": 0, "engine": 1, "history": 2, "viz": 2, "lessons": 3, "classroom": 4,
+          "ui": 5, "app": 6, "bench": 7}
 
 # library -> the module prefixes that may import it at module level
 HEAVY = {
@@ -163,6 +168,15 @@ def test_heavy_libraries_only_in_their_layer(library: str) -> None:
         if not any(name == p or name.startswith(p + ".") for p in allowed)
         and any(imp.module_level and imp.target.split(".")[0] == library for imp in imports(name, path)))
     assert not offenders, f"{library} imported at module level outside {allowed}: {offenders}"
+
+
+def test_no_layer_imports_one_above_it() -> None:
+    offenders = []
+    for name, path in FILES.items():
+        rank = LAYERS[name.split(".")[0]]
+        offenders += [f"{name} imports {imp.target}" for imp in imports(name, path)
+                      if LAYERS.get(imp.target.split(".")[0], -1) > rank]
+    assert not offenders, "upward imports: " + ", ".join(offenders)
 
 
 def test_bench_and_product_never_import_tests_and_product_never_imports_bench() -> None:
