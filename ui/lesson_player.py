@@ -74,9 +74,12 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
 
     def do_next(ls, answer=None, pick=None):
         if ls.run is None:
-            raise ValueError("press Start first")
-        if not ls.run.done:
-            ls.run.next(lesson_ask.prediction(ls.run, answer, pick))
+            raise ValueError("choose a lesson in the list and press Start first")
+        if ls.run.done:  # said, not refused: nothing is wrong, the lesson is over
+            gr.Info(f"This is the last page of {ls.run.lesson.title}: press Restart to play it "
+                    "again, or choose another lesson in the list and press Start.", duration=12)
+            return
+        ls.run.next(lesson_ask.prediction(ls.run, answer, pick))
 
     def input_changed(k: int):
         def do_input(ls, value):

@@ -208,6 +208,11 @@
       // an inspector left open in another tab would open over the lesson's own controls
       document.querySelector('#inspector > .label-wrap.open')?.click();
     }
+    // the lesson list and Start on the slide: before a lesson starts, on its opening page, at
+    // its end (a teacher in presenter mode picks the next lesson there)
+    const progress = document.querySelector('#lesson-progress')?.innerText ?? '';
+    const menu = !/page [1-9]\d* of/.test(progress) || progress.includes('the end');
+    document.body.classList.toggle('pl-lesson-menu', menu);
   }, 150);
 
   // A presentation clicker sends the arrow keys or Page Down / Up: they press the lesson's Next

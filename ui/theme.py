@@ -68,10 +68,15 @@ body.pl-presenter #event-log { font-size: 16px !important; line-height: 1.35; ma
 body.pl-presenter #controls-col button { font-size: 16px !important }
 body.pl-presenter #controls-col .tab-container button {
   font-size: 15px !important; padding: 4px 4px !important }
-/* the lesson slide: nothing of the teacher's setup, the page's text large */
-body.pl-presenter.pl-lesson #controls-col .tab-wrapper, body.pl-presenter.pl-lesson #lesson-choose,
-body.pl-presenter.pl-lesson #lesson-all, body.pl-presenter.pl-lesson #event-log,
+/* the lesson slide: nothing of the teacher's setup, the page's text large; before a lesson
+   starts, on its opening page and at its end (pl-lesson-menu, set by ui/motion.js) the lesson
+   list and Start stay on the slide, so a teacher can pick a lesson without leaving presenter
+   mode */
+body.pl-presenter.pl-lesson #controls-col .tab-wrapper, body.pl-presenter.pl-lesson #lesson-all,
+body.pl-presenter.pl-lesson:not(.pl-lesson-menu) #lesson-choose,
+body.pl-presenter.pl-lesson #event-log,
 body.pl-presenter.pl-lesson #playground-tools { display: none !important }
+body.pl-presenter.pl-lesson #lesson-choose { order: 0; flex-wrap: nowrap !important }
 body.pl-presenter.pl-lesson #controls-col { overflow-y: hidden }
 body.pl-presenter.pl-lesson #controls-col .tabitem { padding: 0 !important; border: 0 !important }
 body.pl-presenter.pl-lesson #controls-col .tabitem > .column { gap: 6px !important }
