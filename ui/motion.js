@@ -189,14 +189,26 @@
   // the view are told by a hidden button. Gradio fires a Markdown's own change event again
   // without a change (gradio-app/gradio#9103's family), which kept the page calling the server
   // in a loop that never came to rest.
-  let statusSeen = null;
-  setInterval(() => {
+  // Told at once when the status line changes (an observer), and by a slow poll besides (Gradio
+  // may draw the status element anew, out of the observer's sight).
+  let statusSeen = null, statusWatched = null;
+  const follow = () => {
     const text = document.querySelector('#status .prose')?.innerText;
     const go = document.querySelector('#pl-follow');
     if (text === undefined || !go || text === statusSeen) return;
     statusSeen = text;
     go.click();
-  }, 100);
+  };
+  const status = new MutationObserver(follow);
+  setInterval(() => {
+    const el = document.querySelector('#status');
+    if (el && el !== statusWatched) {
+      statusWatched = el;
+      status.disconnect();
+      status.observe(el, { subtree: true, childList: true, characterData: true });
+    }
+    follow();
+  }, 250);
 
   // The lesson in front: the Lessons tab selected. Presenter mode then lays the page out as a
   // slide (ui/theme.py): the picture and the page's text, nothing else.

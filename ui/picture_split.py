@@ -20,23 +20,29 @@ from typing import Any
 
 SHARES = (0.56, 0.66)  # a view given less than a third of a slide is left off (no room for its lanes)
 GAP = 22  # the plots' own padding between the picture and the view
-KEEP = 16  # choices kept (a few per page)
+KEEP = 12  # pictures kept (the last few positions a page showed)
 
 Box = tuple[int, int]
 
 
 class FitMemo:
-    """The choices made for one page (a session or a lesson run): state key -> (share, picture)."""
+    """The pictures drawn for one page (a session or a lesson run), by state, box and view:
+    on a slide (share, picture), elsewhere the picture. A state drawn again (Back and Next over
+    the same few positions, the view's follower asking for the picture's box) is not drawn
+    again."""
 
     def __init__(self) -> None:
-        self._fits: OrderedDict[Hashable, tuple[float | None, Any]] = OrderedDict()
+        self._fits: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()  # the picture's and the view's handlers may run at once
 
-    def get(self, key: Hashable) -> tuple[float | None, Any] | None:
+    def get(self, key: Hashable) -> Any:
         with self._lock:
-            return self._fits.get(key)
+            hit = self._fits.get(key)
+            if hit is not None:
+                self._fits.move_to_end(key)
+            return hit
 
-    def put(self, key: Hashable, hit: tuple[float | None, Any]) -> None:
+    def put(self, key: Hashable, hit: Any) -> None:
         with self._lock:
             self._fits[key] = hit
             while len(self._fits) > KEEP:
@@ -82,14 +88,18 @@ def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
               draw: Callable[[Box | None], Any]) -> tuple[Any, Box | None]:
     """(the picture, the view's box or None: no view on this slide); `draw(box)` draws the
     picture in a box, `key` names everything else it depends on, `memo` keeps the choice."""
+    memo_key = (key, None if box is None else tuple(box), choice)
     if box is None or choice == "none" or not box[1]:
         pool, view = split_box(box, choice)
-        return _with_view(drawn_for(draw(pool), box), view if choice != "none" else None)
-    key = (key, tuple(box), choice)
-    hit = memo.get(key)
+        fig = memo.get(memo_key)  # the same state drawn again (Back / Next, the view's follower)
+        if fig is None:
+            fig = drawn_for(draw(pool), box)
+            memo.put(memo_key, fig)
+        return _with_view(fig, view if choice != "none" else None)
+    hit = memo.get(memo_key)
     if hit is None:
         hit = _choose(box, draw)
-        memo.put(key, hit)
+        memo.put(memo_key, hit)
     share, fig = hit
     return _with_view(fig, None if share is None else split_box(box, choice, share)[1])
 

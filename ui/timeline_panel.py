@@ -1,5 +1,7 @@
 """Moving over the session's operation log: Back, Next, Undo, Reset, Play / Pause (a gr.Timer)
-and the timeline slider. A compact bar beside the picture."""
+and the timeline slider. A compact bar beside the picture. A move sends the view under the
+picture with the picture (ui/views_panel.py), not in a second call after it: Back and Next
+are the clicks a visitor repeats fastest."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import gradio as gr
 from ui import limits
 from ui.page import Page, guard, show
 from ui.session import Session
+from ui.views_panel import draw
 
 
 def timeline_panel(page: Page) -> tuple[gr.Group, Callable[[], None]]:
@@ -25,37 +28,40 @@ def timeline_panel(page: Page) -> tuple[gr.Group, Callable[[], None]]:
         speed = gr.Slider(0.2, 3, value=1, step=0.1, label="seconds per step (Play)")
     timer = gr.Timer(1.0, active=False)
 
+    def moved(session: Session) -> tuple:
+        return (*show(session), *draw(session))
+
     @guard
     def on_goto(pos, session: Session):
         session.goto(limits.whole(pos, "the timeline position", 0, 1 << 62))
-        return show(session)
+        return moved(session)
 
     def on_back(session: Session):
         session.goto(session.pos - 1)
-        return show(session)
+        return moved(session)
 
     def on_next(session: Session):
         session.goto(session.pos + 1)
-        return show(session)
+        return moved(session)
 
     def on_undo(session: Session):
         session.undo()
-        return show(session)
+        return moved(session)
 
     def on_reset(session: Session):
-        return show(session.fresh())
+        return moved(session.fresh())
 
     def on_play(session: Session):
         return gr.Timer(active=True), session
 
     def on_tick(session: Session):
         if session.pos >= len(session.ops):
-            return (gr.Timer(active=False), *show(session))
+            return (gr.Timer(active=False), *moved(session))
         session.goto(session.pos + 1)
-        return (gr.Timer(active=True), *show(session))
+        return (gr.Timer(active=True), *moved(session))
 
     def wire() -> None:
-        outs, quiet, state = page.outs, page.quiet, page.state
+        outs, quiet, state = [*page.outs, *page.view_outs], page.quiet, page.state
         page.timeline.release(on_goto, [page.timeline, state], outs, **quiet)
         back.click(on_back, [state], outs, **quiet)
         nxt.click(on_next, [state], outs, **quiet)

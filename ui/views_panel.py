@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import gradio as gr
 
@@ -43,6 +42,21 @@ body.pl-presenter #controls-col > * { flex-shrink: 0 }
 </style>"""
 
 
+def drawn_key(session: Session) -> tuple:
+    """What the view under the picture shows: the run in front where it is, and how."""
+    shown = front(session)
+    return (*shown.view_key(), session.box, session.presenter, shown.view_choice)
+
+
+def draw(session: Session) -> tuple:
+    """The view's figure for the run in front (in what the picture leaves of the box), whether to
+    show it, and the choice: the values of [page.view_plot, the choice]."""
+    shown = front(session)
+    fig = shown.view_figure()
+    session.view_drawn = drawn_key(session)
+    return gr.update(value=fig, visible=fig is not None), gr.update(value=shown.view_choice)
+
+
 def plot_part(page: Page) -> None:
     """The view's figure, under the picture (hidden while the choice is none)."""
     page.view_plot = gr.Plot(show_label=False, elem_id="view-plot", visible=False)
@@ -56,22 +70,14 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
     click_go = gr.Button("view click", elem_id="pl-view-go", elem_classes=["pl-hidden"])
     gr.HTML(STYLE, js_on_load=VIEWS_JS, elem_id="views-script", padding=False)
     page.view_choice = choice
-
-    def draw(session: Session) -> Any:
-        """The view's figure for the run in front (in what the picture leaves of the box), and
-        whether to show it."""
-        shown = front(session)
-        fig = shown.view_figure()
-        return gr.update(value=fig, visible=fig is not None), gr.update(value=shown.view_choice)
+    page.view_outs = [page.view_plot, choice]
 
     def on_view_follow(session: Session):
         """The status line changed (an operation, Back / Next, a lesson page): redraw the view,
-        unless what it shows is what it showed (the picture's box may be reported again)."""
-        shown = front(session)
-        key = (*shown.view_key(), session.box, session.presenter, shown.view_choice)
-        if key == session.view_drawn:
+        unless what it shows is what it showed (the picture's box may be reported again, and
+        Back / Next send the view with the picture)."""
+        if drawn_key(session) == session.view_drawn:
             return gr.skip(), gr.skip()
-        session.view_drawn = key
         return draw(session)
 
     def on_view_presenter(on, session: Session):
