@@ -22,6 +22,7 @@ from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
 from engine.core.scheduler import PrefillItem, ScheduledStep
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup
 from engine.dry.dry_model import DryScores
+from engine.runtime.protocols import StepItem
 
 Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 
@@ -57,13 +58,13 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
     return runtime.execute(batch)
 
 
-def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> tuple:
-    """One sequence's part of a forward pass (engine/runtime/protocols.py's StepItem): its
-    tokens from num_computed on, its block table, the rows of logits it wants, the tables of
-    its other KV cache groups, and its id (a decode row stays on the device under that key)."""
+def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
+    """One sequence's part of a forward pass: its tokens from num_computed on, its block table,
+    the rows of logits it wants, the tables of its other KV cache groups, and its id (a decode
+    row stays on the device under that key)."""
     tables = seq.block_tables
-    return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:],
-            seq.seq_id)
+    return StepItem(seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:],
+                    seq.seq_id)
 
 
 def move_blocks(runtime: Any, events: list[Event], content: KVContent | None = None) -> None:

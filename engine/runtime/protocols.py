@@ -15,13 +15,25 @@ name these types. Tensors appear as `Any`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-#: One sequence's part of a forward pass: (the tokens to compute, how many of its tokens are
-#: already in the cache (the position of the first new one), its block table[, the rows of
-#: logits it wants (its last ones)[, the tables of its other KV cache groups[, a key that names
-#: the sequence from step to step]]]).
-StepItem = tuple[Sequence[int], int, Sequence[int]]
+
+class StepItem(NamedTuple):
+    """One sequence's part of a forward pass, the same for every runtime (a NamedTuple: one is
+    made per sequence per step)."""
+
+    token_ids: Sequence[int]  # the new tokens to compute (q_len >= 1)
+    num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
+    block_table: Sequence[int | None]  # the first KV cache group's table, holding all of them
+    num_logits: int = 1  # rows of logits: of the last new token, or of the last k + 1 (drafts)
+    # the tables of the KV cache groups after the first (hybrid models), None where a
+    # sliding-window group dropped a block (the first table may hold None too: all-sliding)
+    group_tables: Sequence[Sequence[int | None]] = ()
+    key: Any = None  # names the sequence from step to step (its decode row stays on the device)
+
+    def tables(self) -> tuple[Sequence[int | None], ...]:
+        return (self.block_table, *self.group_tables)
+
 
 #: Async scheduling: ([(index in the batch, row)], tokens). The item's one new token is not on
 #: the host yet: it is tokens[row], a device tensor the last step's picks left (`Picks.tokens`).

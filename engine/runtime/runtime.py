@@ -21,7 +21,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import load_model
 from engine.runtime.protocols import Feed, StepItem
 from engine.runtime.sampler import TorchScores
@@ -55,12 +55,11 @@ class Runtime:
             self.loaded.warmed_up = True
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
-        """items: (tokens to compute, tokens already in the cache, block table[, rows of logits[,
-        the other KV cache groups' tables]]) per sequence.
+        """One forward pass over `items` (engine/runtime/protocols.py's StepItem).
         feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
-        batch = [ScheduledSeq(*item) for item in items]
+        batch = list(items)
         # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
         self.cache.wait_for_loads(t for s in batch for t in s.tables())
         return self.runner.execute_scores(batch, feed)

@@ -211,22 +211,21 @@ class TPRuntime:
     # ---- Runtime's interface --------------------------------------------------------------------
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> RemoteScores:
-        """items: (tokens to compute, tokens already in the cache, block table[, rows of
-        logits]) per sequence. No `feed`: the picks of these scores come back over the wire
-        (`can_overlap` is False), so no step starts before the host has its tokens."""
+        """One forward pass over `items` (engine/runtime/protocols.py's StepItem), run by every
+        worker. No `feed`: the picks of these scores come back over the wire (`can_overlap` is
+        False), so no step starts before the host has its tokens."""
         if feed:
             raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
                              "scores never overlap (RemoteScores.can_overlap is False)")
-        # (tokens, computed, table, rows of logits, other groups' tables): a draft's
-        # verification wants k + 1 rows; a hybrid model has a table per KV cache group
-        items = [(list(map(int, it[0])), int(it[1]), _ids(it[2]), int(it[3]) if len(it) > 3 else 1,
-                  tuple(map(_ids, it[4])) if len(it) > 4 else ()) for it in items]
-        rows = sum(it[3] for it in items)
+        # plain ints for the wire; no key: the workers run every step eagerly (no device rows)
+        items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed), _ids(it.block_table),
+                          int(it.num_logits), tuple(map(_ids, it.group_tables))) for it in items]
+        rows = sum(it.num_logits for it in items)
 
         def run() -> torch.Tensor:
             sent = self._send({"cmd": "execute", "items": items})
             picks = self._receive(0, torch.empty((rows, 2), dtype=torch.float64))
-            self._count(sent, picks, sum(len(it[0]) for it in items))
+            self._count(sent, picks, sum(len(it.token_ids) for it in items))
             return picks
 
         picks = self._call(run)
