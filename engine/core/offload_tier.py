@@ -24,6 +24,7 @@ class OffloadTier:
         self.offloaded_blocks = 0  # blocks copied in, cumulative
         self.hit_blocks = 0  # blocks copied back for a prefix, cumulative
         self.version = 0  # changes whenever an entry or the LRU order does (snapshots reuse views)
+        self._loading: tuple[int, set[int]] = (-1, set())  # (step, the slots its loads read)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -49,6 +50,27 @@ class OffloadTier:
         self.entries[block_hash] = (slot, tuple(token_ids))
         self.offloaded_blocks += 1
         return slot
+
+    def state(self) -> tuple:
+        """Everything the tier holds, as plain data (its size is fixed at construction)."""
+        return (tuple(self.free_slots), tuple(self.entries.items()), self.offloaded_blocks,
+                self.hit_blocks, (self._loading[0], frozenset(self._loading[1])))
+
+    def load_state(self, state: tuple) -> None:
+        """Back to `state` (from `state()`), in place. The version moves on, never back: a view
+        built from a later state must not pass for this one."""
+        free, entries, self.offloaded_blocks, self.hit_blocks, (step, pinned) = state
+        self.free_slots = deque(free)
+        self.entries = OrderedDict(entries)
+        self._loading = (step, set(pinned))
+        self.version += 1
+
+    def pinned(self, step: int) -> set[int]:
+        """The slots step `step`'s loads read (its copies offload first, then load): no offload
+        of that step may be handed one of them."""
+        if self._loading[0] != step:
+            self._loading = (step, set())
+        return self._loading[1]
 
     def find(self, block_hash: int, token_ids: list[int]) -> int | None:
         """The slot holding exactly these tokens under this hash (now the most recent), or None."""

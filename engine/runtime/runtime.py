@@ -47,6 +47,7 @@ class Runtime:
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
         self.kv_cache_groups = self.cache.layout.groups  # one block table per group and sequence
+        self.num_layers = int(self.loaded.num_layers)
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
@@ -70,6 +71,10 @@ class Runtime:
         margin of 5% for the spread of the measurement and the step's lost overlap."""
         return 1.05 * self.runner.graphs.cost_ratio(num_seqs, q)
 
+    def primitive_token(self, pending_token: int | None) -> int:
+        """The model's pending pick."""
+        return pending_token
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()
         self.cache.copy_blocks(list(pairs))
@@ -89,6 +94,8 @@ class Runtime:
     def load(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()
         self.cache.load(pairs)
+
+    can_save_blocks = True
 
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
         """The K/V bytes of these pool and swap-space blocks, for a checkpoint."""
@@ -145,6 +152,7 @@ class Runtime:
             "pool size": self.cache.sizing_note,
             "tokens computed by the model": self.runner.num_tokens_computed,
             "start-up warm-up (s)": round(self.warm_up_seconds, 2),
+            "kv_bytes_per_rank": self.kv_bytes_per_rank(),
         }
 
     def read_block(self, block_id: int, layer: int, rank: int | None = None

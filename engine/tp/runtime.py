@@ -141,6 +141,7 @@ class TPRuntime:
         self.max_model_len = min(int(hello["max_positions"]), self.num_gpu_blocks * config.block_size)
         self.block_size = config.block_size
         self.element_size = torch.empty((), dtype=getattr(torch, hello["dtype"])).element_size()
+        self.num_layers = int(hello["layers"])
         self.loaded = SimpleNamespace(  # what lessons and inspect_block read of a loaded model
             name=hello["name"], num_layers=hello["layers"], num_q_heads=hello["q_heads"],
             num_kv_heads=hello["kv_heads"], head_dim=hello["head_dim"], dtype=hello["dtype"],
@@ -267,6 +268,23 @@ class TPRuntime:
         CPU does over its decode (engine/runtime/decode_graphs.py's default), with a 5% margin."""
         return 1.05 * (1.0 + DEFAULT_VERIFY_COST * (q - 1))
 
+    def primitive_token(self, pending_token: int | None) -> int:
+        """The model's pending pick."""
+        return pending_token
+
+    #: the bytes live in the worker processes: a checkpoint would have to gather every rank's
+    can_save_blocks = False
+
+    def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
+        raise ValueError("a checkpoint cannot save K/V bytes that live in tensor-parallel workers")
+
+    def load_blocks(self, saved: Any) -> None:
+        raise ValueError("a checkpoint cannot load K/V bytes into tensor-parallel workers")
+
+    @staticmethod
+    def saved_bytes(saved: Any) -> int:
+        return 0
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
             self._pending.append(("copy_blocks", [tuple(p) for p in pairs]))
@@ -336,6 +354,7 @@ class TPRuntime:
             "tp last step: all-reduces": w.all_reduces,
             "tp last step: all-reduce bytes": w.all_reduce_bytes,
             "worker pids": [p.pid for p in self._w.procs],
+            "kv_bytes_per_rank": self.kv_bytes_per_rank(),
         }
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.runtime.protocols import StepItem
 
 PROMPTS = [
     "The capital of France is",
@@ -70,7 +71,7 @@ def test_primitives_append_is_greedy_decoding(model, hf_attention):
 def test_paged_logits_equal_hf_forward(default_model, hf_attention):
     eng = engine(default_model, block_size=4)
     prompt = eng.tokenizer.encode(PROMPTS[2])
-    scores = eng.runtime.execute([(prompt, 0, list(range(-(-len(prompt) // 4))))])
+    scores = eng.runtime.execute([StepItem(prompt, 0, list(range(-(-len(prompt) // 4))))])
     with hf_attention(default_model.model, "eager"), torch.inference_mode():
         ref = default_model.model(torch.tensor([prompt])).logits[0, -1].float()
     torch.testing.assert_close(scores.logits[0], ref, rtol=1e-4, atol=1e-4)
