@@ -62,6 +62,20 @@ def _runtime(config: EngineConfig) -> ModelRuntime:
 
 
 class LLMEngine:
+    # ---- declared state (engine/checkpoint.py, engine/core/state.py): a checkpoint is the sum
+    # of these, never a copy of whatever hangs off the engine (tests/engine/test_checkpoint.py
+    # fails on an attribute that is not declared here)
+    #: parts that say their own state (`state()` / `load_state()`), restored in this order
+    #: (the scheduler's queues hold the registry's requests); content is None unless tracked
+    PARTS = ("kv", "content", "registry", "scheduler", "_flight", "_run_record", "_chain")
+    #: the engine's own values, copied by `values()`
+    STATE = ("step_count", "last_events", "last_step", "_finished", "_trace")
+    #: shared, never copied: the config, the runtime (model, K/V tensors) and its tokenizer, and
+    #: the stateless wiring between the parts
+    FIXED = ("config", "runtime", "tokenizer", "_post", "_primitives")
+    #: caches rebuilt after a restore
+    DERIVED = ("_snapshots",)
+
     def __init__(self, config: EngineConfig | None = None) -> None:
         config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
@@ -94,7 +108,7 @@ class LLMEngine:
         self._trace: list[dict[str, Any]] = []
         self._snapshots = self._snapshot_builder()
         # drafts are verified where that pays: the runtime says what a verification costs
-        self.scheduler = Scheduler(config, self.kv, self.runtime.draft_cost)
+        self.scheduler = Scheduler(config, self.kv, self.registry, self.runtime.draft_cost)
         self._post = Postprocessor(self.kv, self.scheduler, self.registry,
                                    self.runtime.eos_token_ids, self.tokenizer.decode)
         self._flight = InFlight(self._post, self.scheduler, self.kv)
@@ -107,6 +121,20 @@ class LLMEngine:
     def _snapshot_builder(self) -> SnapshotBuilder:
         k = self.kv
         return SnapshotBuilder(k.pool, self.tokenizer.decode, k.cpu_pool, k.groups, k.tier)
+
+    def values(self) -> dict[str, Any]:
+        """The engine's own STATE values for a checkpoint (events, outputs, step results and op
+        records are never changed once made: the containers are copied)."""
+        return {"step_count": self.step_count, "last_events": tuple(self.last_events),
+                "last_step": self.last_step, "_finished": tuple(self._finished),
+                "_trace": tuple(self._trace)}
+
+    def load_values(self, values: dict[str, Any]) -> None:
+        """Back to `values()`'s; the caches of the views start afresh."""
+        self.step_count, self.last_step = values["step_count"], values["last_step"]
+        self.last_events = list(values["last_events"])
+        self._finished, self._trace = list(values["_finished"]), list(values["_trace"])
+        self._snapshots = self._snapshot_builder()
 
     # ---- what the runtime fixed: the model's vocabulary and length --------------------------
 
@@ -237,7 +265,8 @@ class LLMEngine:
         return checkpoints.take(self) if checkpoints.can_take(self) else None
 
     def restore(self, checkpoint: checkpoints.Checkpoint) -> None:
-        """Back to the state `checkpoint` was taken in; the ops after it are gone from the log."""
+        """Back to the state `checkpoint` was taken in (on this engine or another of the same
+        config); the ops after it are gone from the log."""
         checkpoints.restore(self, checkpoint)
 
     @classmethod

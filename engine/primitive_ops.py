@@ -25,6 +25,9 @@ from engine.runtime.protocols import ModelRuntime
 class Primitives:
     """add_sequence, append, fork and free, on the engine's bookkeeping and runtime."""
 
+    STATE = ()  # none of its own (engine/core/state.py): the parts it was given hold it
+    FIXED = ("kv", "registry", "runtime", "content", "groups", "tokenizer", "_flight", "_post")
+
     def __init__(self, kv: KVCacheManager, registry: Registry, runtime: ModelRuntime,
                  content: KVContent | None, flight: InFlight, post: Postprocessor) -> None:
         self.kv, self.registry, self.runtime, self.content = kv, registry, runtime, content

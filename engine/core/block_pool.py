@@ -54,6 +54,12 @@ class OutOfBlocks(RuntimeError):
 
 
 class BlockPool:
+    # declared state (engine/core/state.py): what a checkpoint copies, what is fixed, what is
+    # kept for readers
+    STATE = ("blocks", "free_ids", "cached_ids", "hash_to_block")
+    FIXED = ("num_blocks", "block_size")
+    DERIVED = ("_log", "_log_start")
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size

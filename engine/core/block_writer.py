@@ -23,10 +23,14 @@ from engine.core.events import Event
 from engine.core.hashing import HashFn
 from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import IN_FLIGHT, Sequence
+from engine.core.state import fields_state, load_fields
 
 
 class BlockWriter:
     """Takes blocks and writes tokens; records the copies the device must make, in order."""
+
+    STATE = ("step", "enable_prefix_caching", "cow_copies", "evictions", "copies")
+    FIXED = ("pool", "tier", "block_size", "hash_fn", "token_repr")
 
     def __init__(self, pool: BlockPool, tier: OffloadTier, hash_fn: HashFn,
                  token_repr: Callable[[int], str], enable_prefix_caching: bool) -> None:
@@ -41,14 +45,12 @@ class BlockWriter:
         self.evictions = 0
         self.copies: list[BlockCopy] = []  # made since the engine last took them, in order
 
-    def state(self) -> tuple:
+    def state(self) -> dict:
         """What changes as it writes, as plain data (the pool and tier say theirs)."""
-        return (self.step, self.enable_prefix_caching, self.cow_copies, self.evictions,
-                tuple(self.copies))
+        return fields_state(self)
 
-    def load_state(self, state: tuple) -> None:
-        self.step, self.enable_prefix_caching, self.cow_copies, self.evictions, copies = state
-        self.copies = list(copies)
+    def load_state(self, state: dict) -> None:
+        load_fields(self, state)
 
     def require(self, needed: int, available: int, what: str) -> None:
         """Raise OutOfBlocks, changing nothing, when `needed` blocks exceed `available`."""

@@ -12,21 +12,25 @@ from __future__ import annotations
 from engine.core.block_writer import BlockWriter
 from engine.core.events import Event
 from engine.core.sequence import Sequence
+from engine.core.state import fields_state, load_fields
 
 
 class DraftSlots:
     """The draft-slot operations of the KV cache manager."""
+
+    STATE = ("draft_tokens", "accepted_tokens")
+    FIXED = ("writer",)
 
     def __init__(self, writer: BlockWriter) -> None:
         self.writer = writer
         self.draft_tokens = 0  # slots reserved for drafts, cumulative
         self.accepted_tokens = 0  # drafts verified and kept, cumulative
 
-    def state(self) -> tuple[int, int]:
-        return self.draft_tokens, self.accepted_tokens
+    def state(self) -> dict:
+        return fields_state(self)
 
-    def load_state(self, state: tuple[int, int]) -> None:
-        self.draft_tokens, self.accepted_tokens = state
+    def load_state(self, state: dict) -> None:
+        load_fields(self, state)
 
     def append_draft(self, seq: Sequence, draft: list[int], events: list[Event]) -> None:
         """Write draft tokens after the sequence's last one, in slots of its blocks (new blocks

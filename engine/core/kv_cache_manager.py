@@ -19,9 +19,9 @@ and the copies the device must follow, recorded in order), `Swapping`, `TierLoad
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from engine.core.block_pool import BlockPool, PoolState
+from engine.core.block_pool import BlockPool
 from engine.core.block_writer import BlockWriter
 from engine.core.copy_plan import BlockCopy
 from engine.core.draft_slots import DraftSlots
@@ -33,6 +33,7 @@ from engine.core.kv_groups import KVCacheGroup, dead_blocks, single_group
 from engine.core.offload_tier import OffloadTier
 from engine.core.prefix_match import match_prefix
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
+from engine.core.state import fields_state, load_fields
 from engine.core.swapping import Swapping, distinct_blocks
 from engine.core.tier_loads import TierLoads
 
@@ -40,18 +41,20 @@ __all__ = ["InvariantError", "KVCacheManager", "ManagerState"]
 
 
 class ManagerState(NamedTuple):
-    """A KV cache manager's state as plain data (`KVCacheManager.state`)."""
+    """A KV cache manager's state as plain data (`KVCacheManager.state`): its own counters and
+    each part's state, by the part's name."""
 
-    pool: PoolState
-    cpu_pool: PoolState
-    tier: tuple
-    writer: tuple
-    drafts: tuple[int, int]
-    prefix_hit_blocks: int
-    dropped_blocks: int
+    counters: dict[str, int]
+    parts: dict[str, Any]
 
 
 class KVCacheManager:
+    # declared state (engine/core/state.py); `state()` adds the states of the parts it owns
+    STATE = ("prefix_hit_blocks", "dropped_blocks")
+    PARTS = ("pool", "cpu_pool", "tier", "writer", "drafts")
+    FIXED = PARTS + ("swapping", "tier_loads", "block_size", "groups", "num_groups", "sliding",
+                     "hash_fn", "content")  # content: the engine's, whose checkpoint says it
+
     def __init__(
         self,
         num_blocks: int,
@@ -114,18 +117,14 @@ class KVCacheManager:
     def state(self) -> ManagerState:
         """Everything the manager and its parts hold, as plain data (its sizes, groups and hash
         function are fixed at construction; the content shadow is the engine's, said apart)."""
-        return ManagerState(self.pool.state(), self.cpu_pool.state(), self.tier.state(),
-                            self.writer.state(), self.drafts.state(), self.prefix_hit_blocks,
-                            self.dropped_blocks)
+        return ManagerState(fields_state(self),
+                            {name: getattr(self, name).state() for name in self.PARTS})
 
     def load_state(self, state: ManagerState) -> None:
         """Back to `state` (from `state()` of a manager of these sizes), in place."""
-        self.pool.load_state(state.pool)
-        self.cpu_pool.load_state(state.cpu_pool)
-        self.tier.load_state(state.tier)
-        self.writer.load_state(state.writer)
-        self.drafts.load_state(state.drafts)
-        self.prefix_hit_blocks, self.dropped_blocks = state.prefix_hit_blocks, state.dropped_blocks
+        for name in self.PARTS:
+            getattr(self, name).load_state(state.parts[name])
+        load_fields(self, state.counters)
 
     def take_copies(self) -> list[BlockCopy]:
         """The block copies the device must make, in the order the bookkeeping made them

@@ -15,8 +15,14 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from engine.core.state import fields_state, load_fields
+
 
 class OffloadTier:
+    STATE = ("free_slots", "entries", "offloaded_blocks", "hit_blocks", "_loading")
+    FIXED = ("num_blocks",)
+    DERIVED = ("version",)
+
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.free_slots: deque[int] = deque(range(num_blocks))
@@ -51,18 +57,14 @@ class OffloadTier:
         self.offloaded_blocks += 1
         return slot
 
-    def state(self) -> tuple:
+    def state(self) -> dict:
         """Everything the tier holds, as plain data (its size is fixed at construction)."""
-        return (tuple(self.free_slots), tuple(self.entries.items()), self.offloaded_blocks,
-                self.hit_blocks, (self._loading[0], frozenset(self._loading[1])))
+        return fields_state(self)
 
-    def load_state(self, state: tuple) -> None:
-        """Back to `state` (from `state()`), in place. The version moves on, never back: a view
-        built from a later state must not pass for this one."""
-        free, entries, self.offloaded_blocks, self.hit_blocks, (step, pinned) = state
-        self.free_slots = deque(free)
-        self.entries = OrderedDict(entries)
-        self._loading = (step, set(pinned))
+    def load_state(self, state: dict) -> None:
+        """Back to `state` (from `state()`). The version moves on, never back: a view built
+        from a later state must not pass for this one."""
+        load_fields(self, state)
         self.version += 1
 
     def pinned(self, step: int) -> set[int]:

@@ -27,6 +27,9 @@ Decode = Callable[[list[int]], str]
 class Postprocessor:
     """Lands steps' picks. Holds the bookkeeping it changes (never the engine, nor the model)."""
 
+    STATE = ()  # none of its own (engine/core/state.py): the parts it was given hold it
+    FIXED = ("kv", "scheduler", "registry", "eos_token_ids", "decode")
+
     def __init__(self, kv: KVCacheManager, scheduler: Scheduler, registry: Registry,
                  eos_token_ids: tuple[int, ...], decode: Decode) -> None:
         self.kv = kv

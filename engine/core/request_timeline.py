@@ -194,18 +194,23 @@ def _fill(own: list[Cell | None], steps: tuple[StepCells, ...], start: int,
 
 
 class RunRecorder:
-    """The engine's record of the run (one per engine; deep-copied with its checkpoints)."""
+    """The engine's record of the run (one per engine; its state goes into checkpoints)."""
+
+    STATE = ("_steps", "_lanes", "_owner")  # declared state (engine/core/state.py)
+    FIXED = ()
 
     def __init__(self) -> None:
         self._steps: list[StepCells] = []
         self._lanes: dict[int, Lane] = {}  # request id -> lane, in arrival order
         self._owner: dict[int, int] = {}  # seq id -> request id (never reused, only added)
 
-    def __deepcopy__(self, memo: dict) -> RunRecorder:
+    def state(self) -> tuple:
         # every step's record and lane is immutable once made: copying the containers will do
-        new = RunRecorder()
-        new._steps, new._lanes, new._owner = list(self._steps), dict(self._lanes), dict(self._owner)
-        return new
+        return tuple(self._steps), dict(self._lanes), dict(self._owner)
+
+    def load_state(self, state: tuple) -> None:
+        steps, lanes, owner = state
+        self._steps, self._lanes, self._owner = list(steps), dict(lanes), dict(owner)
 
     def timeline(self) -> RequestTimeline:
         return RequestTimeline(tuple(self._steps), tuple(self._lanes.values()))

@@ -22,7 +22,10 @@ def distinct_blocks(seqs: list[Sequence]) -> list[int]:
 
 
 class Swapping:
-    """The swap operations of the KV cache manager."""
+    """The swap operations of the KV cache manager (no state of its own: the pools hold it)."""
+
+    STATE = ()
+    FIXED = ("writer", "pool", "cpu_pool")
 
     def __init__(self, writer: BlockWriter, cpu_pool: BlockPool) -> None:
         self.writer = writer

@@ -18,7 +18,10 @@ from engine.core.sequence import Sequence
 
 
 class TierLoads:
-    """The tier operations of the KV cache manager."""
+    """The tier operations of the KV cache manager (no state of its own: the tier holds it)."""
+
+    STATE = ()
+    FIXED = ("writer", "tier")
 
     def __init__(self, writer: BlockWriter, tier: OffloadTier) -> None:
         self.writer = writer
