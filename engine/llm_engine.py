@@ -29,16 +29,16 @@ from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
 from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
-from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
-from engine.core.prefix_tree import HashChain, PrefixTree
 from engine.core.registry import Registry
 from engine.core.request_state import RequestState, request_state
-from engine.core.request_timeline import RequestTimeline, RunRecorder
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
-from engine.core.snapshot import Snapshot, SnapshotBuilder
+from engine.describe.narration import TokenNames
+from engine.describe.prefix_tree import HashChain, PrefixTree
+from engine.describe.request_timeline import RequestTimeline, RunRecorder
+from engine.describe.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.dry_runtime import DryRuntime
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
 from engine.primitive_ops import Primitives
@@ -341,14 +341,14 @@ class LLMEngine:
     def request_timeline(self) -> RequestTimeline:
         """Every serving request and what it did in each step so far (waiting, a prefill chunk,
         decodes, drafts kept / drafted, preempted by swap or recompute, swapped, loading from
-        the CPU tier, finished and why): engine/core/request_timeline.py."""
+        the CPU tier, finished and why): engine/describe/request_timeline.py."""
         return self._run_record.timeline()
 
     def prefix_tree(self, snapshot: Snapshot | None = None, group: str | None = None
                     ) -> PrefixTree:
         """The prefix cache of `snapshot` (now, by default) as a tree of hashed blocks, each
         under the block its hash chains from, in KV cache group `group` (the first by default):
-        engine/core/prefix_tree.py."""
+        engine/describe/prefix_tree.py."""
         return self._chain.tree(snapshot if snapshot is not None else self.snapshot(), group)
 
     def finished_requests(self) -> list[RequestOutput]:

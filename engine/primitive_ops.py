@@ -11,7 +11,7 @@ real mode each write is computed by the model right away, one sequence at a time
 from __future__ import annotations
 
 from engine import ops, step_run
-from engine.core.events import Event
+from engine.core.events import Computed, Event, PrimitivePrefill
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_content import KVContent
@@ -44,7 +44,7 @@ class Primitives:
         self.registry.add(seq)
         computed = len(tokens) - seq.num_cached_tokens
         events.append(Event("prefill", self.kv.step, seq.seq_id, tuple(seq.block_table),
-                            facts=(len(tokens), computed, seq.num_cached_tokens),
+                            facts=PrimitivePrefill(len(tokens), computed, seq.num_cached_tokens),
                             form="prefill_primitive"))
         self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
@@ -108,5 +108,5 @@ class Primitives:
         seq.pending_token = token
         seq.cumulative_logprob += logprob
         n = seq.num_tokens - num_computed
-        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=(n,),
+        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=Computed(n),
                             form="decode_primitive", names=self.kv.token_repr))

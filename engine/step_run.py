@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 from engine.core.copy_plan import BlockCopy, copy_waves, run_wave
-from engine.core.events import Event
+from engine.core.events import Event, Prefilled
 from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
 from engine.core.registry import Registry
@@ -180,6 +180,6 @@ def _prefill_event(p: PrefillItem, step: int) -> Event:
     """One prefill (whole, or a chunk of a chunked prompt) and the numbers its sentence needs."""
     seq = p.seq
     whole = p.final and p.start == seq.num_cached_tokens
-    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=(
+    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=Prefilled(
         p.resumed, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
         seq.num_cached_tokens, len(seq.prefill_rest)))

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import LLMEngine, OutOfBlocks
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from lessons import context
 from lessons.context import KNOWN_NAMES, show
 from lessons.lesson import ENGINE_KEYS, Lesson, LessonError, Op, Text

@@ -1,7 +1,7 @@
 """What the page draws at one point of a session's log, recorded when the engine was there
 (ui/session.py keeps one per position; Back, Next and the timeline draw them with no engine
 work): the engine's snapshot and events, its requests, the run so far as a request timeline,
-and, after a serving step, that step's memory point (engine/core/memory_use.py)."""
+and, after a serving step, that step's memory point (engine/describe/memory_use.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import LLMEngine
-from engine.core.memory_use import MemoryPoint, memory_point
+from engine.describe.memory_use import MemoryPoint, memory_point
 
 
 @dataclass(frozen=True)

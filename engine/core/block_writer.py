@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from engine.core.block_pool import BlockPool, OutOfBlocks
 from engine.core.copy_plan import BlockCopy
-from engine.core.events import Event
+from engine.core.events import Allocated, Cached, CopiedOnWrite, Event, Offloaded
 from engine.core.hashing import HashFn
 from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import IN_FLIGHT, Sequence
@@ -79,7 +79,7 @@ class BlockWriter:
             if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
                 self.copies.append(BlockCopy("offload", block_id, slot))
                 events.append(Event("offload", self.step, sid, (block_id,),
-                                    facts=(slot, evicted_hash & 0xFFFF)))
+                                    facts=Offloaded(slot, evicted_hash & 0xFFFF)))
         if narrate:
             events.append(Event("allocate", self.step, sid, (block_id,)))
         return block_id
@@ -116,7 +116,7 @@ class BlockWriter:
                 self.seal(seq, len(tables[0]) - 1, events)  # an in-flight token's: when it lands
         if new_blocks and not narrate_each:
             events.append(Event("allocate", self.step, sid, tuple(new_blocks),
-                                facts=(len(token_ids),), form="allocate_many"))
+                                facts=Allocated(len(token_ids)), form="allocate_many"))
 
     def append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
         # the hot path of a serving step: positional, and no text (the token is named when read)
@@ -135,7 +135,7 @@ class BlockWriter:
         self.cow_copies += 1
         self.copies.append(BlockCopy("copy_blocks", src, dst))
         events.append(Event("cow", self.step, sid, (src, dst),
-                            facts=(pool.blocks[src].ref_count + 1,)))
+                            facts=CopiedOnWrite(pool.blocks[src].ref_count + 1)))
         return dst
 
     def seal(self, seq: Sequence, index: int, events: list[Event]) -> None:
@@ -148,4 +148,4 @@ class BlockWriter:
         for table in tables:
             if self.pool.register_hash(table[index], h):
                 events.append(Event("cache", self.step, seq.seq_id, (table[index],),
-                                    facts=(h & 0xFFFF,)))
+                                    facts=Cached(h & 0xFFFF)))

@@ -10,7 +10,7 @@ KV cache group's table takes and gives back its slots together.
 from __future__ import annotations
 
 from engine.core.block_writer import BlockWriter
-from engine.core.events import Event
+from engine.core.events import Drafted, Event, Rejected
 from engine.core.sequence import Sequence
 from engine.core.state import fields_state, load_fields
 
@@ -42,7 +42,7 @@ class DraftSlots:
         w.write(seq, draft, scratch := [], narrate_each=False, seal=False)
         events += [e for e in scratch if e.kind != "allocate"]  # evictions; the draft names its blocks
         new = tuple(b for t in seq.block_tables for b in t if b not in had)
-        events.append(Event("draft", w.step, seq.seq_id, new, tuple(draft), facts=(start,),
+        events.append(Event("draft", w.step, seq.seq_id, new, tuple(draft), facts=Drafted(start),
                             names=w.token_repr))
         seq.num_draft = len(draft)
         self.draft_tokens += len(draft)
@@ -66,10 +66,11 @@ class DraftSlots:
                 if end % bs:  # the last block keeps its first slots
                     w.pool.truncate(table[-1], end % bs)
             events.append(Event("reject", w.step, seq.seq_id, tuple(reversed(freed)), dropped,
-                                facts=(accepted, k), names=w.token_repr))
+                                facts=Rejected(accepted, k), names=w.token_repr))
         elif k:
             events.append(Event("draft", w.step, seq.seq_id, (), tuple(seq.token_ids[end - k:]),
-                                facts=(end - k,), form="draft_kept", names=w.token_repr))
+                                facts=Drafted(end - k), form="draft_kept",
+                                names=w.token_repr))
         if w.enable_prefix_caching:
             for i in range((seq.num_tokens - keep) // bs, end // bs):  # filled by kept drafts
                 w.seal(seq, i, events)

@@ -25,7 +25,7 @@ from engine.core.block_pool import BlockPool
 from engine.core.block_writer import BlockWriter
 from engine.core.copy_plan import BlockCopy
 from engine.core.draft_slots import DraftSlots
-from engine.core.events import Event
+from engine.core.events import Dropped, Event, Forked, Freed, PrefixHit
 from engine.core.hashing import HashFn, hash_block
 from engine.core.invariants import InvariantError, check_pool
 from engine.core.kv_content import KVContent
@@ -236,7 +236,7 @@ class KVCacheManager:
                 self.pool.incref(b, sid)
             self.prefix_hit_blocks += len(hit_ids)
             events.append(Event("prefix_hit", self.step, sid, tuple(hit_ids),
-                                facts=(hit * bs, len(prompt))))
+                                facts=PrefixHit(hit * bs, len(prompt))))
             if live:
                 events.append(Event("share", self.step, sid, tuple(live)))
         if loads:
@@ -322,7 +322,7 @@ class KVCacheManager:
         for b in shared:
             self.pool.incref(b, child.seq_id)
         return [Event("share", self.step, child.seq_id, tuple(shared),
-                      facts=(parent.seq_id,), form="fork")]
+                      facts=Forked(parent.seq_id), form="fork")]
 
     def free(self, seq: Sequence) -> list[Event]:
         """Let go of every block table. Blocks enter the LRU last logical block first, so the
@@ -343,7 +343,7 @@ class KVCacheManager:
             self.content.forget(seq.seq_id)
         # which released blocks stay cached is a fact of now: the narration is written later
         cached = tuple(b for b in released if pool.blocks[b].block_hash is not None)
-        return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)),
+        return [Event("free", self.step, seq.seq_id, tuple(released), facts=Freed(cached, tuple(kept)),
                       form="free_swapped" if swapped else "")]
 
     def drop_out_of_window(self, seq: Sequence) -> list[Event]:
@@ -369,8 +369,8 @@ class KVCacheManager:
                 self.dropped_blocks += len(dropped)
                 cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
                 events.append(Event("drop", self.step, seq.seq_id, tuple(reversed(dropped)),
-                                    facts=(group.name, group.window, j + 1, cached,
-                                           tuple(b for b in dropped if b not in released))))
+                                    facts=Dropped(group.name, group.window, j + 1, cached,
+                                                  tuple(b for b in dropped if b not in released))))
         return events
 
     # ---- checks -------------------------------------------------------------------------------

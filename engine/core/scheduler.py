@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.draft_policy import DraftPolicy
-from engine.core.events import Event
+from engine.core.events import Aborted, Event, Preempted
 from engine.core.group_admission import allocate_together
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.registry import Registry
@@ -304,7 +304,7 @@ class Scheduler:
             self.waiting.appendleft(group)
             swapped = None  # recomputed; a fallback where swap was asked for and CPU space is full
         fallback = swapped is None and self.config.preemption_mode == "swap"
-        out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=(
+        out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=Preempted(
             group.request_id, tuple(s.seq_id for s in seqs), swapped, fallback)))
         out.events += events
 
@@ -316,7 +316,8 @@ class Scheduler:
             seq.status = SequenceStatus.FINISHED
         out.aborted.append(group)
         out.events.append(Event("finish", self.kv.step, group.seqs[0].seq_id,
-                                facts=(group.request_id, self.kv.pool.num_blocks), form="abort"))
+                                facts=Aborted(group.request_id, self.kv.pool.num_blocks),
+                                form="abort"))
 
     def _insert_running(self, group: SequenceGroup) -> None:
         i = len(self.running)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from engine.core.block_pool import BlockPool
 from engine.core.block_writer import BlockWriter
 from engine.core.copy_plan import BlockCopy
-from engine.core.events import Event
+from engine.core.events import Event, Swapped
 from engine.core.sequence import Sequence, SequenceStatus
 
 
@@ -63,7 +63,7 @@ class Swapping:
         w = self.writer
         w.copies += (BlockCopy(kind, src, dst) for src, dst in pairs)
         events.append(Event(kind, w.step, seqs[0].seq_id, tuple(x for p in pairs for x in p),
-                            facts=tuple(s.seq_id for s in seqs)))
+                            facts=Swapped(tuple(s.seq_id for s in seqs))))
 
     def _move(self, seqs: list[Sequence], src_blocks: list[int], src: BlockPool, dst: BlockPool
               ) -> tuple[list[tuple[int, int]], list[Event]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from engine.core.block_writer import BlockWriter
 from engine.core.copy_plan import BlockCopy
-from engine.core.events import Event
+from engine.core.events import Event, Loaded
 from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import Sequence
 
@@ -58,4 +58,4 @@ class TierLoads:
         self.tier.hit_blocks += len(loads)
         w.copies += (BlockCopy("load", slot, b) for (slot, _), b in zip(loads, blocks, strict=True))
         events.append(Event("load", w.step, sid, tuple(blocks),
-                            facts=(tuple(slot for slot, _ in loads), len(loads) * bs)))
+                            facts=Loaded(tuple(slot for slot, _ in loads), len(loads) * bs)))

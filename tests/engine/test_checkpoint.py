@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 from engine import EngineConfig, LLMEngine, SamplingParams, ops
 from engine.core.state import undeclared
+from engine.describe.narration import narrate
 
 OPS = [
     ops.AddSequence("Four score and seven years ago"),
@@ -48,7 +49,7 @@ def kv_bytes(eng: LLMEngine) -> dict[int, list]:
 def state(eng: LLMEngine):
     snap = eng.snapshot()
     finished = [(o.request_id, [list(c.token_ids) for c in o.outputs]) for o in eng.finished_requests()]
-    return eng.trace, snap, [e.text for e in eng.last_events], finished, kv_bytes(eng)
+    return eng.trace, snap, [narrate(e) for e in eng.last_events], finished, kv_bytes(eng)
 
 
 @pytest.fixture(params=["dry", "tiny-random", pytest.param("default", marks=pytest.mark.slow)])

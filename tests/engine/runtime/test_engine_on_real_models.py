@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.describe.narration import narrate
 from engine.runtime.protocols import StepItem
 
 PROMPTS = [
@@ -207,7 +208,7 @@ def test_chunked_prefill_with_seeds_prefix_hits_and_preemption_changes_no_output
             if eng is chunked:
                 assert result.num_batched_tokens <= 9
                 kinds |= {e.kind for e in result.events}
-                kinds |= {"chunk"} if any("chunked" in e.text for e in result.events) else set()
+                kinds |= {"chunk"} if any("chunked" in narrate(e) for e in result.events) else set()
             got.update({o.request_id: [list(c.token_ids) for c in o.outputs] for o in result.finished})
     assert outs[1] == outs[0]
     assert {"chunk", "prefix_hit", "preempt"} <= kinds

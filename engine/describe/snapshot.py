@@ -42,7 +42,7 @@ class SequenceView(NamedTuple):
     parent_id: int | None
     prefill_rest: int  # chunked prefill: prompt tokens not in the cache yet
     # every KV cache group's table by group name ({"full": block_table} for most models); None
-    # where a sliding-window group dropped a block (a plain dict: checkpoints deep-copy views)
+    # where a sliding-window group dropped a block (a plain dict: a view pickles)
     block_tables: Mapping[str, tuple[int | None, ...]]
 
 
