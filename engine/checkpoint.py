@@ -66,6 +66,11 @@ def restore(engine: LLMEngine, checkpoint: Checkpoint) -> None:
         raise ValueError(f"this checkpoint was taken on an engine of another config "
                          f"({_differences(checkpoint.config, engine.config)}); restore it into an "
                          f"engine of the config it was taken on")
+    missing = [name for name in engine.PARTS
+               if getattr(engine, name) is not None and name not in checkpoint.state]
+    if missing:  # the content shadow, tracked here and not where it was taken (an environment)
+        raise ValueError(f"this checkpoint holds no state for {', '.join(missing)}: it was taken "
+                         f"on an engine that kept none; replay the op log instead")
     engine.runtime.load_blocks(checkpoint.kv)  # first: nothing else changed if it refuses
     state = checkpoint.state
     for name in engine.PARTS:  # in place: the parts that hold one another keep doing so

@@ -61,8 +61,13 @@ def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
     the rows of logits it wants, the tables of its other KV cache groups, and its id (a decode
     row stays on the device under that key)."""
     tables = seq.block_tables
-    return StepItem(seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:],
-                    seq.seq_id)
+    # made per sequence per step: straight from its fields' tuple (NamedTuple's own __new__
+    # costs a Python call)
+    return _new(StepItem, (seq.token_ids[num_computed:], num_computed, tables[0], num_logits,
+                           tables[1:], seq.seq_id))
+
+
+_new = tuple.__new__
 
 
 def move_blocks(runtime: ModelRuntime, copies: list[BlockCopy],

@@ -153,9 +153,14 @@ class KVCacheManager:
         """New blocks an append of num_new_tokens takes in one pass: the overflow in every
         group, plus one for each copy-on-write of a shared, partly filled last block."""
         bs = self.block_size
-        n = seq.num_tokens
+        n = len(seq.token_ids)
         tables = seq.block_tables
-        needed = (-(-(n + num_new_tokens) // bs) - len(tables[0])) * len(tables)
+        needed = -(-(n + num_new_tokens) // bs) - len(tables[0])
+        if len(tables) == 1:  # most models, and every running sequence every step: no generator
+            if num_new_tokens and n % bs:
+                needed += self.pool.blocks[tables[0][-1]].ref_count > 1
+            return needed
+        needed *= len(tables)
         if num_new_tokens and n % bs:
             blocks = self.pool.blocks
             needed += sum(1 for t in tables if blocks[t[-1]].ref_count > 1)

@@ -6,11 +6,13 @@ but not yet read, and requests answered with another request's K/V."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams, step_run
+from engine.config import TRACK_KV_CONTENT_ENV
 from engine.core import copy_plan
 from engine.core.copy_plan import BlockCopy
 from engine.core.group_admission import allocate_together
@@ -137,11 +139,24 @@ def test_a_resumed_group_that_does_not_fit_leaves_the_pools_exactly_as_they_were
     assert refused >= 1
 
 
-@pytest.mark.parametrize("track", [True, False])
-def test_tracking_is_on_in_the_dry_mode_by_default_and_can_be_turned_off(track):
+def test_tracking_is_off_in_the_product_and_on_in_every_test(monkeypatch):
+    """The oracle costs host time per token: off by default, dry mode included; tests/conftest.py
+    turns it on for every test through the environment, and a config may say either."""
+    assert os.environ[TRACK_KV_CONTENT_ENV] == "1"  # this very test runs with it on
     assert EngineConfig(model=None).tracks_kv_content
+    assert EngineConfig(model="tiny-random").tracks_kv_content
+    assert LLMEngine(EngineConfig(model=None, num_gpu_blocks=8)).content is not None
+    monkeypatch.delenv(TRACK_KV_CONTENT_ENV)  # the product
+    assert not EngineConfig(model=None).tracks_kv_content
     assert not EngineConfig(model="tiny-random").tracks_kv_content
+    assert LLMEngine(EngineConfig(model=None, num_gpu_blocks=8)).content is None
+    assert EngineConfig(model=None, track_kv_content=True).tracks_kv_content
+
+
+@pytest.mark.parametrize("track", [True, False])
+def test_tracking_can_be_turned_on_and_off(track):
     eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8, track_kv_content=track))
+    assert (eng.content is not None) == track
     seq = eng.add_sequence("abcdefg")
     eng.fork(seq)
     eng.append(seq, n=3)
