@@ -50,7 +50,10 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/checkpoints.json")
     ap.add_argument("--label", default="after", help="the key this run is stored under")
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--smoke", action="store_true", help="2 repeats")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeats = 2
     run = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
            "load_average_before": os.getloadavg()}
     run["dry_4096_blocks"] = measure(full_pool_engine(), args.repeats)

@@ -55,7 +55,10 @@ def main() -> None:
     ap.add_argument("--label", default="after", help="the key this run is stored under")
     ap.add_argument("--sequences", type=int, default=256)
     ap.add_argument("--samples", type=int, default=21)
+    ap.add_argument("--smoke", action="store_true", help="32 sequences, 3 samples")
     args = ap.parse_args()
+    if args.smoke:
+        args.sequences, args.samples = 32, 3
     run: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
                  "running_sequences": args.sequences, "load_average_before": os.getloadavg()}
     long = dict(max_tokens=400, ignore_eos=True)

@@ -247,3 +247,16 @@ def test_checkpoints_under_async_scheduling_restore_into_another_engine(seed, at
         other.apply(op)
         other.check_invariants()
     assert state(other) == state(LLMEngine.replay(config, other.trace))
+
+
+def test_a_checkpoint_without_the_content_shadow_is_refused_where_one_is_kept(monkeypatch):
+    config = EngineConfig(model=None, block_size=4, num_gpu_blocks=24)
+    monkeypatch.delenv("PAGEDLAB_TRACK_KV_CONTENT")  # the product: no shadow
+    plain = LLMEngine(config)
+    plain.apply(ops.AddSequence("abcdefgh"))
+    cp = plain.checkpoint()
+    monkeypatch.setenv("PAGEDLAB_TRACK_KV_CONTENT", "1")
+    tracked = LLMEngine(config)
+    with pytest.raises(ValueError, match="holds no state for content"):
+        tracked.restore(cp)
+    assert tracked.trace == []
