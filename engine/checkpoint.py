@@ -54,7 +54,7 @@ def _holding(pool: Any) -> list[int]:
 def take(engine: LLMEngine) -> Checkpoint:
     state = {name: part.state() for name in engine.PARTS
              if (part := getattr(engine, name)) is not None}
-    state["engine"] = engine.values()
+    state["engine"] = engine._values()
     kv = engine.runtime.save_blocks(_holding(engine.kv.pool), _holding(engine.kv.cpu_pool))
     return Checkpoint(len(engine._trace), engine.config, state, kv, engine.runtime.saved_bytes(kv))
 
@@ -77,7 +77,7 @@ def restore(engine: LLMEngine, checkpoint: Checkpoint) -> None:
         part = getattr(engine, name)
         if part is not None:
             part.load_state(state[name])
-    engine.load_values(state["engine"])
+    engine._load_values(state["engine"])
 
 
 def _differences(taken: EngineConfig, here: EngineConfig) -> str:
