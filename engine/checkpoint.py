@@ -54,7 +54,7 @@ def _holding(pool: Any) -> list[int]:
 def take(engine: LLMEngine) -> Checkpoint:
     state = {name: part.state() for name in engine.PARTS
              if (part := getattr(engine, name)) is not None}
-    state["engine"] = engine._values()
+    state["engine"] = {name: _container(getattr(engine, name)) for name in engine.STATE}
     kv = engine.runtime.save_blocks(_holding(engine.kv.pool), _holding(engine.kv.cpu_pool))
     return Checkpoint(len(engine._trace), engine.config, state, kv, engine.runtime.saved_bytes(kv))
 
@@ -77,7 +77,15 @@ def restore(engine: LLMEngine, checkpoint: Checkpoint) -> None:
         part = getattr(engine, name)
         if part is not None:
             part.load_state(state[name])
-    engine._load_values(state["engine"])
+    for name, value in state["engine"].items():
+        setattr(engine, name, _container(value))
+    engine._snapshots = engine._snapshot_builder()  # DERIVED: the views' cache starts afresh
+
+
+def _container(value: Any) -> Any:
+    """The engine's own values: a list is copied (its items, events, outputs and op records, are
+    never changed once made), anything else is a value."""
+    return list(value) if isinstance(value, list) else value
 
 
 def _differences(taken: EngineConfig, here: EngineConfig) -> str:

@@ -68,7 +68,8 @@ class LLMEngine:
     #: parts that say their own state (`state()` / `load_state()`), restored in this order
     #: (the scheduler's queues hold the registry's requests); content is None unless tracked
     PARTS = ("kv", "content", "registry", "scheduler", "_flight", "_run_record", "_chain")
-    #: the engine's own values, copied by `_values()`
+    #: the engine's own values (numbers, and lists of values never changed once made: events,
+    #: outputs, op records), copied container by container by engine/checkpoint.py
     STATE = ("step_count", "last_events", "last_step", "_finished", "_trace")
     #: shared, never copied: the config, the runtime (model, K/V tensors) and its tokenizer, and
     #: the stateless wiring between the parts
@@ -121,20 +122,6 @@ class LLMEngine:
     def _snapshot_builder(self) -> SnapshotBuilder:
         k = self.kv
         return SnapshotBuilder(k.pool, self.tokenizer.decode, k.cpu_pool, k.groups, k.tier)
-
-    def _values(self) -> dict[str, Any]:
-        """The engine's own STATE values for a checkpoint (events, outputs, step results and op
-        records are never changed once made: the containers are copied)."""
-        return {"step_count": self.step_count, "last_events": tuple(self.last_events),
-                "last_step": self.last_step, "_finished": tuple(self._finished),
-                "_trace": tuple(self._trace)}
-
-    def _load_values(self, values: dict[str, Any]) -> None:
-        """Back to `_values()`'s; the caches of the views start afresh."""
-        self.step_count, self.last_step = values["step_count"], values["last_step"]
-        self.last_events = list(values["last_events"])
-        self._finished, self._trace = list(values["_finished"]), list(values["_trace"])
-        self._snapshots = self._snapshot_builder()
 
     # ---- what the runtime fixed: the model's vocabulary and length --------------------------
 
