@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.measure import seconds_of  # noqa: E402
 from engine import EngineConfig, LLMEngine  # noqa: E402
 
 NUM_BLOCKS, BLOCK_SIZE = 4096, 16
@@ -31,12 +32,7 @@ def fresh(**kw) -> LLMEngine:
 
 def best_of(fn, repeats: int = 5) -> float:
     """Best wall time of several runs: the least disturbed by other work on the machine."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(seconds_of(fn, repeats))
 
 
 def bench_appends() -> dict[str, float]:
@@ -98,7 +94,7 @@ def bench_snapshot() -> dict[str, float]:
         times_after_op.append(time.perf_counter() - t0)
     cold = []
     for _ in range(20):
-        eng.kv.pool.dirty.update(range(NUM_BLOCKS))  # as if every block had changed
+        eng.kv.pool.forget_changes()  # as if every block had changed
         eng._snapshots._seqs.clear()
         t0 = time.perf_counter()
         eng.snapshot()

@@ -1,11 +1,17 @@
-"""What both load benches measure the same way: the served app's resident memory (now, and its
-peak while a load runs) and percentiles of latencies. bench/load.py and bench/room_load.py both
-import it, so neither needs the other for it (they used to import each other)."""
+"""What benches measure the same way: the served app's resident memory (now, and its peak while a
+load runs) and percentiles of latencies (bench/load.py and bench/room_load.py both import it, so
+neither needs the other for it: they used to import each other); repeated timings as median and
+minimum, and runs stored under a label beside earlier ones (bench/checkpoints.py,
+bench/dry_step.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -34,3 +40,32 @@ def pct(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of `values` by nearest rank."""
     values = sorted(values)
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def seconds_of(fn: Callable[[], object], repeats: int) -> list[float]:
+    """The wall time of each of `repeats` calls of `fn`."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def median_min_ms(seconds: list[float]) -> dict[str, float]:
+    """Repeated timings on a shared machine: the median (the usual) and the minimum (the least
+    disturbed), in milliseconds."""
+    return {"median_ms": 1e3 * statistics.median(seconds), "min_ms": 1e3 * min(seconds)}
+
+
+def save_labeled(path: str, label: str, run: dict) -> None:
+    """Store one run under `label` in the JSON file at `path`, beside the runs stored there
+    under other labels (a "before" and an "after" of one change)."""
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            out = json.load(f)
+    out[label] = run
+    print(json.dumps(run, indent=1))
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)

@@ -32,6 +32,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from engine.runtime.protocols import StepItem  # noqa: E402
 
 PAYS = [
     "Copy-edit this paragraph and return it with the typos fixed.\n\nParagraph: Paged attention "
@@ -124,7 +125,7 @@ def verify(args: argparse.Namespace) -> dict:
         tables = [list(range(i * (ctx // bs + 2), (i + 1) * (ctx // bs + 2))) for i in range(batch)]
         # context K/V: prefill each sequence's first ctx tokens once (values do not matter for time)
         for table in tables:
-            runtime.execute([(list(range(1, ctx + 1)), 0, table)])
+            runtime.execute([StepItem(list(range(1, ctx + 1)), 0, table)])
         decode = [([7], ctx, t) for t in tables]
         base = _timed(lambda batch=decode: runtime.execute(batch).greedy(0), args.repeats, sync)
         row = {"batch": batch, "context": ctx, "decode_ms": round(base * 1e3, 3), "verify": []}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.events import Event
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 
 STATUSES = ("waiting", "running", "preempted", "done")
 

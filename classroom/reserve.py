@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from engine import LLMEngine, ops
-from engine.core.prefix_tree import PrefixTree
+from engine.describe.prefix_tree import PrefixTree
 
 
 class Reserve:

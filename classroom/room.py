@@ -28,7 +28,7 @@ from classroom.records import RoomRequest, RoomView
 from classroom.reserve import Reserve
 from classroom.settings import RoomError, RoomSettings, check_text
 from engine import LLMEngine, SamplingParams, ops
-from engine.core.memory_use import MemoryPoint, memory_point
+from engine.describe.memory_use import MemoryPoint, memory_point
 
 #: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
 #: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
 MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it further
 MAX_SPECULATIVE_TOKENS = 16  # draft slots per sequence and step
+#: "1": engines whose config leaves track_kv_content None keep the content shadow (the tests)
+TRACK_KV_CONTENT_ENV = "PAGEDLAB_TRACK_KV_CONTENT"
 
 
 def _block_count(name: str, value: object) -> None:
@@ -60,8 +63,10 @@ class EngineConfig:
     sliding_window: int | None = None
     # keep a torch-free shadow of what every KV slot holds (engine/core/kv_content.py) and check
     # after each operation that every sequence's tables read back its own tokens' K/V: a copy
-    # in the wrong order shows up there, with or without a model. None: on in the dry mode,
-    # off with a model (tests turn it on; it costs host time per token)
+    # in the wrong order shows up there, with or without a model. It is the tests' oracle and a
+    # debugging switch, and costs host time per token, so None means off in the product (dry
+    # mode included) and on where the environment says so: PAGEDLAB_TRACK_KV_CONTENT=1, which
+    # tests/conftest.py sets for every test
     track_kv_content: bool | None = None
 
     def __post_init__(self) -> None:
@@ -107,8 +112,8 @@ class EngineConfig:
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")
         self._check_speculation()
         if self.track_kv_content is not None and not isinstance(self.track_kv_content, bool):
-            raise ValueError(f"track_kv_content must be True, False or None (on in the dry mode), "
-                             f"got {self.track_kv_content!r}")
+            raise ValueError(f"track_kv_content must be True, False or None (as "
+                             f"{TRACK_KV_CONTENT_ENV} says), got {self.track_kv_content!r}")
         if self.sliding_window is not None:
             _positive_int("sliding_window", self.sliding_window, 1 << 20)
             if self.model is not None:
@@ -134,7 +139,11 @@ class EngineConfig:
 
     @property
     def tracks_kv_content(self) -> bool:
-        return self.dry if self.track_kv_content is None else self.track_kv_content
+        """Whether an engine of this config keeps the content shadow: `track_kv_content`, or
+        where it is None the environment's PAGEDLAB_TRACK_KV_CONTENT ("1": the tests)."""
+        if self.track_kv_content is not None:
+            return self.track_kv_content
+        return os.environ.get(TRACK_KV_CONTENT_ENV, "") == "1"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,7 +18,6 @@ every token's K/V into the paged pool (see `engine.runtime.runtime`).
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from engine import checkpoint as checkpoints
@@ -29,19 +28,18 @@ from engine.core.events import Event
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
 from engine.core.kv_content import KVContent
-from engine.core.kv_groups import dry_groups
 from engine.core.launched import Launched
-from engine.core.narration import TokenNames
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
-from engine.core.prefix_tree import HashChain, PrefixTree
 from engine.core.registry import Registry
 from engine.core.request_state import RequestState, request_state
-from engine.core.request_timeline import RequestTimeline, RunRecorder
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
-from engine.core.snapshot import Snapshot, SnapshotBuilder
-from engine.dry.byte_tokenizer import ByteTokenizer
+from engine.describe.narration import TokenNames
+from engine.describe.prefix_tree import HashChain, PrefixTree
+from engine.describe.request_timeline import RequestTimeline, RunRecorder
+from engine.describe.snapshot import Snapshot, SnapshotBuilder
+from engine.dry.dry_runtime import DryRuntime
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
 from engine.primitive_ops import Primitives
 from engine.requests import check_request_fits, prompt_tokens
@@ -50,73 +48,102 @@ from engine.runtime.protocols import ModelRuntime
 TRACE_VERSION = 1
 
 
+def _runtime(config: EngineConfig) -> ModelRuntime:
+    """The runtime the config asks for: the dry mode's, one process's, or N workers'."""
+    if config.dry:
+        return DryRuntime(config)
+    from engine.runtime.runtime import Runtime  # torch only when there is a model
+
+    if config.tensor_parallel_size > 1:  # N worker processes, one block table
+        from engine.tp.runtime import TPRuntime
+
+        return TPRuntime(config)
+    return Runtime(config)
+
+
 class LLMEngine:
+    # ---- declared state (engine/checkpoint.py, engine/core/state.py): a checkpoint is the sum
+    # of these, never a copy of whatever hangs off the engine (tests/engine/test_checkpoint.py
+    # fails on an attribute that is not declared here)
+    #: parts that say their own state (`state()` / `load_state()`), restored in this order
+    #: (the scheduler's queues hold the registry's requests); content is None unless tracked
+    PARTS = ("kv", "content", "registry", "scheduler", "_flight", "_run_record", "_chain")
+    #: the engine's own values (numbers, and lists of values never changed once made: events,
+    #: outputs, op records), copied container by container by engine/checkpoint.py
+    STATE = ("step_count", "last_events", "last_step", "_finished", "_trace")
+    #: shared, never copied: the config, the runtime (model, K/V tensors) and its tokenizer, and
+    #: the stateless wiring between the parts
+    FIXED = ("config", "runtime", "tokenizer", "_post", "_primitives")
+    #: caches rebuilt after a restore
+    DERIVED = ("_snapshots",)
+
     def __init__(self, config: EngineConfig | None = None) -> None:
         config = config if config is not None else EngineConfig()
         if not isinstance(config, EngineConfig):
             raise ValueError(f"LLMEngine needs an EngineConfig, got {type(config).__name__}")
         self.config = config
-        self.runtime: ModelRuntime | None = None  # None in the dry mode
-        if config.dry:
-            self.tokenizer: Any = ByteTokenizer()
-            num_blocks = config.num_gpu_blocks
-            self.max_model_len = num_blocks * config.block_size
-            groups = dry_groups(config.sliding_window)
-        else:
-            from engine.runtime.runtime import Runtime  # torch only when there is a model
-
-            if config.tensor_parallel_size > 1:  # N worker processes, one block table
-                from engine.tp.runtime import TPRuntime
-
-                self.runtime = TPRuntime(config)
-            else:
-                self.runtime = Runtime(config)
-            self.tokenizer = self.runtime.tokenizer
-            num_blocks = self.runtime.num_gpu_blocks
-            self.max_model_len = self.runtime.max_model_len
-            groups = self.runtime.kv_cache_groups
+        self.runtime: ModelRuntime = _runtime(config)
+        groups = self.runtime.kv_cache_groups
         if config.num_offload_blocks and len(groups) > 1:
-            if self.runtime is not None:
-                self.runtime.close()
+            self.runtime.close()
             raise ValueError(
                 f"the CPU tier of the prefix cache (num_offload_blocks) serves models with one KV "
                 f"cache group; this one has {len(groups)} ({', '.join(g.name for g in groups)}): "
                 f"use num_offload_blocks=0")
-        self.vocab_size: int = self.tokenizer.vocab_size if config.dry else self.runtime.vocab_size
-        self.eos_token_ids: tuple[int, ...] = () if config.dry else self.runtime.eos_token_ids
+        self.tokenizer: Any = self.runtime.tokenizer
         # how events show a token, when their narration is read: a function of the tokenizer, not
         # of this engine (events outlive steps; pointing back would keep the KV pool alive)
         token_repr = TokenNames(self.tokenizer.decode)
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                 token_repr=token_repr, num_cpu_blocks=config.num_cpu_blocks,
-                                 num_offload_blocks=config.num_offload_blocks, groups=groups)
         # what the device's KV slots hold, as labels: checked after every operation
         self.content = KVContent(config.block_size) if config.tracks_kv_content else None
-        self.kv.content = self.content
+        self.kv = KVCacheManager(self.runtime.num_gpu_blocks, config.block_size,
+                                 config.enable_prefix_caching, token_repr=token_repr,
+                                 num_cpu_blocks=config.num_cpu_blocks,
+                                 num_offload_blocks=config.num_offload_blocks, groups=groups,
+                                 content=self.content)
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
-        self.seqs: dict[int, Sequence] = self.registry.seqs
-        self.groups: dict[int, SequenceGroup] = self.registry.groups
-        self.freed: dict[int, int] = self.registry.freed  # seq id -> step it was freed at
         self.step_count = 0
         self.last_events: list[Event] = []
         self.last_step: StepResult | None = None
         self._finished: list[RequestOutput] = []  # every finished request's output, in order
         self._trace: list[dict[str, Any]] = []
-        self._rng = random.Random(config.seed)
-        self._snapshots = SnapshotBuilder(self.kv.pool, self.tokenizer.decode, self.kv.cpu_pool,
-                                          groups, self.kv.tier)
+        self._snapshots = self._snapshot_builder()
         # drafts are verified where that pays: the runtime says what a verification costs
-        self.scheduler = Scheduler(config, self.kv, None if self.runtime is None
-                                   else self.runtime.draft_cost)
-        self._post = Postprocessor(self.kv, self.scheduler, self.registry, self.eos_token_ids,
-                                   self.tokenizer.decode)
+        self.scheduler = Scheduler(config, self.kv, self.registry, self.runtime.draft_cost)
+        self._post = Postprocessor(self.kv, self.scheduler, self.registry,
+                                   self.runtime.eos_token_ids, self.tokenizer.decode)
         self._flight = InFlight(self._post, self.scheduler, self.kv)
         # the run over time (request timeline) and the hash chain (prefix tree): folded from
         # each operation's events, for views of the past that read no scheduler queue
         self._run_record, self._chain = RunRecorder(), HashChain()
         self._primitives = Primitives(self.kv, self.registry, self.runtime, self.content,
-                                      self.tokenizer, self.vocab_size, self.max_model_len,
-                                      self._rng, self._flight, self._post)
+                                      self._flight, self._post)
+
+    def _snapshot_builder(self) -> SnapshotBuilder:
+        k = self.kv
+        return SnapshotBuilder(k.pool, self.tokenizer.decode, k.cpu_pool, k.groups, k.tier)
+
+    # ---- what the runtime fixed: the model's vocabulary and length --------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to vocab_size - 1 (the dry mode: the 256 byte values)."""
+        return self.runtime.vocab_size
+
+    @property
+    def max_model_len(self) -> int:
+        """The most tokens one sequence may hold (the model's positions, or the pool's slots)."""
+        return self.runtime.max_model_len
+
+    @property
+    def seqs(self) -> dict[int, Sequence]:
+        """The live sequences by id (the registry's)."""
+        return self.registry.seqs
+
+    @property
+    def groups(self) -> dict[int, SequenceGroup]:
+        """The unfinished requests by id (the registry's)."""
+        return self.registry.groups
 
     # ---- the paper's primitives ---------------------------------------------------------------
 
@@ -167,11 +194,7 @@ class LLMEngine:
     # ---- introspection --------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        k = self.kv
-        counters = {"prefix_hit_blocks": k.prefix_hit_blocks, "cow_copies": k.cow_copies,
-                    "evictions": k.evictions, "draft_tokens": k.draft_tokens,
-                    "accepted_tokens": k.accepted_tokens, "offloaded_blocks": k.tier.offloaded_blocks,
-                    "offload_hit_blocks": k.tier.hit_blocks, "dropped_blocks": k.dropped_blocks}
+        counters = self.kv.counters()
         mode = "dry" if self.config.dry else str(self.config.model)
         sched = self.scheduler
         last = self.last_step
@@ -192,6 +215,8 @@ class LLMEngine:
                 raise InvariantError(f"sequence registered as {sid} calls itself {s.seq_id}")
             by_status[s.status].append(s)
         self.kv.check_invariants(by_status[SequenceStatus.RUNNING], by_status[SequenceStatus.SWAPPED])
+        if self.kv.writer.copies:  # every copy the bookkeeping made reached the runtime
+            raise InvariantError(f"block copies never made: {self.kv.writer.copies}")
         if self.content is not None:
             self._check_content(everything=True)
         for s in by_status[SequenceStatus.WAITING] + by_status[SequenceStatus.FINISHED]:
@@ -227,7 +252,8 @@ class LLMEngine:
         return checkpoints.take(self) if checkpoints.can_take(self) else None
 
     def restore(self, checkpoint: checkpoints.Checkpoint) -> None:
-        """Back to the state `checkpoint` was taken in; the ops after it are gone from the log."""
+        """Back to the state `checkpoint` was taken in (on this engine or another of the same
+        config); the ops after it are gone from the log."""
         checkpoints.restore(self, checkpoint)
 
     @classmethod
@@ -259,9 +285,7 @@ class LLMEngine:
             "kv_cache_groups": [{"name": g.name, "layers": list(g.layers), "window": g.window}
                                 for g in self.kv.groups],
         }
-        if self.runtime is not None:
-            info.update(self.runtime.info())
-            info["kv_bytes_per_rank"] = self.runtime.kv_bytes_per_rank()
+        info.update(self.runtime.info())  # the model's facts (none in the dry mode)
         return info
 
     # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
@@ -304,14 +328,14 @@ class LLMEngine:
     def request_timeline(self) -> RequestTimeline:
         """Every serving request and what it did in each step so far (waiting, a prefill chunk,
         decodes, drafts kept / drafted, preempted by swap or recompute, swapped, loading from
-        the CPU tier, finished and why): engine/core/request_timeline.py."""
+        the CPU tier, finished and why): engine/describe/request_timeline.py."""
         return self._run_record.timeline()
 
     def prefix_tree(self, snapshot: Snapshot | None = None, group: str | None = None
                     ) -> PrefixTree:
         """The prefix cache of `snapshot` (now, by default) as a tree of hashed blocks, each
         under the block its hash chains from, in KV cache group `group` (the first by default):
-        engine/core/prefix_tree.py."""
+        engine/describe/prefix_tree.py."""
         return self._chain.tree(snapshot if snapshot is not None else self.snapshot(), group)
 
     def finished_requests(self) -> list[RequestOutput]:
@@ -325,21 +349,18 @@ class LLMEngine:
 
     def loaded_model(self) -> Any:
         """The loaded model (runtime.models.LoadedModel: HF module, heads, sizes); None if dry."""
-        return None if self.runtime is None else self.runtime.loaded
+        return self.runtime.loaded
 
     def module_path(self) -> Any:
         """A context in which forward passes run through the HF modules, so hooks on them fire
-        (the lessons' attention probe). Real mode only."""
-        if self.runtime is None:
-            raise ValueError("the attention probe needs a real model in one process")
+        (the lessons' attention probe). Real mode in one process only."""
         return self.runtime.module_path()
 
     def close(self) -> None:
         """Let go of the engine's resources now: the KV pool, swap space, decode graphs and
         workspaces, and under tensor parallelism the worker processes (idempotent). A dropped
         engine frees them too, without waiting for the garbage collector."""
-        if self.runtime is not None:
-            self.runtime.close()
+        self.runtime.close()
 
     def inspect_block(self, block_id: int, layer: int, rank: int | None = None
                       ) -> tuple[Any, Any]:
@@ -347,9 +368,9 @@ class LLMEngine:
         [block_size, kv_heads, head_dim]). Real mode only: the dry mode has no tensors. A hybrid
         model's block holds the layers of the KV cache group that allocated it.
         Under tensor parallelism, `rank` picks one worker's slice (kv_heads / N heads)."""
-        if self.runtime is None:
-            raise ValueError("the dry mode has no K/V tensors to inspect; load a model")
-        nb, nl = self.kv.pool.num_blocks, self.runtime.loaded.num_layers
+        nb, nl = self.kv.pool.num_blocks, self.runtime.num_layers
+        if not nl:  # no layers, no K/V: the runtime says why
+            return self.runtime.read_block(block_id, layer, rank)
         for name, v, hi in (("block id", block_id, nb), ("layer", layer, nl)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
                 raise ValueError(f"{name} must be a whole number from 0 to {hi - 1}, got {v!r}")
@@ -428,10 +449,10 @@ class LLMEngine:
     def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:
         """One forward pass over every scheduled token, then the step's picks launched."""
         step = self.kv.step
-        scores = step_run.execute(sched, events, step, self.runtime, self._rng,
-                                  self._flight.last_picks, self.content)
+        scores = step_run.execute(sched, events, step, self.runtime, self._flight.last_picks,
+                                  self.kv.take_copies(), self.content)
         return step_run.pick(sched, scores, step, self.registry, self.config.seed,
-                             self.runtime is not None, self.config.async_scheduling)
+                             self.config.async_scheduling)
 
     # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {

@@ -5,22 +5,19 @@ The lessons' half of the engine's dispatch (serving is `add_request` and `step`,
 (never the engine itself: no reference cycle keeps a dropped engine's KV pool alive). Each
 handler takes its op from `engine/ops.py` and returns its result and the events it caused. In
 real mode each write is computed by the model right away, one sequence at a time; in dry mode
-`append(seq, n)` draws its tokens from the engine's seeded RNG.
+`append(seq, n)` draws its tokens from the dry runtime's seeded RNG (`primitive_token`).
 """
 
 from __future__ import annotations
 
-import random
-
 from engine import ops, step_run
-from engine.core.events import Event
+from engine.core.events import Computed, Event, PrimitivePrefill
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_content import KVContent
 from engine.core.postprocess import Postprocessor
 from engine.core.registry import Registry
 from engine.core.sequence import Sequence, SequenceGroup
-from engine.dry.byte_tokenizer import DRY_ALPHABET
 from engine.requests import prompt_tokens, token_list
 from engine.runtime.protocols import ModelRuntime
 
@@ -28,23 +25,26 @@ from engine.runtime.protocols import ModelRuntime
 class Primitives:
     """add_sequence, append, fork and free, on the engine's bookkeeping and runtime."""
 
-    def __init__(self, kv: KVCacheManager, registry: Registry, runtime: ModelRuntime | None,
-                 content: KVContent | None, tokenizer: object, vocab_size: int, max_model_len: int,
-                 rng: random.Random, flight: InFlight, post: Postprocessor) -> None:
+    STATE = ()  # none of its own (engine/core/state.py): the parts it was given hold it
+    FIXED = ("kv", "registry", "runtime", "content", "groups", "tokenizer", "_flight", "_post")
+
+    def __init__(self, kv: KVCacheManager, registry: Registry, runtime: ModelRuntime,
+                 content: KVContent | None, flight: InFlight, post: Postprocessor) -> None:
         self.kv, self.registry, self.runtime, self.content = kv, registry, runtime, content
         self.groups: dict[int, SequenceGroup] = registry.groups
-        self.tokenizer, self.vocab_size, self.max_model_len = tokenizer, vocab_size, max_model_len
-        self._rng, self._flight, self._post = rng, flight, post
+        self.tokenizer = runtime.tokenizer
+        self._flight, self._post = flight, post
 
     def add_sequence(self, op: ops.AddSequence) -> tuple[int, list[Event]]:
-        tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
+        tokens = prompt_tokens(op.prompt, self.tokenizer, self.runtime.vocab_size,
+                               self.runtime.max_model_len)
         seq = Sequence(self.registry.next_seq_id)
         events = self.kv.allocate(seq, tokens)  # may raise: the sequence is registered after
         seq.prompt_len = len(tokens)
         self.registry.add(seq)
         computed = len(tokens) - seq.num_cached_tokens
         events.append(Event("prefill", self.kv.step, seq.seq_id, tuple(seq.block_table),
-                            facts=(len(tokens), computed, seq.num_cached_tokens),
+                            facts=PrimitivePrefill(len(tokens), computed, seq.num_cached_tokens),
                             form="prefill_primitive"))
         self._compute(seq, seq.num_cached_tokens, events)
         return seq.seq_id, events
@@ -52,7 +52,8 @@ class Primitives:
     def append(self, op: ops.Append) -> tuple[list[Event], list[Event]]:
         seq = self.registry.live(op.seq)
         if op.token_ids is not None:
-            tokens = token_list(op.token_ids, "token_ids", self.vocab_size)  # in this model's vocabulary
+            # in this model's vocabulary
+            tokens = token_list(op.token_ids, "token_ids", self.runtime.vocab_size)
             events = self.kv.append(seq, tokens)
             # the pending token is dropped; a new one follows these
             self._compute(seq, seq.num_tokens - len(tokens), events)
@@ -62,7 +63,7 @@ class Primitives:
         self.kv.check_append(seq, op.n, decodes=True)
         events: list[Event] = []
         for _ in range(op.n):  # the pending token goes into its slot; the model picks the next
-            token = seq.pending_token if self.runtime is not None else self._rng.choice(DRY_ALPHABET)
+            token = self.runtime.primitive_token(seq.pending_token)
             step_events = self.kv.append(seq, [token])
             self._compute(seq, seq.num_tokens - 1, step_events)
             events += step_events
@@ -93,19 +94,19 @@ class Primitives:
         return None, []
 
     def _compute(self, seq: Sequence, num_computed: int, events: list[Event]) -> None:
-        """Make the copies among `events` (those of this one write: copy-on-write, the CPU
-        tier's), compute the sequence's tokens from num_computed on and keep the greedy next
-        token. The dry mode has no model: its tokens came from the RNG, only the labels move."""
-        step_run.move_blocks(self.runtime, events, self.content)
+        """Make the copies this write recorded (copy-on-write, the CPU tier's), compute the
+        sequence's tokens from num_computed on and keep the greedy next token (the dry mode's
+        scores have none: its tokens come from its RNG when they are written)."""
+        step_run.move_blocks(self.runtime, self.kv.take_copies(), self.content)
         if self.content is not None:
             self.content.write(seq, num_computed)
-        if self.runtime is None:
-            return
         scores = self.runtime.execute([step_run.item(seq, num_computed)])
-        token, logprob = scores.greedy(0)
+        pick = scores.greedy(0)
+        if pick is None:
+            return
+        token, logprob = pick
         seq.pending_token = token
         seq.cumulative_logprob += logprob
         n = seq.num_tokens - num_computed
-        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=(n,),
+        events.append(Event("decode", self.kv.step, seq.seq_id, (), (token,), facts=Computed(n),
                             form="decode_primitive", names=self.kv.token_repr))
-

@@ -2,8 +2,8 @@
 
 The middle part of a step (schedule -> run -> postprocess). `execute` narrates the step's
 prefills and decodes, has the runtime make the step's block copies (swaps, copy-on-write, the
-CPU tier's offloads and loads) in the order the bookkeeping made them and compute every
-scheduled token (the dry mode draws from its RNG instead); `pick` launches every token of the
+CPU tier's offloads and loads: the list the bookkeeping recorded, in its order) and compute
+every scheduled token (the dry runtime draws from its RNG instead); `pick` launches every token of the
 step in one batched draw and every beam's candidates in one top-k, so the device is read once
 for each, not once per sequence. The tokens land in engine/core/postprocess.py.
 """
@@ -13,78 +13,84 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine.core.copy_plan import copy_waves, run_wave
-from engine.core.events import Event
+from engine.core.copy_plan import BlockCopy, copy_waves, run_wave
+from engine.core.events import Event, Prefilled
 from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
 from engine.core.registry import Registry
 from engine.core.sampler_keys import SampleRequest, request_key, sample_uniforms
 from engine.core.scheduler import PrefillItem, ScheduledStep
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup
-from engine.dry.dry_model import DryScores
+from engine.runtime.protocols import ModelRuntime, StepItem
 
 Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 
 
-def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Any,
-            rng: random.Random, last_picks: Any, content: KVContent | None = None) -> Any:
-    """Run the scheduled step; returns its scores (None when it computes nothing). Under async
-    scheduling `last_picks` holds the tokens of the step before, still on the device. `content`,
-    when tracked, receives the same copies and a write of every computed token."""
+def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: ModelRuntime,
+            last_picks: Any, copies: list[BlockCopy], content: KVContent | None = None) -> Any:
+    """Run the scheduled step: its block copies (`copies`, in the order the schedule made them),
+    then one forward pass; returns its scores (None when it computes nothing). Under async
+    scheduling `last_picks` holds the tokens of the step before, still on the device.
+    `content`, when tracked, receives the same copies and a write of every computed token."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
-    items = [(p.seq, p.start, 1) for p in sched.prefills]
-    items += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
-              for k in (drafts.get(s.seq_id, 0),)]
+    work = [(p.seq, p.start, 1) for p in sched.prefills]
+    work += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
+             for k in (drafts.get(s.seq_id, 0),)]
     for p in sched.prefills:
         events.append(_prefill_event(p, step))
     if sched.decodes:
         events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
-    move_blocks(runtime, events, content)
-    if not items:
+    move_blocks(runtime, copies, content)
+    if not work:
         return None
     if content is not None:
-        for s, n, _ in items:
+        for s, n, _ in work:
             content.write(s, n)
-    if runtime is None:
-        return DryScores(sum(m for _, _, m in items), rng)
     # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
-    batch = [item(s, n, m) for s, n, m in items]
+    batch = [item(s, n, m) for s, n, m in work]
     # async scheduling: a token still on the GPU is read there, from the last step's picks
-    feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(items) if s.inflight_step >= 0] \
+    feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(work) if s.inflight_step >= 0] \
         if last_picks is not None else None
     if feed:
         return runtime.execute(batch, feed=(feed, last_picks.tokens))
     return runtime.execute(batch)
 
 
-def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> tuple:
-    """One sequence's part of a forward pass (engine/runtime/protocols.py's StepItem): its
-    tokens from num_computed on, its block table, the rows of logits it wants, the tables of
-    its other KV cache groups, and its id (a decode row stays on the device under that key)."""
+def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
+    """One sequence's part of a forward pass: its tokens from num_computed on, its block table,
+    the rows of logits it wants, the tables of its other KV cache groups, and its id (a decode
+    row stays on the device under that key)."""
     tables = seq.block_tables
-    return (seq.token_ids[num_computed:], num_computed, tables[0], num_logits, tables[1:],
-            seq.seq_id)
+    # made per sequence per step: straight from its fields' tuple (NamedTuple's own __new__
+    # costs a Python call)
+    return _new(StepItem, (seq.token_ids[num_computed:], num_computed, tables[0], num_logits,
+                           tables[1:], seq.seq_id))
 
 
-def move_blocks(runtime: Any, events: list[Event], content: KVContent | None = None) -> None:
-    """The copies a step's events ask for, before its forward pass, in the order the bookkeeping
-    made them (engine/core/copy_plan.py: waves of independent copies, each kind a batch)."""
-    if runtime is None and content is None:
+_new = tuple.__new__
+
+
+def move_blocks(runtime: ModelRuntime, copies: list[BlockCopy],
+                content: KVContent | None = None) -> None:
+    """The block copies the bookkeeping made, before the forward pass that reads them, in the
+    order it made them (engine/core/copy_plan.py: waves of independent copies, each kind a
+    batch); the content shadow, when tracked, follows the same waves."""
+    if not copies:
         return
-    for wave in copy_waves(events):
-        if runtime is not None:
-            run_wave(wave, runtime)
+    for wave in copy_waves(copies):
+        run_wave(wave, runtime)
         if content is not None:
             run_wave(wave, content)
 
 
 def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed: int,
-         greedy_free: bool, async_scheduling: bool) -> Launched | None:
+         async_scheduling: bool) -> Launched | None:
     """Launch the step's picks. Under async scheduling a step whose picks decide nothing but
-    tokens leaves them on the device (read when it lands). `greedy_free`: a greedy row draws
-    no uniform (a real model picks its argmax; the dry mode draws all the same)."""
+    tokens leaves them on the device (read when it lands). A greedy row draws no uniform where
+    the scores have an argmax (`Scores.has_argmax`; the dry mode's draw all the same)."""
     if scores is None:
         return None
+    greedy_free = scores.has_argmax
     rows: dict[int, list[tuple[Sequence, int]]] = {}
     fresh: set[int] = set()
     row = 0
@@ -179,6 +185,6 @@ def _prefill_event(p: PrefillItem, step: int) -> Event:
     """One prefill (whole, or a chunk of a chunked prompt) and the numbers its sentence needs."""
     seq = p.seq
     whole = p.final and p.start == seq.num_cached_tokens
-    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=(
+    return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=Prefilled(
         p.resumed, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
         seq.num_cached_tokens, len(seq.prefill_rest)))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import LLMEngine
-from engine.core.memory_use import MemoryPoint, memory_point
+from engine.describe.memory_use import MemoryPoint, memory_point
 
 
 @dataclass(frozen=True)

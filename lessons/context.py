@@ -9,7 +9,8 @@ from types import MappingProxyType
 from typing import Any
 
 from engine import Event, LLMEngine
-from engine.core.snapshot import Snapshot
+from engine.describe import narrate
+from engine.describe.snapshot import Snapshot
 from lessons import helpers
 from lessons.safe_eval import Evaluator
 from lessons.verbs import PlayState, seq_id
@@ -88,7 +89,8 @@ def _helpers(eng: LLMEngine, snap: Snapshot, st: PlayState) -> dict[str, Callabl
         "tables": lambda s: {g: list(t) for g, t in seq(s).block_tables.items()},
         "held": lambda s, group: sum(b is not None for b in seq(s).block_tables[group]),
         "text": lambda s: seq(s).text, "block": block, "ref": lambda b: block(b).ref_count,
-        "count": count, "events_of": events_of, "output": output, "same_kv": same_kv,
+        "count": count, "events_of": events_of, "narrate": narrate, "output": output,
+        "same_kv": same_kv,
         "request_seqs": request_seqs, "decode": decode, "shared_blocks": shared_blocks, "waste": waste,
         "encode": encode, "live": lambda s: seq_id(s) in snap.sequences,
         "reservation_fit": helpers.reservation_fit,
@@ -145,7 +147,8 @@ KNOWN_NAMES: set[str] = {
 } | {
     "len", "sum", "min", "max", "abs", "round", "sorted", "range", "list", "str", "int", "float", "any",
     "all",
-    "set", "join", "show", "seq", "table", "tokens", "text", "block", "ref", "count", "events_of", "output",
+    "set", "join", "show", "seq", "table", "tokens", "text", "block", "ref", "count", "events_of",
+    "narrate", "output",
     "same_kv", "request_seqs", "decode", "shared_blocks", "waste", "encode", "live", "reservation_fit",
     "tables", "held",
 } | set(helpers.PURE_HELPERS)

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
-from engine.core.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
-from engine.core.narration import plural  # the narration's own: "1 block", "2 blocks"
-from engine.core.units import gib, kib, mib  # noqa: F401  (lessons call them by name)
+from engine.describe.baselines import reservation_fit, workload  # noqa: F401  (lessons call them by name)
+from engine.describe.narration import plural  # the narration's own: "1 block", "2 blocks"
+from engine.describe.units import gib, kib, mib  # noqa: F401  (lessons call them by name)
 
 #: Published architecture constants (LLaMA paper, Table 2; fp16 weights and cache). Used only for
 #: arithmetic ("what would the KV cache of this model cost"), never presented as a measurement.

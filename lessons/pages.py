@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import Event
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from lessons.questions import Verdict
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.core.narration import plural
+from engine.describe.narration import plural
 
 #: the kinds of question a lesson may ask (`kind:` in a ```question block; lessons/README.md)
 KINDS = ("number", "choice", "block")

@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import EngineConfig, LLMEngine, OutOfBlocks, ops
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from history import RunHistory
 from lessons import context
 from lessons.context import KNOWN_NAMES, show

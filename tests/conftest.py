@@ -1,5 +1,6 @@
 """Shared pytest fixtures: ONE loaded instance of each real model for the whole test session, the
-served app and the browser that the ui/, classroom/ and bench/ folders drive.
+served app and the browser that the ui/, classroom/ and bench/ folders drive; and the content
+oracle switched on for every test (PAGEDLAB_TRACK_KV_CONTENT, read by EngineConfig).
 
 Loading goes through `engine.runtime.models.load_model`, whose process-wide cache means that an engine
 built by a test (`LLMEngine(EngineConfig(model="default"))`) shares these very weights instead of
@@ -15,9 +16,14 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-import pytest
+# The content oracle (engine/core/kv_content.py) is off in the product and on in every test:
+# every engine a test builds, or an app or worker it starts, checks after each operation that
+# each sequence reads back its own K/V (EngineConfig.track_kv_content None defers to this).
+os.environ["PAGEDLAB_TRACK_KV_CONTENT"] = "1"
 
-from engine.runtime.models import LoadedModel, load_model
+import pytest  # noqa: E402
+
+from engine.runtime.models import LoadedModel, load_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ def fingerprint(eng: LLMEngine) -> tuple:
         tuple(pool.cached_ids),
         tuple(sorted(pool.hash_to_block.items())),
         tuple((s.seq_id, tuple(s.block_hashes), s.pending_token) for s in eng.seqs.values()),
-        eng._rng.getstate(),
+        eng.runtime.rng.getstate() if eng.config.dry else None,  # the dry runtime's draws
         eng.registry.next_seq_id,
     )
 

@@ -9,7 +9,9 @@ Rules (module-level imports; an import inside a function is a deliberate lazy lo
   imports neither with the two blocked: tests/engine/core/test_torch_free.py);
 - plotly only in viz (the figures); gradio only in ui and app.py (the page);
 - bench may import the product, never tests; the product imports neither (at any level): tests
-  may import bench, the code a smoke test checks, but not the other way round.
+  may import bench, the code a smoke test checks, but not the other way round;
+- engine/core (the bookkeeping) never imports engine/describe (what describes a run: snapshot,
+  sentences, timeline, tree, memory, baselines), at any level: the describing room sits above it.
 """
 
 from __future__ import annotations
@@ -177,6 +179,15 @@ def test_no_layer_imports_one_above_it() -> None:
         offenders += [f"{name} imports {imp.target}" for imp in imports(name, path)
                       if LAYERS.get(imp.target.split(".")[0], -1) > rank]
     assert not offenders, "upward imports: " + ", ".join(offenders)
+
+
+def test_the_bookkeeping_never_imports_the_describing_room() -> None:
+    core = [name for name in FILES if name == "engine.core" or name.startswith("engine.core.")]
+    assert len(core) > 10 and any(n.startswith("engine.describe.") for n in FILES)
+    offenders = [f"{name} imports {imp.target}" for name in core for imp in imports(name, FILES[name])
+                 if imp.target == "engine.describe" or imp.target.startswith("engine.describe.")
+                 or (imp.target == "engine" and "describe" in imp.names)]
+    assert not offenders, offenders
 
 
 def test_bench_and_product_never_import_tests_and_product_never_imports_bench() -> None:

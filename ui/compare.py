@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from engine import EngineConfig, LLMEngine
-from engine.core.baselines import POLICIES, reservation_fit, workload
+from engine.describe.baselines import POLICIES, reservation_fit, workload
 from lessons.helpers import admit
 from ui.limits import UserError, whole
 from ui.refusal import refused

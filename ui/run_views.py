@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.core.memory_use import MemoryPoint
+from engine.describe.memory_use import MemoryPoint
 from lessons.front_matter import VIEWS  # noqa: F401  (the choices under the picture, for the pages)
 from ui.picture_split import split_box
 from viz.memory import memory_figure

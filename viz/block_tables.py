@@ -16,8 +16,8 @@ from typing import NamedTuple
 import plotly.graph_objects as go
 
 from engine.core.kv_groups import KVCacheGroup
-from engine.core.narration import plural
-from engine.core.snapshot import SequenceView, Snapshot
+from engine.describe.narration import plural
+from engine.describe.snapshot import SequenceView, Snapshot
 from viz import palette
 from viz.pool_cells import DROPPED, FAST, PENDING, colourscale, escape, owner_category, shorten
 from viz.pool_layout import PoolLayout

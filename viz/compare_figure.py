@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 
 def admitted_figure(rows: list[dict[str, Any]], pool_tokens: int) -> go.Figure:
-    """One bar per allocator (`rows` as `engine.core.baselines.reservation_fit` gives them, the
+    """One bar per allocator (`rows` as `engine.describe.baselines.reservation_fit` gives them, the
     paged row last, drawn in colour)."""
     fig = go.Figure(go.Bar(x=[r["policy"] for r in rows], y=[r["admitted"] for r in rows],
                            marker_color=["#bbbbbb"] * (len(rows) - 1) + ["#4c78a8"]))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 import plotly.graph_objects as go
 
 from engine.core.events import Event
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from viz import palette
 from viz.pool_cells import FAST
 from viz.pool_layout import PoolLayout
@@ -38,7 +38,7 @@ def draft_slots(events: Sequence[Event], snap: Snapshot) -> tuple[list, list]:
         keep = len(d.token_ids) - (len(r.token_ids) if r else 0)
         for table in _tables_during_step(snap, seq.block_tables, r):
             for j, tok in enumerate(d.token_ids):
-                p = d.facts[0] + j
+                p = d.facts.start + j
                 if p // bs < len(table) and table[p // bs] is not None:
                     (kept if j < keep else rejected).append((table[p // bs], p % bs, tok))
     return kept, rejected

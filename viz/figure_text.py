@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 from engine.core.events import Event
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from viz import palette
 from viz.block_tables import group_label
 

@@ -7,7 +7,7 @@ tokens each decoding sequence gained in the step).
 
     memory_figure(points, num_blocks, cursor=None, *, box=None, large=False) -> go.Figure
 
-`points` are engine/core/memory_use.MemoryPoint, one per serving step. Each series is one
+`points` are engine/describe/memory_use.MemoryPoint, one per serving step. Each series is one
 step-shaped area, each kind of mark one scatter: the figure's size does not grow with the pool.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from engine.core.memory_use import MemoryPoint
+from engine.describe.memory_use import MemoryPoint
 from viz import palette
 from viz.pool_cells import FAST
 from viz.text_width import text_px

@@ -76,9 +76,9 @@ def change_overlays(events: Sequence[Event], gpu: PoolLayout, cpu: PoolLayout | 
             freed += e.block_ids
             windowed.update(e.block_ids if e.kind == "drop" else ())
         elif e.kind == "offload" and e.block_ids and e.facts:
-            moves.append((e.block_ids[0], e.facts[0], True))
+            moves.append((e.block_ids[0], e.facts.slot, True))
         elif e.kind == "load" and e.facts:
-            moves += [(b, slot, False) for b, slot in zip(e.block_ids, e.facts[0], strict=False)]
+            moves += [(b, slot, False) for b, slot in zip(e.block_ids, e.facts.slots, strict=False)]
     if in_use is not None:
         held = set(in_use)
         freed = [b for b in freed if b not in held]

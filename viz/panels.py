@@ -9,11 +9,11 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from engine.core.baselines import naive_blocks_for
 from engine.core.events import Event
-from engine.core.narration import plural
-from engine.core.snapshot import Snapshot
-from engine.core.units import human_bytes
+from engine.describe.baselines import naive_blocks_for
+from engine.describe.narration import narrate, plural
+from engine.describe.snapshot import Snapshot
+from engine.describe.units import human_bytes
 from viz import palette
 
 MAX_TOKENS_SHOWN = 400  # per sequence; the start is elided beyond that
@@ -23,7 +23,7 @@ def event_log_markdown(events: Sequence[Event], limit: int = 60,
     """The last step's events, one narrated line each (`empty` when there are none)."""
     if not events:
         return f"_{empty}_"
-    lines = [f"- `{e.kind}` {html.escape(e.text, quote=False)}" for e in events[:limit]]
+    lines = [f"- `{e.kind}` {html.escape(narrate(e), quote=False)}" for e in events[:limit]]
     if len(events) > limit:
         lines.append(f"- … and {len(events) - limit} more events")
     first, last = events[0].step, events[-1].step

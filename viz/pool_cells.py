@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from engine.core.snapshot import BlockView
+from engine.describe.snapshot import BlockView
 from viz import palette
 from viz.pool_layout import PoolLayout
 

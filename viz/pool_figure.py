@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import plotly.graph_objects as go
 
 from engine.core.events import Event
-from engine.core.snapshot import SequenceView, Snapshot
+from engine.describe.snapshot import SequenceView, Snapshot
 from viz import figure_text, palette
 from viz.bands import Band, bands_below
 from viz.block_tables import TableRow, group_words, links, row_labels, table_rows, table_traces

@@ -1,4 +1,4 @@
-"""The prefix cache as a tree (engine/core/prefix_tree.py): every hashed full block is a cell
+"""The prefix cache as a tree (engine/describe/prefix_tree.py): every hashed full block is a cell
 right of the block its hash chains from, the first blocks of prompts at the left, so a class's
 shared system prompt is a trunk and each student's prompt a branch off it. A cell shows the
 block's tokens and, where there is room, its block id, ref count and place in the LRU order, or
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import plotly.graph_objects as go
 
 from engine.core.events import Event
-from engine.core.prefix_tree import PrefixTree, TreeNode
+from engine.describe.prefix_tree import PrefixTree, TreeNode
 from viz import palette
 from viz.pool_cells import FAST
 from viz.text_width import text_px
@@ -205,7 +205,7 @@ def _outlines(placed, events: Sequence[Event], selected: int | None) -> list[go.
         elif e.kind == "load":
             marked["loaded from the tier"] += [by_block.get(b) for b in e.block_ids]
         elif e.kind == "offload":
-            marked["offloaded to the tier"].append(by_slot.get(e.facts[0]))
+            marked["offloaded to the tier"].append(by_slot.get(e.facts.slot))
     marked["evicted"] = [p for p in placed.cells if p.kind == GHOST]
     marked["selected"] = [by_block.get(selected)] if selected is not None else []
     out = []

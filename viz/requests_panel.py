@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from engine.core.outputs import RequestOutput
 from engine.core.request_state import RequestState
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 from engine.ops import AddRequest
 
 MAX_PROMPT_CHARS_SHOWN = 160

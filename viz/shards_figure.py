@@ -16,8 +16,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from engine.core.snapshot import Snapshot
-from engine.core.units import human_bytes
+from engine.describe.snapshot import Snapshot
+from engine.describe.units import human_bytes
 from viz import palette
 from viz.block_tables import table_rows
 

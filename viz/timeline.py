@@ -1,5 +1,5 @@
 """The request timeline: one lane per request, one column per engine step, each cell what the
-request did in that step (engine/core/request_timeline.py): waiting, a prefill chunk (its
+request did in that step (engine/describe/request_timeline.py): waiting, a prefill chunk (its
 tokens), decoding, drafting (kept / drafted), preempted by swap or by recompute, swapped out,
 loading from the CPU tier, stalled (holding its blocks, no compute), finished (why). A sample or
 beam group is one lane that opens into its sequences (`open_request`). The current step is
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
-from engine.core.request_timeline import STATES, Cell, Lane, RequestTimeline
+from engine.describe.request_timeline import STATES, Cell, Lane, RequestTimeline
 from viz import palette
 from viz.pool_cells import FAST
 from viz.text_width import text_px

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from engine.core.prefix_tree import PrefixTree, TreeNode
+from engine.describe.prefix_tree import PrefixTree, TreeNode
 
 #: cell kinds, as viz/prefix_tree_figure.py colours them
 USED, SHARED, CACHED, TIER, FOLD, GHOST = range(6)

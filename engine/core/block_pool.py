@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass
@@ -39,11 +40,26 @@ class Block:
         return "cached" if self.block_hash is not None else "free"
 
 
+class PoolState(NamedTuple):
+    """A pool's state as plain data, copied (a checkpoint's part: engine/checkpoint.py)."""
+
+    blocks: tuple[tuple[int, int | None, tuple[int, ...], tuple[int, ...], int], ...]
+    free_ids: tuple[int, ...]
+    cached_ids: tuple[int, ...]  # LRU order
+    hash_to_block: tuple[tuple[tuple[int, int], int], ...]
+
+
 class OutOfBlocks(RuntimeError):
     """The pool cannot give the blocks an operation needs. Nothing was changed."""
 
 
 class BlockPool:
+    # declared state (engine/core/state.py): what a checkpoint copies, what is fixed, what is
+    # kept for readers
+    STATE = ("blocks", "free_ids", "cached_ids", "hash_to_block")
+    FIXED = ("num_blocks", "block_size")
+    DERIVED = ("_log", "_log_start")
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -51,7 +67,33 @@ class BlockPool:
         self.free_ids: deque[int] = deque(range(num_blocks))
         self.cached_ids: OrderedDict[int, None] = OrderedDict()  # LRU order: first = evict next
         self.hash_to_block: dict[tuple[int, int], int] = {}  # (group, hash) -> block
-        self.dirty: set[int] = set(range(num_blocks))  # blocks changed since the last snapshot
+        # every block this pool's mutators changed, in order: readers (the snapshot builder)
+        # keep a mark into it and read what changed since (`changes_since`); nobody else has to
+        # remember to say a block changed, since every change goes through a method here
+        self._log: list[int] = []
+        self._log_start = 0  # marks before this were dropped: their readers rebuild everything
+
+    def state(self) -> PoolState:
+        """Everything this pool holds, as plain data (its sizes are fixed at construction)."""
+        return PoolState(
+            tuple((b.ref_count, b.block_hash, tuple(b.token_ids), tuple(b.owners), b.group)
+                  for b in self.blocks),
+            tuple(self.free_ids), tuple(self.cached_ids), tuple(self.hash_to_block.items()))
+
+    def load_state(self, state: PoolState) -> None:
+        """Back to `state` (from `state()` of a pool of this size), in place: the parts that
+        hold this pool keep holding it. Every block counts as changed."""
+        if len(state.blocks) != self.num_blocks:
+            raise ValueError(f"a state of {len(state.blocks)} blocks cannot load into a pool of "
+                             f"{self.num_blocks}")
+        for block, (rc, h, tokens, owners, group) in zip(self.blocks, state.blocks, strict=True):
+            block.ref_count, block.block_hash, block.group = rc, h, group
+            block.token_ids = list(tokens)
+            block.owners = dict.fromkeys(owners)
+        self.free_ids = deque(state.free_ids)
+        self.cached_ids = OrderedDict.fromkeys(state.cached_ids)
+        self.hash_to_block = dict(state.hash_to_block)
+        self.forget_changes()
 
     @property
     def num_allocatable(self) -> int:
@@ -74,7 +116,10 @@ class BlockPool:
         block.token_ids = []
         block.owners = {owner: None}
         block.group = group
-        self.dirty.add(block_id)
+        self._log.append(block_id)
+        if len(self._log) > 4 * self.num_blocks + 1024:  # a log nobody read for long: drop it
+            self._log_start += len(self._log)
+            self._log = []
         return block_id, evicted_hash
 
     def incref(self, block_id: int, owner: int) -> None:
@@ -84,14 +129,14 @@ class BlockPool:
             del self.cached_ids[block_id]  # a cached block becomes used again
         block.ref_count += 1
         block.owners[owner] = None
-        self.dirty.add(block_id)
+        self._log.append(block_id)
 
     def decref(self, block_id: int, owner: int) -> bool:
         """One block-table entry lets go. Returns True when the block's ref count reached 0."""
         block = self.blocks[block_id]
         block.ref_count -= 1
         block.owners.pop(owner, None)
-        self.dirty.add(block_id)
+        self._log.append(block_id)
         if block.ref_count > 0:
             return False
         if block.block_hash is not None:
@@ -110,8 +155,44 @@ class BlockPool:
             return False
         block.block_hash = block_hash
         self.hash_to_block[key] = block_id
-        self.dirty.add(block_id)
+        self._log.append(block_id)
         return True
+
+    # ---- a block's tokens (every write goes through here: the change log stays true) ----------
+
+    def append_token(self, block_id: int, token: int) -> None:
+        """One more token's K/V in the block's next slot."""
+        self.blocks[block_id].token_ids.append(token)
+        self._log.append(block_id)
+
+    def set_last_token(self, block_id: int, token: int) -> None:
+        """Async scheduling: the last slot's token, known now."""
+        self.blocks[block_id].token_ids[-1] = token
+        self._log.append(block_id)
+
+    def set_tokens(self, block_id: int, token_ids: list[int]) -> None:
+        """The block holds these tokens (a copy's destination: copy-on-write, swap, load)."""
+        self.blocks[block_id].token_ids = list(token_ids)
+        self._log.append(block_id)
+
+    def truncate(self, block_id: int, num_tokens: int) -> None:
+        """Keep the block's first num_tokens slots (rejected draft tokens rolled back)."""
+        del self.blocks[block_id].token_ids[num_tokens:]
+        self._log.append(block_id)
+
+    def changes_since(self, mark: int) -> tuple[list[int] | None, int]:
+        """(the blocks changed since `mark`, in order, repeats included; None: the log no
+        longer reaches back that far, so every block may have changed) and the mark for now."""
+        end = self._log_start + len(self._log)
+        if mark < self._log_start:
+            return None, end
+        return self._log[mark - self._log_start:], end
+
+    def forget_changes(self) -> None:
+        """Every block may have changed (the pool was loaded from a checkpoint): every reader's
+        next `changes_since` says None."""
+        self._log_start += len(self._log) + 1
+        self._log = []
 
     def lookup(self, block_hash: int, token_ids: list[int], group: int = 0) -> int | None:
         """The block of `group` holding exactly these tokens under this hash, or None. Comparing

@@ -5,8 +5,9 @@ forward pass. Within one schedule a block may be read by one copy and then, free
 again, written by another: a swap-in frees the CPU blocks it reads, and a swap-out preempting
 another request in the same step may take exactly those; a group may be swapped in and out again
 in one step. Any fixed order of the kinds of copy (swap-outs first, say) gets one of these wrong.
-What is always right is the order in which the bookkeeping made the copies, which the events
-record: each copy reads its source as it stood at that moment.
+What is always right is the order in which the bookkeeping made the copies, which it records as
+data while it makes them (engine/core/block_writer.py: `BlockCopy`, one per block): each copy
+reads its source as it stood at that moment.
 
 `copy_waves` keeps that order and still batches: it cuts the copies into waves, starting a new
 wave only where a copy touches a block that an earlier copy of the current wave wrote, or writes
@@ -18,9 +19,7 @@ Locations are (space, block id): the GPU pool, the CPU swap space, the CPU tier 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from engine.core.events import Event
+from typing import NamedTuple
 
 #: The runtime's copy methods (engine/runtime/protocols.py), in the order a wave runs them. Within a
 #: wave no copy depends on another, so any order would do; this one is stable for readers of logs.
@@ -30,36 +29,26 @@ COPY_KINDS = ("offload", "swap_out", "swap_in", "load", "copy_blocks")
 _SPACES = {"offload": ("gpu", "tier"), "swap_out": ("gpu", "cpu"), "swap_in": ("cpu", "gpu"),
            "load": ("tier", "gpu"), "copy_blocks": ("gpu", "gpu")}
 
-Copy = tuple[str, int, int]  # (kind, source block, destination block)
+
+class BlockCopy(NamedTuple):
+    """One block's bytes to move: `kind` names the runtime's copy method (COPY_KINDS)."""
+
+    kind: str
+    src: int  # the source block (a GPU block, a CPU swap block or a tier slot, by kind)
+    dst: int  # the destination block, likewise
+
+
 Wave = dict[str, list[tuple[int, int]]]  # kind -> (source, destination) pairs
 
 
-def copies_of(events: Iterable[Event]) -> list[Copy]:
-    """Every copy the events ask for, in their order (one pass: a step at scale has an event
-    per sequence)."""
-    out: list[Copy] = []
-    for e in events:
-        kind = e.kind
-        if kind == "cow":
-            out.append(("copy_blocks", e.block_ids[0], e.block_ids[1]))
-        elif kind == "offload":
-            out.append(("offload", e.block_ids[0], e.facts[0]))
-        elif kind == "load":
-            out += (("load", slot, b) for slot, b in zip(e.facts[0], e.block_ids, strict=True))
-        elif kind == "swap_out" or kind == "swap_in":
-            ids = e.block_ids  # the (source, destination) pairs, flattened
-            out += ((kind, ids[i], ids[i + 1]) for i in range(0, len(ids), 2))
-    return out
-
-
-def copy_waves(events: Iterable[Event]) -> list[Wave]:
-    """The events' copies cut into waves: run the waves in order, the copies of a wave in any
-    order (each kind as one batch). Empty when the events copy nothing."""
+def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
+    """The copies, in the order they were made, cut into waves: run the waves in order, the
+    copies of a wave in any order (each kind as one batch). Empty when there are none."""
     waves: list[Wave] = []
     wave: Wave = {}
     read: set[tuple[str, int]] = set()
     written: set[tuple[str, int]] = set()
-    for kind, src, dst in copies_of(events):
+    for kind, src, dst in copies:
         src_space, dst_space = _SPACES[kind]
         source, target = (src_space, src), (dst_space, dst)
         if source in written or target in read or target in written:

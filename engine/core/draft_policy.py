@@ -43,6 +43,10 @@ class DraftState:
     next_lookup: int = 0  # the first step it may look up again
     rate: float = FIRST_RATE  # recent share of its drafted tokens that were kept
 
+    def copy(self) -> DraftState:
+        """A copy for a checkpoint (its index too: it grows as the sequence does)."""
+        return DraftState(self.index.copy(), self.wait, self.next_lookup, self.rate)
+
     def back_off(self, step: int) -> None:
         """A lookup or a draft that gave nothing: the next try waits, twice as long each time."""
         self.next_lookup = step + 1 + self.wait
@@ -55,6 +59,9 @@ class DraftPolicy:
     n_max: int
     max_tokens: int  # k: draft tokens a sequence proposes at most
     cost: Callable[[int, int], float]  # (sequences, queries each) -> verification / decode time
+
+    STATE = ()  # none (engine/core/state.py): each sequence keeps its own `DraftState`
+    FIXED = ("n_min", "n_max", "max_tokens", "cost")
 
     def state(self, seq: Sequence) -> DraftState:
         """The sequence's drafting state, kept on the sequence (it goes when the sequence does;

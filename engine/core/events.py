@@ -1,19 +1,19 @@
-"""Typed engine events: what one operation did to the blocks, with a one-line narration.
+"""Typed engine events: what one operation did to the blocks, as ids and named facts.
 
 Events are the engine's only report of what happened. The UI draws them (new block, copy-on-write
-arrow, prefix hit, eviction) and prints their narration; lessons template numbers from them.
-An event keeps ids and numbers only; its narration (`event.text`) is written on first read by
-`engine.core.narration`, so a serving step decodes no token text that nobody reads.
+arrow, prefix hit, eviction) and prints their sentences; lessons template numbers from them.
+An event keeps ids and numbers only, the facts besides the ids by name (a NamedTuple per kind of
+fact, below); its sentence is a function of it, `engine.describe.narrate(event)`, written when a
+view reads it, so a serving step decodes no token text that nobody reads. This module knows no
+English: the bookkeeping never imports the describing room.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from engine.core.narration import blocks_str, narrate
-
-__all__ = ["EVENT_KINDS", "Event", "blocks_str"]
+__all__ = ["EVENT_KINDS", "Event"]
 
 #: Every kind of event the engine emits, in the paper's words.
 EVENT_KINDS = (
@@ -48,14 +48,108 @@ class Event(NamedTuple):
     block_ids: tuple[int, ...] = ()  # for "cow": (source, copy); for "swap_*": the pairs flattened
     token_ids: tuple[int, ...] = ()
     slot: int | None = None  # for "append": the slot inside the block
-    facts: tuple = ()  # the numbers its sentence needs besides the ids (narration.py says which)
+    facts: Any = ()  # what happened besides the ids, by name: one of the NamedTuples below
     form: str = ""  # which sentence of its kind narrates it ("": the kind's own)
     names: Callable[[int], str] | None = None  # how its sentence shows a token, if it names one
 
-    @property
-    def text(self) -> str:
-        """The one-line narration shown to the learner, written now (not when it happened)."""
-        return narrate(self)
 
-    def __str__(self) -> str:
-        return f"[step {self.step}] {self.text}"
+# ---- the facts an event carries besides its ids, by name (one NamedTuple per kind of fact) --------
+
+
+class PrefixHit(NamedTuple):
+    hit_tokens: int  # prompt tokens the hit serves
+    prompt_tokens: int
+
+
+class Forked(NamedTuple):
+    parent: int  # the sequence forked (a "share" event of form "fork")
+
+
+class Freed(NamedTuple):
+    cached: tuple[int, ...]  # released blocks that stay cached (hashed)
+    kept: tuple[int, ...]  # blocks still used by other tables (ref count - 1)
+
+
+class Dropped(NamedTuple):
+    group: str  # the sliding-window KV cache group
+    window: int
+    first: int  # the first logical block dropped
+    cached: tuple[int, ...]
+    kept: tuple[int, ...]
+
+
+class Allocated(NamedTuple):
+    tokens: int  # the tokens the new blocks are for (form "allocate_many")
+
+
+class Offloaded(NamedTuple):
+    slot: int  # the CPU tier slot the evicted block's K/V go to
+    hash16: int  # the low 16 bits of its hash, for the sentence
+
+
+class CopiedOnWrite(NamedTuple):
+    shared_by: int  # the sequences that shared the block before the copy
+
+
+class Cached(NamedTuple):
+    hash16: int
+
+
+class Swapped(NamedTuple):
+    seqs: tuple[int, ...]  # the group's sequences
+
+
+class Loaded(NamedTuple):
+    slots: tuple[int, ...]  # the tier slots read, one per block id, in order
+    tokens: int  # prompt tokens served
+
+
+class Drafted(NamedTuple):
+    start: int  # the position of the first draft token
+
+
+class Rejected(NamedTuple):
+    accepted: int  # draft tokens kept
+    drafted: int
+
+
+class Prefilled(NamedTuple):
+    """A serving step's prefill: whole, or one chunk of a chunked prompt."""
+
+    resumed: bool  # recompute after preemption
+    final: bool  # the prompt's last chunk
+    whole: bool  # the whole prompt in this step
+    start: int  # the first position computed
+    num_tokens: int  # the sequence's tokens after it
+    computed: int  # tokens computed in this step
+    cached: int  # tokens served by the prefix cache
+    rest: int  # prompt tokens still to come
+
+
+class PrimitivePrefill(NamedTuple):
+    """`add_sequence`'s prefill (never chunked)."""
+
+    num_tokens: int
+    computed: int
+    cached: int
+
+
+class Computed(NamedTuple):
+    tokens: int  # tokens a primitive's forward pass computed (form "decode_primitive")
+
+
+class Preempted(NamedTuple):
+    request_id: int
+    seqs: tuple[int, ...]
+    swapped_blocks: int | None  # None: by recompute
+    fallback: bool  # recompute because swap space was full
+
+
+class Finished(NamedTuple):
+    request_id: int
+    reason: str
+
+
+class Aborted(NamedTuple):
+    request_id: int
+    pool_blocks: int  # the pool it could never fit (form "abort")

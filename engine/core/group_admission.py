@@ -12,32 +12,36 @@ hit on them reads bytes nobody wrote) and their evictions' copies to the CPU tie
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
+from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.sequence import Sequence
 
 _SEQ_FIELDS = ("block_tables", "token_ids", "block_hashes", "num_cached_tokens", "status")
 
 
-def allocate_together(kv: Any, seqs: list[Sequence], prompts: list[list[int]]) -> list[Event]:
-    """`kv.allocate` (a KVCacheManager) for each sequence with its prompt, all or nothing:
+def _copied(value: Any) -> Any:
+    """A sequence field's value, its lists copied (a block table is a list of lists)."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
+def allocate_together(kv: KVCacheManager, seqs: list[Sequence], prompts: list[list[int]]) -> list[Event]:
+    """`kv.allocate` for each sequence with its prompt, all or nothing:
     raises OutOfBlocks with the pools, the tier and the sequences as they were."""
     if len(seqs) == 1:
         return kv.allocate(seqs[0], prompts[0])
-    saved = copy.deepcopy((kv.pool.__dict__, kv.tier.__dict__, kv.prefix_hit_blocks,
-                           kv.evictions, kv._loading,
-                           [[getattr(s, f) for f in _SEQ_FIELDS] for s in seqs]))
+    saved = kv.state()  # the pools, the tier, the counters and the copies recorded so far
+    old = [[_copied(getattr(s, f)) for f in _SEQ_FIELDS] for s in seqs]
     events: list[Event] = []
     try:
         for seq, prompt in zip(seqs, prompts, strict=True):
             events += kv.allocate(seq, prompt)
     except OutOfBlocks:
-        pool, tier, kv.prefix_hit_blocks, kv.evictions, kv._loading, old = saved
-        kv.pool.__dict__.update(pool)  # in place: snapshots and the scheduler hold the pool
-        kv.tier.__dict__.update(tier)
+        kv.load_state(saved)  # in place: snapshots and the scheduler hold the pool
         for seq, values in zip(seqs, old, strict=True):
             for name, value in zip(_SEQ_FIELDS, values, strict=True):
                 setattr(seq, name, value)

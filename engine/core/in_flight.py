@@ -20,6 +20,11 @@ from engine.core.scheduler import Scheduler
 
 
 class InFlight:
+    # declared state (engine/core/state.py): a checkpoint is taken only with nothing in flight,
+    # so what it keeps are the reports for the next step (events and outputs: immutable values)
+    STATE = ("launched", "last_picks", "_events", "_finished")
+    FIXED = ("post", "scheduler", "kv")
+
     def __init__(self, post: Postprocessor, scheduler: Scheduler, kv: KVCacheManager) -> None:
         self.post = post
         self.scheduler = scheduler
@@ -29,6 +34,17 @@ class InFlight:
         # what landed outside a step (before a primitive op): the next step reports it
         self._events: list[Event] = []
         self._finished: list[RequestOutput] = []
+
+    def state(self) -> tuple:
+        if self.launched is not None:
+            raise ValueError("a step is in flight: land it (any primitive operation does) first")
+        return tuple(self._events), tuple(self._finished)
+
+    def load_state(self, state: tuple) -> None:
+        """Back to `state`: nothing in flight (the picks of a step after it are gone)."""
+        events, finished = state
+        self.launched, self.last_picks = None, None
+        self._events, self._finished = list(events), list(finished)
 
     def settle(self) -> None:
         """Before a primitive op, which works on settled sequences: the step on its way lands

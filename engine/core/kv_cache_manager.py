@@ -9,15 +9,23 @@ A hybrid model has several KV cache groups (engine/core/kv_groups.py): a sequenc
 table per group, every table as long as the others, and each new logical block takes a block in
 every group. A sliding-window group's table drops the blocks its window has passed
 (`drop_out_of_window`, after every operation), so its entries start with None.
+
+The manager owns its parts and calls them, each with its dependencies given explicitly: a
+`BlockWriter` (engine/core/block_writer.py: taking blocks, writing tokens, copy-on-write, hashing,
+and the copies the device must follow, recorded in order), `Swapping`, `TierLoads` and
+`DraftSlots`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from engine.core.block_pool import BlockPool, OutOfBlocks
+from engine.core.block_pool import BlockPool
+from engine.core.block_writer import BlockWriter
+from engine.core.copy_plan import BlockCopy
 from engine.core.draft_slots import DraftSlots
-from engine.core.events import Event
+from engine.core.events import Dropped, Event, Forked, Freed, PrefixHit
 from engine.core.hashing import HashFn, hash_block
 from engine.core.invariants import InvariantError, check_pool
 from engine.core.kv_content import KVContent
@@ -25,11 +33,28 @@ from engine.core.kv_groups import KVCacheGroup, dead_blocks, single_group
 from engine.core.offload_tier import OffloadTier
 from engine.core.prefix_match import match_prefix
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
-from engine.core.swapping import Swapping
+from engine.core.state import fields_state, load_fields
+from engine.core.swapping import Swapping, distinct_blocks
 from engine.core.tier_loads import TierLoads
 
+__all__ = ["InvariantError", "KVCacheManager", "ManagerState"]
 
-class KVCacheManager(DraftSlots, Swapping, TierLoads):
+
+class ManagerState(NamedTuple):
+    """A KV cache manager's state as plain data (`KVCacheManager.state`): its own counters and
+    each part's state, by the part's name."""
+
+    counters: dict[str, int]
+    parts: dict[str, Any]
+
+
+class KVCacheManager:
+    # declared state (engine/core/state.py); `state()` adds the states of the parts it owns
+    STATE = ("prefix_hit_blocks", "dropped_blocks")
+    PARTS = ("pool", "cpu_pool", "tier", "writer", "drafts")
+    FIXED = PARTS + ("swapping", "tier_loads", "block_size", "groups", "num_groups", "sliding",
+                     "hash_fn", "content")  # content: the engine's, whose checkpoint says it
+
     def __init__(
         self,
         num_blocks: int,
@@ -40,26 +65,87 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         num_cpu_blocks: int = 0,
         num_offload_blocks: int = 0,
         groups: tuple[KVCacheGroup, ...] = single_group(),
+        content: KVContent | None = None,
     ) -> None:
         self.pool = BlockPool(num_blocks, block_size)
         self.tier = OffloadTier(num_offload_blocks)  # the prefix cache's CPU tier
-        self._loading: tuple[int, set[int]] = (-1, set())  # (step, tier slots its loads read)
         self.cpu_pool = BlockPool(num_cpu_blocks, block_size)  # swap space; never hashed
         self.block_size = block_size
         self.groups = groups
         self.num_groups = len(groups)
         self.sliding = any(g.sliding for g in groups)
-        self.enable_prefix_caching = enable_prefix_caching
         self.hash_fn = hash_fn
-        self.token_repr = token_repr  # narration only: how an event shows a token, when read
-        self.step = 0  # stamped on every event; the engine advances it
+        self.writer = BlockWriter(self.pool, self.tier, hash_fn, token_repr, enable_prefix_caching)
+        self.swapping = Swapping(self.writer, self.cpu_pool)
+        self.tier_loads = TierLoads(self.writer, self.tier)
+        self.drafts = DraftSlots(self.writer)
         self.prefix_hit_blocks = 0
-        self.cow_copies = 0
-        self.evictions = 0
         self.dropped_blocks = 0  # sliding groups: table entries dropped, cumulative
-        self.draft_tokens = 0  # speculative decoding: slots reserved for drafts, cumulative
-        self.accepted_tokens = 0  # drafts verified and kept
-        self.content: KVContent | None = None  # the device's K/V as labels, when tracked
+        self.content = content  # the device's K/V as labels, when tracked
+
+    # ---- what the parts share: the operation's step, the prefix-caching switch --------------
+
+    @property
+    def step(self) -> int:
+        """The operation being run: stamped on every event (the engine advances it)."""
+        return self.writer.step
+
+    @step.setter
+    def step(self, step: int) -> None:
+        self.writer.step = step
+
+    @property
+    def enable_prefix_caching(self) -> bool:
+        return self.writer.enable_prefix_caching
+
+    @enable_prefix_caching.setter
+    def enable_prefix_caching(self, enabled: bool) -> None:
+        self.writer.enable_prefix_caching = enabled  # read at every allocation and block seal
+
+    @property
+    def token_repr(self) -> Callable[[int], str]:
+        return self.writer.token_repr
+
+    def counters(self) -> dict[str, int]:
+        """The cumulative counts a snapshot's metrics report."""
+        w, d, t = self.writer, self.drafts, self.tier
+        return {"prefix_hit_blocks": self.prefix_hit_blocks, "cow_copies": w.cow_copies,
+                "evictions": w.evictions, "draft_tokens": d.draft_tokens,
+                "accepted_tokens": d.accepted_tokens, "offloaded_blocks": t.offloaded_blocks,
+                "offload_hit_blocks": t.hit_blocks, "dropped_blocks": self.dropped_blocks}
+
+    def state(self) -> ManagerState:
+        """Everything the manager and its parts hold, as plain data (its sizes, groups and hash
+        function are fixed at construction; the content shadow is the engine's, said apart)."""
+        return ManagerState(fields_state(self),
+                            {name: getattr(self, name).state() for name in self.PARTS})
+
+    def load_state(self, state: ManagerState) -> None:
+        """Back to `state` (from `state()` of a manager of these sizes), in place."""
+        for name in self.PARTS:
+            getattr(self, name).load_state(state.parts[name])
+        load_fields(self, state.counters)
+
+    def take_copies(self) -> list[BlockCopy]:
+        """The block copies the device must make, in the order the bookkeeping made them
+        since the last call (engine/core/copy_plan.py cuts them into waves)."""
+        return self.writer.take_copies()
+
+    # ---- the components' operations -----------------------------------------------------------
+
+    distinct_blocks = staticmethod(distinct_blocks)
+
+    def swap_out(self, seqs: list[Sequence]) -> tuple[list[Event], list[tuple[int, int]]]:
+        return self.swapping.swap_out(seqs)
+
+    def swap_in(self, seqs: list[Sequence]) -> tuple[list[Event], list[tuple[int, int]]]:
+        return self.swapping.swap_in(seqs)
+
+    def append_draft(self, seq: Sequence, draft: list[int], events: list[Event]) -> None:
+        self.drafts.append_draft(seq, draft, events)
+
+    def settle_draft(self, seq: Sequence, keep: int, accepted: int, events: list[Event]) -> None:
+        self.drafts.settle_draft(seq, keep, accepted, events)
 
     # ---- capacity -------------------------------------------------------------------------
 
@@ -67,9 +153,14 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         """New blocks an append of num_new_tokens takes in one pass: the overflow in every
         group, plus one for each copy-on-write of a shared, partly filled last block."""
         bs = self.block_size
-        n = seq.num_tokens
+        n = len(seq.token_ids)
         tables = seq.block_tables
-        needed = (-(-(n + num_new_tokens) // bs) - len(tables[0])) * len(tables)
+        needed = -(-(n + num_new_tokens) // bs) - len(tables[0])
+        if len(tables) == 1:  # most models, and every running sequence every step: no generator
+            if num_new_tokens and n % bs:
+                needed += self.pool.blocks[tables[0][-1]].ref_count > 1
+            return needed
+        needed *= len(tables)
         if num_new_tokens and n % bs:
             blocks = self.pool.blocks
             needed += sum(1 for t in tables if blocks[t[-1]].ref_count > 1)
@@ -109,15 +200,8 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         needed = (self.blocks_needed_for_decodes(seq, num_new_tokens) if decodes
                   else self.blocks_needed_to_append(seq, num_new_tokens))
         if needed > self.pool.num_allocatable:  # the message is built only when it is needed
-            self._require(needed, self.pool.num_allocatable,
-                          f"appending {num_new_tokens} token(s) to seq {seq.seq_id}")
-
-    def _require(self, needed: int, available: int, what: str) -> None:
-        if needed > available:
-            raise OutOfBlocks(
-                f"{what} needs {needed} free block(s) but the pool has only {available} "
-                f"(free + cached) of {self.pool.num_blocks}. Free a sequence, or use a larger pool."
-            )
+            self.writer.require(needed, self.pool.num_allocatable,
+                                f"appending {num_new_tokens} token(s) to seq {seq.seq_id}")
 
     # ---- the primitives -------------------------------------------------------------------
 
@@ -134,14 +218,14 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         bs, sid = self.block_size, seq.seq_id
         tables, hashes = match_prefix(self, prompt) if self.enable_prefix_caching else (None, [])
         hit = len(hashes)
-        loads = self._match_tier(prompt, hashes)
+        loads = self.tier_loads.match(prompt, hashes)
         served = hit + len(loads)
         end = len(prompt) if max_new is None else min(len(prompt), served * bs + max_new)
         if loads and defer_loads:
             end = served * bs
         hit_ids = [b for t in tables or () for b in t if b is not None]
         cached_hits = sum(1 for b in hit_ids if self.pool.blocks[b].ref_count == 0)
-        self._require(
+        self.writer.require(
             (-(-end // bs) - hit) * self.num_groups,
             self.pool.num_allocatable - cached_hits,
             f"a prompt of {len(prompt)} tokens" if end == len(prompt)
@@ -157,13 +241,15 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
                 self.pool.incref(b, sid)
             self.prefix_hit_blocks += len(hit_ids)
             events.append(Event("prefix_hit", self.step, sid, tuple(hit_ids),
-                                facts=(hit * bs, len(prompt))))
+                                facts=PrefixHit(hit * bs, len(prompt))))
             if live:
                 events.append(Event("share", self.step, sid, tuple(live)))
         if loads:
-            self._load(seq, prompt, loads, events)
-            seq.loading = defer_loads
-        self._write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
+            self.tier_loads.load(seq, prompt, loads, events)
+        # set every time: a sequence preempted while its loads came in must not skip its next
+        # prefill (its blocks would be hashed with K/V nobody computed)
+        seq.loading = bool(loads) and defer_loads
+        self.writer.write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
         return events
 
@@ -172,7 +258,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         rather than token by token (a chunk can be thousands of tokens)."""
         self.check_append(seq, len(token_ids))
         events: list[Event] = []
-        self._write(seq, token_ids, events, narrate_each=False)
+        self.writer.write(seq, token_ids, events, narrate_each=False)
         return events
 
     def tokens_that_fit(self, seq: Sequence, num_tokens: int) -> int:
@@ -188,7 +274,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         when the last block is shared and partly filled)."""
         self.check_append(seq, len(token_ids))
         events: list[Event] = []
-        self._write(seq, token_ids, events, narrate_each=True)
+        self.writer.write(seq, token_ids, events, narrate_each=True)
         return events
 
     def append_reserved(self, seq: Sequence, token: int, events: list[Event]) -> None:
@@ -204,15 +290,16 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
             ids = tuple(t[-1] for t in tables) if offset else ()
             shared = any(blocks[b].ref_count > 1 for b in ids)
         if not ids or shared:
-            self._write(seq, [token], events, narrate_each=True)  # a new block, or copy-on-write
+            self.writer.write(seq, [token], events, narrate_each=True)  # a new block, or a copy
             return
+        write = self.pool.append_token
         for block_id in ids:
-            blocks[block_id].token_ids.append(token)
+            write(block_id, token)
         seq.token_ids.append(token)
-        self.pool.dirty.update(ids)
-        events.append(self._append_event(seq.seq_id, token, ids, offset))
-        if offset == self.block_size - 1 and self.enable_prefix_caching and token != IN_FLIGHT:
-            self._seal(seq, len(seq.block_table) - 1, events)
+        writer = self.writer
+        events.append(writer.append_event(seq.seq_id, token, ids, offset))
+        if offset == self.block_size - 1 and writer.enable_prefix_caching and token != IN_FLIGHT:
+            writer.seal(seq, len(seq.block_table) - 1, events)
 
     def land(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
@@ -221,11 +308,9 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         if self.content is not None:
             self.content.land(seq.seq_id, seq.num_tokens - 1, token)
         for table in seq.block_tables:
-            block = self.pool.blocks[table[-1]]
-            block.token_ids[-1] = token
-            self.pool.dirty.add(table[-1])
+            self.pool.set_last_token(table[-1], token)
         if self.enable_prefix_caching and seq.num_tokens % self.block_size == 0:
-            self._seal(seq, len(seq.block_table) - 1, events)
+            self.writer.seal(seq, len(seq.block_table) - 1, events)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
         """The child gets a copy of the parent's block tables; nothing is copied but ids."""
@@ -242,7 +327,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
         for b in shared:
             self.pool.incref(b, child.seq_id)
         return [Event("share", self.step, child.seq_id, tuple(shared),
-                      facts=(parent.seq_id,), form="fork")]
+                      facts=Forked(parent.seq_id), form="fork")]
 
     def free(self, seq: Sequence) -> list[Event]:
         """Let go of every block table. Blocks enter the LRU last logical block first, so the
@@ -263,7 +348,7 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
             self.content.forget(seq.seq_id)
         # which released blocks stay cached is a fact of now: the narration is written later
         cached = tuple(b for b in released if pool.blocks[b].block_hash is not None)
-        return [Event("free", self.step, seq.seq_id, tuple(released), facts=(cached, tuple(kept)),
+        return [Event("free", self.step, seq.seq_id, tuple(released), facts=Freed(cached, tuple(kept)),
                       form="free_swapped" if swapped else "")]
 
     def drop_out_of_window(self, seq: Sequence) -> list[Event]:
@@ -289,88 +374,9 @@ class KVCacheManager(DraftSlots, Swapping, TierLoads):
                 self.dropped_blocks += len(dropped)
                 cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
                 events.append(Event("drop", self.step, seq.seq_id, tuple(reversed(dropped)),
-                                    facts=(group.name, group.window, j + 1, cached,
-                                           tuple(b for b in dropped if b not in released))))
+                                    facts=Dropped(group.name, group.window, j + 1, cached,
+                                                  tuple(b for b in dropped if b not in released))))
         return events
-
-    # ---- internals --------------------------------------------------------------------------
-
-    def _write(self, seq: Sequence, token_ids: list[int], events: list[Event],
-               narrate_each: bool, seal: bool = True) -> None:
-        bs = self.block_size
-        blocks = self.pool.blocks
-        dirty = self.pool.dirty
-        sid = seq.seq_id
-        tables = seq.block_tables
-        new_blocks: list[int] = []
-        for tok in token_ids:
-            offset = len(seq.token_ids) % bs
-            written = []
-            for g, table in enumerate(tables):
-                if offset == 0:
-                    block_id = self._allocate(sid, events, narrate_each, g)
-                    table.append(block_id)
-                    new_blocks.append(block_id)
-                else:
-                    block_id = table[-1]
-                    if blocks[block_id].ref_count > 1:
-                        block_id = self._copy_on_write(seq, g, events)
-                blocks[block_id].token_ids.append(tok)
-                dirty.add(block_id)
-                written.append(block_id)
-            seq.token_ids.append(tok)
-            if narrate_each:
-                events.append(self._append_event(sid, tok, tuple(written), offset))
-            if offset == bs - 1 and seal and self.enable_prefix_caching and tok != IN_FLIGHT:
-                self._seal(seq, len(tables[0]) - 1, events)  # an in-flight token's: when it lands
-        if new_blocks and not narrate_each:
-            events.append(Event("allocate", self.step, sid, tuple(new_blocks),
-                                facts=(len(token_ids),), form="allocate_many"))
-
-    def _append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
-        # the hot path of a serving step: positional, and no text (the token is named when read)
-        return Event("append", self.step, sid, block_ids, (tok,), offset, (), "", self.token_repr)
-
-    def _allocate(self, sid: int, events: list[Event], narrate: bool, group: int = 0) -> int:
-        pool = self.pool
-        evicting = None if pool.free_ids or not pool.cached_ids else next(iter(pool.cached_ids))
-        tokens = list(pool.blocks[evicting].token_ids) if evicting is not None else []
-        block_id, evicted_hash = pool.allocate(sid, group)
-        if evicted_hash is not None:
-            self.evictions += 1
-            events.append(Event("evict", self.step, sid, (block_id,)))
-            slot = self.tier.store(evicted_hash, tokens, self._pinned())
-            if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
-                events.append(Event("offload", self.step, sid, (block_id,),
-                                    facts=(slot, evicted_hash & 0xFFFF)))
-        if narrate:
-            events.append(Event("allocate", self.step, sid, (block_id,)))
-        return block_id
-
-    def _copy_on_write(self, seq: Sequence, group: int, events: list[Event]) -> int:
-        table = seq.block_tables[group]
-        src = table[-1]
-        sid = seq.seq_id
-        dst = self._allocate(sid, events, narrate=False, group=group)
-        blocks = self.pool.blocks
-        blocks[dst].token_ids = list(blocks[src].token_ids)
-        self.pool.decref(src, sid)
-        table[-1] = dst
-        self.cow_copies += 1
-        events.append(Event("cow", self.step, sid, (src, dst), facts=(blocks[src].ref_count + 1,)))
-        return dst
-
-    def _seal(self, seq: Sequence, index: int, events: list[Event]) -> None:
-        """Logical block `index` just filled: hash it (the chain's next link) in every group so
-        later prompts with this prefix can share it."""
-        parent = seq.block_hashes[-1] if seq.block_hashes else None
-        tables = seq.block_tables
-        h = self.hash_fn(parent, self.pool.blocks[tables[0][index]].token_ids)
-        seq.block_hashes.append(h)
-        for table in tables:
-            if self.pool.register_hash(table[index], h):
-                events.append(Event("cache", self.step, seq.seq_id, (table[index],),
-                                    facts=(h & 0xFFFF,)))
 
     # ---- checks -------------------------------------------------------------------------------
 

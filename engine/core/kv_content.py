@@ -42,12 +42,31 @@ def chain(prev: int, token: int) -> int:
 class KVContent:
     """Labels of the GPU pool's, the CPU swap space's and the CPU tier's slots."""
 
+    # declared state (engine/core/state.py); a checkpoint is taken with nothing in flight, so
+    # every label's token is known (a landed `Landing` never changes again: shared as it is)
+    STATE = ("spaces", "_prefix", "_landing", "touched")
+    FIXED = ("block_size",)
+
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.spaces: dict[str, dict[int, Label]] = {"gpu": {}, "cpu": {}, "tier": {}}
         self._prefix: dict[int, list[int]] = {}  # seq id -> hash of its tokens 0..i, cached
         self._landing: dict[tuple[int, int], Landing] = {}  # (seq id, position) -> its label's token
         self.touched = _no_blocks()  # blocks written since the last `verify`, by space
+
+    def state(self) -> tuple:
+        if self._landing:
+            raise ValueError("a step is in flight: its tokens are not known yet")
+        return ({name: dict(slots) for name, slots in self.spaces.items()},
+                {sid: list(keys) for sid, keys in self._prefix.items()},
+                {name: set(blocks) for name, blocks in self.touched.items()})
+
+    def load_state(self, state: tuple) -> None:
+        spaces, prefix, touched = state
+        self.spaces = {name: dict(slots) for name, slots in spaces.items()}
+        self._prefix = {sid: list(keys) for sid, keys in prefix.items()}
+        self.touched = {name: set(blocks) for name, blocks in touched.items()}
+        self._landing = {}
 
     # ---- what the device does ---------------------------------------------------------------
 

@@ -33,6 +33,11 @@ class NgramIndex:
         self.prev = array("i")  # prev[e]: the previous position whose n_min tokens before it match
         self.indexed = 0  # positions 0 .. indexed - 1 are in the chains
 
+    def copy(self) -> NgramIndex:
+        new = NgramIndex(self.n_min, self.n_max, self.chain)
+        new.head, new.prev, new.indexed = dict(self.head), array("i", self.prev), self.indexed
+        return new
+
     def catch_up(self, tokens: list[int], known: int) -> None:
         """Index every position up to `known - 1` (the tokens before it are all known)."""
         if known < self.indexed:

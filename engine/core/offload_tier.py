@@ -15,8 +15,14 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
+from engine.core.state import fields_state, load_fields
+
 
 class OffloadTier:
+    STATE = ("free_slots", "entries", "offloaded_blocks", "hit_blocks", "_loading")
+    FIXED = ("num_blocks",)
+    DERIVED = ("version",)
+
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self.free_slots: deque[int] = deque(range(num_blocks))
@@ -24,6 +30,7 @@ class OffloadTier:
         self.offloaded_blocks = 0  # blocks copied in, cumulative
         self.hit_blocks = 0  # blocks copied back for a prefix, cumulative
         self.version = 0  # changes whenever an entry or the LRU order does (snapshots reuse views)
+        self._loading: tuple[int, set[int]] = (-1, set())  # (step, the slots its loads read)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -49,6 +56,23 @@ class OffloadTier:
         self.entries[block_hash] = (slot, tuple(token_ids))
         self.offloaded_blocks += 1
         return slot
+
+    def state(self) -> dict:
+        """Everything the tier holds, as plain data (its size is fixed at construction)."""
+        return fields_state(self)
+
+    def load_state(self, state: dict) -> None:
+        """Back to `state` (from `state()`). The version moves on, never back: a view built
+        from a later state must not pass for this one."""
+        load_fields(self, state)
+        self.version += 1
+
+    def pinned(self, step: int) -> set[int]:
+        """The slots step `step`'s loads read (its copies offload first, then load): no offload
+        of that step may be handed one of them."""
+        if self._loading[0] != step:
+            self._loading = (step, set())
+        return self._loading[1]
 
     def find(self, block_hash: int, token_ids: list[int]) -> int | None:
         """The slot holding exactly these tokens under this hash (now the most recent), or None."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from engine.core.beam_search import Hypothesis, choose, length_penalised, should_stop
-from engine.core.events import Event
+from engine.core.events import Event, Finished
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.launched import Launched
 from engine.core.outputs import CompletionOutput, LazyOutputs, RequestOutput
@@ -26,6 +26,9 @@ Decode = Callable[[list[int]], str]
 
 class Postprocessor:
     """Lands steps' picks. Holds the bookkeeping it changes (never the engine, nor the model)."""
+
+    STATE = ()  # none of its own (engine/core/state.py): the parts it was given hold it
+    FIXED = ("kv", "scheduler", "registry", "eos_token_ids", "decode")
 
     def __init__(self, kv: KVCacheManager, scheduler: Scheduler, registry: Registry,
                  eos_token_ids: tuple[int, ...], decode: Decode) -> None:
@@ -200,7 +203,7 @@ class Postprocessor:
         for seq in group.seqs:
             self.registry.seqs.pop(seq.seq_id, None)
         out = request_output(group, self.decode, finished=True)
-        events.append(Event("finish", self.kv.step, group.seqs[0].seq_id, facts=(
+        events.append(Event("finish", self.kv.step, group.seqs[0].seq_id, facts=Finished(
             group.request_id, out.outputs[0].finish_reason if out.outputs else "abort")))
         del self.registry.groups[group.request_id]
         return out

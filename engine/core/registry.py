@@ -8,8 +8,35 @@ sequence id is never handed out twice and an id that was freed gets a clear erro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from engine.core.sequence import Sequence, SequenceGroup, SequenceStatus
+
+
+class RegistryState(NamedTuple):
+    """The registry's state (`Registry.state`): copies of its sequences and requests."""
+
+    seqs: dict[int, Sequence]
+    groups: dict[int, SequenceGroup]
+    freed: dict[int, int]
+    next_seq_id: int
+    next_request_id: int
+
+
+def copy_requests(seqs: dict[int, Sequence], groups: dict[int, SequenceGroup]
+                  ) -> tuple[dict[int, Sequence], dict[int, SequenceGroup]]:
+    """Copies of the sequences and the requests, each sequence copied once and shared by every
+    request and table that holds it (a sequence id is never handed out twice), orders kept."""
+    made: dict[int, Sequence] = {}
+
+    def copy_of(seq: Sequence) -> Sequence:
+        new = made.get(seq.seq_id)
+        if new is None:
+            new = made[seq.seq_id] = seq.copy()
+        return new
+
+    new_groups = {rid: g.copy(copy_of) for rid, g in groups.items()}
+    return {sid: copy_of(s) for sid, s in seqs.items()}, new_groups
 
 
 @dataclass
@@ -19,6 +46,22 @@ class Registry:
     freed: dict[int, int] = field(default_factory=dict)  # seq id -> step it ended at
     next_seq_id: int = 0
     next_request_id: int = 0
+
+    # declared state (engine/core/state.py): all of it; its dicts are loaded in place (the parts
+    # that were given them keep them)
+    STATE = ("seqs", "groups", "freed", "next_seq_id", "next_request_id")
+    FIXED = ()
+
+    def state(self) -> RegistryState:
+        seqs, groups = copy_requests(self.seqs, self.groups)
+        return RegistryState(seqs, groups, dict(self.freed), self.next_seq_id, self.next_request_id)
+
+    def load_state(self, state: RegistryState) -> None:
+        seqs, groups = copy_requests(state.seqs, state.groups)  # the state stays usable
+        for mine, theirs in ((self.seqs, seqs), (self.groups, groups), (self.freed, state.freed)):
+            mine.clear()
+            mine.update(theirs)
+        self.next_seq_id, self.next_request_id = state.next_seq_id, state.next_request_id
 
     def new_seq(self, **fields: object) -> Sequence:
         """A sequence with the next id, registered. Callers that can still fail (an allocation

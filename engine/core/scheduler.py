@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.draft_policy import DraftPolicy
-from engine.core.events import Event
+from engine.core.events import Aborted, Event, Preempted
 from engine.core.group_admission import allocate_together
 from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.registry import Registry
 from engine.core.sequence import IN_FLIGHT, Sequence, SequenceGroup, SequenceStatus
 
 
@@ -67,10 +68,15 @@ class ScheduledStep:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager,
+    # declared state (engine/core/state.py): the queues, by request id in a checkpoint
+    STATE = ("waiting", "running", "swapped", "num_preemptions", "num_running_seqs")
+    FIXED = ("config", "kv", "registry", "drafting")
+
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, registry: Registry,
                  draft_cost: Callable[[int, int], float] | None = None) -> None:
         self.config = config
         self.kv = kv
+        self.registry = registry  # the requests its queues order
         # speculative decoding's choices; `draft_cost(B, q)`: a verification step of B sequences
         # of q tokens against a decode step, as the runtime measured it (1 in the dry mode)
         self.drafting = DraftPolicy(config.prompt_lookup_min, config.prompt_lookup_max,
@@ -81,6 +87,21 @@ class Scheduler:
         self.swapped: deque[SequenceGroup] = deque()
         self.num_preemptions = 0
         self.num_running_seqs = 0  # live sequences of the running groups, as the decode pass left them
+
+    def state(self) -> tuple:
+        """The queues as request ids (the registry's state holds the requests) and the counts."""
+        return (tuple(g.request_id for g in self.waiting), tuple(g.request_id for g in self.running),
+                tuple(g.request_id for g in self.swapped), self.num_preemptions,
+                self.num_running_seqs)
+
+    def load_state(self, state: tuple) -> None:
+        """Back to `state`, the queues holding the registry's requests (load the registry's
+        state first)."""
+        waiting, running, swapped, self.num_preemptions, self.num_running_seqs = state
+        groups = self.registry.groups
+        self.waiting = deque(groups[r] for r in waiting)
+        self.running = [groups[r] for r in running]
+        self.swapped = deque(groups[r] for r in swapped)
 
     def add(self, group: SequenceGroup) -> None:
         self.waiting.append(group)
@@ -283,7 +304,7 @@ class Scheduler:
             self.waiting.appendleft(group)
             swapped = None  # recomputed; a fallback where swap was asked for and CPU space is full
         fallback = swapped is None and self.config.preemption_mode == "swap"
-        out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=(
+        out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=Preempted(
             group.request_id, tuple(s.seq_id for s in seqs), swapped, fallback)))
         out.events += events
 
@@ -295,7 +316,8 @@ class Scheduler:
             seq.status = SequenceStatus.FINISHED
         out.aborted.append(group)
         out.events.append(Event("finish", self.kv.step, group.seqs[0].seq_id,
-                                facts=(group.request_id, self.kv.pool.num_blocks), form="abort"))
+                                facts=Aborted(group.request_id, self.kv.pool.num_blocks),
+                                form="abort"))
 
     def _insert_running(self, group: SequenceGroup) -> None:
         i = len(self.running)

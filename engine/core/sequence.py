@@ -7,8 +7,10 @@ but has not yet fed back waits as `pending_token`, in no slot (the paper's Fig. 
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -70,6 +72,21 @@ class Sequence:
 
     def holds_blocks(self) -> bool:
         return bool(self.block_tables[0])
+
+    def copy(self) -> Sequence:
+        """A copy that shares nothing an operation changes (a checkpoint's: its lists are
+        copied, its drafting state too; the rest are numbers, text and enums)."""
+        new = copy.copy(self)
+        for name in _LISTS:
+            setattr(new, name, list(getattr(self, name)))
+        new.block_tables = [list(t) for t in self.block_tables]
+        if self.drafting is not None:
+            new.drafting = self.drafting.copy()
+        return new
+
+
+#: the lists of a sequence that `Sequence.copy` copies (block_tables, a list of lists, apart)
+_LISTS = ("token_ids", "block_hashes", "output_ids", "resume_tokens", "prefill_rest")
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
@@ -142,7 +159,7 @@ class SequenceGroup:
     seqs: list[Sequence]
     arrival: int  # FCFS order
     prefilled: bool = False  # the first prefill (which samples the first token) has run
-    finished_beams: list[Sequence] = field(default_factory=list)  # beam hypotheses that ended
+    finished_beams: list[Any] = field(default_factory=list)  # beam_search.Hypothesis: beams ended
     finished_seqs: list[Sequence] = field(default_factory=list)
     num_preemptions: int = 0
     draft_tokens: int = 0  # speculative decoding: proposed for this request, cumulative
@@ -153,6 +170,16 @@ class SequenceGroup:
     def width(self) -> int:
         """How many sequences the group runs once it is going."""
         return max(self.params.n, self.params.beam_width)
+
+    def copy(self, seq: Callable[[Sequence], Sequence]) -> SequenceGroup:
+        """A copy for a checkpoint, its sequences given by `seq` (the copy of each sequence,
+        shared by every table of requests and sequences that holds it)."""
+        prompt = list(self.prompt) if isinstance(self.prompt, list) else self.prompt
+        return replace(self, prompt=prompt, prompt_ids=list(self.prompt_ids),
+                       seqs=[seq(s) for s in self.seqs],
+                       finished_seqs=[seq(s) for s in self.finished_seqs],
+                       finished_beams=[replace(h, token_ids=list(h.token_ids))
+                                       for h in self.finished_beams])
 
     def live(self) -> list[Sequence]:
         seqs = self.seqs

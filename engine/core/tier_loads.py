@@ -2,63 +2,60 @@
 GPU pool's hits into blocks the tier holds (engine/core/offload_tier.py) gets a GPU block for
 each, hashed again, and its K/V copied back before the forward pass (the runtime's `load`).
 
-A part of `KVCacheManager` (engine/core/kv_cache_manager.py), which it extends: it uses the
-manager's pool, tier, `_allocate` and step. Models with one KV cache group only (the engine
-refuses the tier for hybrid models).
+A component of `KVCacheManager` (engine/core/kv_cache_manager.py), which owns it and calls it
+while it allocates a prompt: it takes GPU blocks through the manager's `BlockWriter` and records
+each load as a copy for the device. Models with one KV cache group only (the engine refuses the
+tier for hybrid models).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from engine.core.events import Event
+from engine.core.block_writer import BlockWriter
+from engine.core.copy_plan import BlockCopy
+from engine.core.events import Event, Loaded
 from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import Sequence
 
 
 class TierLoads:
-    """The tier operations of the KV cache manager."""
+    """The tier operations of the KV cache manager (no state of its own: the tier holds it)."""
 
-    pool: Any
-    tier: OffloadTier
-    block_size: int
-    enable_prefix_caching: bool
-    hash_fn: Any
-    step: int
-    _loading: tuple[int, set[int]]
-    _allocate: Any
+    STATE = ()
+    FIXED = ("writer", "tier")
 
-    def _match_tier(self, prompt: list[int], hashes: list[int]) -> list[tuple[int, int]]:
-        if not self.enable_prefix_caching or not self.tier.num_blocks:
+    def __init__(self, writer: BlockWriter, tier: OffloadTier) -> None:
+        self.writer = writer
+        self.tier = tier
+
+    def match(self, prompt: list[int], hashes: list[int]) -> list[tuple[int, int]]:
+        """(slot, hash) of the prompt's full blocks after its GPU hits (`hashes`) that the tier
+        holds, up to the first miss."""
+        w = self.writer
+        if not w.enable_prefix_caching or not self.tier.num_blocks:
             return []
         return self.tier.match(prompt, hashes[-1] if hashes else None, len(hashes),
-                               self.block_size, self.hash_fn)
+                               w.block_size, w.hash_fn)
 
-    def _load(self, seq: Sequence, prompt: list[int], loads: list[tuple[int, int]],
-              events: list[Event]) -> None:
+    def load(self, seq: Sequence, prompt: list[int], loads: list[tuple[int, int]],
+             events: list[Event]) -> None:
         """Blocks the tier holds become the sequence's next blocks: a GPU block each (the
         caller counted them), hashed again, their K/V copied back before the model runs."""
-        bs, sid = self.block_size, seq.seq_id
-        self._pinned().update(slot for slot, _ in loads)  # no offload may overwrite them now
+        w = self.writer
+        bs, sid, pool = w.block_size, seq.seq_id, w.pool
+        self.tier.pinned(w.step).update(slot for slot, _ in loads)  # no offload may overwrite them
         blocks = []
         for _, h in loads:
             i = len(seq.block_table)
-            block_id = self._allocate(sid, events, narrate=False)
+            block_id = w.allocate(sid, events, narrate=False)
             chunk = prompt[i * bs:(i + 1) * bs]
-            self.pool.blocks[block_id].token_ids = list(chunk)
-            self.pool.register_hash(block_id, h)
+            pool.set_tokens(block_id, chunk)
+            pool.register_hash(block_id, h)
             seq.block_table.append(block_id)
             seq.block_hashes.append(h)
             seq.token_ids += chunk
             blocks.append(block_id)
         seq.num_cached_tokens += len(loads) * bs
         self.tier.hit_blocks += len(loads)
-        events.append(Event("load", self.step, sid, tuple(blocks),
-                            facts=(tuple(slot for slot, _ in loads), len(loads) * bs)))
-
-    def _pinned(self) -> set[int]:
-        """The tier slots this step's loads read (the runtime offloads first, then loads)."""
-        if self._loading[0] != self.step:
-            self._loading = (self.step, set())
-        return self._loading[1]
-
+        w.copies += (BlockCopy("load", slot, b) for (slot, _), b in zip(loads, blocks, strict=True))
+        events.append(Event("load", w.step, sid, tuple(blocks),
+                            facts=Loaded(tuple(slot for slot, _ in loads), len(loads) * bs)))

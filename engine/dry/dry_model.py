@@ -23,6 +23,7 @@ class DryScores:
     at once and read when the step lands, as a device's would be."""
 
     can_overlap = True
+    has_argmax = False  # no model: greedy rows draw at their uniform like sampled ones
 
     def __init__(self, num_rows: int, rng: random.Random) -> None:
         self.num_rows = num_rows
@@ -38,10 +39,9 @@ class DryScores:
         """`sample_many` for async scheduling: read when the step lands."""
         return DryPicks(self.sample_many(requests))
 
-    def greedy(self, row: int) -> tuple[int, float]:
-        """The dry mode has no most likely token: the middle of the alphabet (no RNG drawn)."""
-        n = len(DRY_ALPHABET)
-        return DRY_ALPHABET[n // 2], -math.log(n)
+    def greedy(self, row: int) -> None:
+        """The dry mode has no most likely token (a primitive then leaves no pending token)."""
+        return None
 
     def accepted(self, index: int) -> int | None:
         """No device: the host compares a draft with its picks."""

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from engine.core.kv_groups import KVCacheGroup
-from engine.core.units import gib, kib, mib
+from engine.describe.units import gib, kib, mib
 from engine.runtime.kv_layout import KVLayout
 from engine.runtime.tier_copies import TierCopies
 

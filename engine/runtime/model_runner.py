@@ -24,7 +24,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -32,26 +32,10 @@ from engine.runtime.attention_plugin import METADATA_KWARG, PagedMetadata, use_p
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs, DecodeStep
 from engine.runtime.lean_decoder import lean_forward
+from engine.runtime.protocols import StepItem
 from engine.runtime.sampler import TorchScores, fused_sampling_available
 from engine.runtime.sampler_workspace import SamplerWorkspace
 from engine.runtime.transfer import to_device
-
-
-class ScheduledSeq(NamedTuple):
-    """One sequence's part of a forward pass (a NamedTuple: one is made per sequence per step)."""
-
-    token_ids: list[int]  # the new tokens to compute (q_len >= 1)
-    num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
-    block_table: list[int]  # physical blocks holding num_computed + len(token_ids) tokens
-    num_logits: int = 1  # rows of logits: of the last new token, or of the last k + 1 (drafts)
-    # the tables of the KV cache groups after the first (hybrid models), None where a
-    # sliding-window group dropped a block (the first table may hold None too: all-sliding)
-    group_tables: tuple[list[int | None], ...] = ()
-    key: Any = None  # the sequence, from step to step (its decode row stays on the device)
-
-    def tables(self) -> tuple[list[int | None], ...]:
-        return (self.block_table,) + tuple(self.group_tables)
-
 
 #: on a GPU, a prompt's rest of at most this many tokens (after a prefix hit, a load from the CPU
 #: tier, a chunk's end) runs in the step's graph beside the decodes instead of a step of eager
@@ -118,7 +102,7 @@ class ModelRunner:
         self._no_mask = self._query_starts = None
 
     @torch.inference_mode()
-    def execute(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> torch.Tensor:
+    def execute(self, batch: list[StepItem], feed: Feed | None = None) -> torch.Tensor:
         """One forward pass over the batch: float32 logits [rows, vocab] of each sequence's last
         new token (its last num_logits tokens'), in batch order. New tokens' K/V are written into
         their slots."""
@@ -166,7 +150,7 @@ class ModelRunner:
             if sum(need) * groups > nblocks:
                 continue
             first = [sum(need[:i]) * groups for i in range(len(lens))]
-            self.execute([ScheduledSeq([0] * n, c, list(range(f, f + k)), 1, tuple(
+            self.execute([StepItem([0] * n, c, list(range(f, f + k)), 1, tuple(
                 list(range(f + g * k, f + (g + 1) * k)) for g in range(1, groups)))
                 for n, c, f, k in zip(lens, done, first, need, strict=True)])
 
@@ -199,7 +183,7 @@ class ModelRunner:
         finally:
             self._modules_only -= 1
 
-    def execute_scores(self, batch: list[ScheduledSeq], feed: Feed | None = None) -> TorchScores:
+    def execute_scores(self, batch: list[StepItem], feed: Feed | None = None) -> TorchScores:
         """The step's scores. Through the static path (CUDA graphs on a GPU): a batch of decodes,
         and on a GPU (or with `static_queries`) any batch whose sequences compute at most
         `max_query` tokens each: decodes with drafts to verify, the short rest of a prompt after
@@ -216,7 +200,7 @@ class ModelRunner:
                 return self.decode(batch, feed, q)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
 
-    def decode(self, batch: list[ScheduledSeq], feed: Feed | None = None, q: int = 1) -> TorchScores:
+    def decode(self, batch: list[StepItem], feed: Feed | None = None, q: int = 1) -> TorchScores:
         """Every sequence's new tokens (a decode token, then up to q - 1 draft tokens) from the
         static buffers (see decode_graphs.py): q logits rows a sequence, the draft padded."""
         if not batch:
@@ -263,7 +247,7 @@ class ModelRunner:
         return TorchScores(out.logits, None, greedy, workspace=self.sampler_workspace, rows=rows,
                            accepted=out.accepted)
 
-    def _check_windows(self, i: int, seq: ScheduledSeq) -> None:
+    def _check_windows(self, i: int, seq: StepItem) -> None:
         """A sliding group's table must hold every block its window still shows the new tokens
         (the entries before it may be dropped: None, never read)."""
         bs, p = self.block_size, seq.num_computed
@@ -296,7 +280,7 @@ class ModelRunner:
         )
         return self.lm_head(out.last_hidden_state[0])
 
-    def prepare(self, batch: list[ScheduledSeq], fed: bool = False
+    def prepare(self, batch: list[StepItem], fed: bool = False
                 ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Metadata and packed inputs of a batch (built on the CPU, moved to the device once).
         `fed`: some token ids are placeholders, filled on the device afterwards."""
@@ -342,7 +326,7 @@ class ModelRunner:
         last_rows = torch.tensor(query_start[1:], dtype=torch.long).to(dev) - 1
         return meta, input_ids, position_ids, last_rows
 
-    def _check(self, i: int, seq: ScheduledSeq) -> None:
+    def _check(self, i: int, seq: StepItem) -> None:
         # Checked before the forward pass: a bad table would otherwise write K/V into a block
         # that belongs to another sequence, silently.
         if len(seq.token_ids) < 1:

@@ -2,11 +2,11 @@
 forward pass returns, and the picks a step leaves on the device.
 
 LLMEngine drives one of three runtimes and never asks which: `runtime.Runtime` (one process,
-real tensors), `tp.runtime.TPRuntime` (N worker processes, tensor parallelism) and, in the dry
-mode, no runtime at all, with `dry.dry_model.DryScores` standing in for the scores. Each forward
-pass comes back as scores: `sampler.TorchScores`, `tp.runtime.RemoteScores` or `DryScores`.
+real tensors), `tp.runtime.TPRuntime` (N worker processes, tensor parallelism) and
+`dry.dry_runtime.DryRuntime` (the dry mode: no model, a seeded RNG). Each forward pass comes back
+as scores: `sampler.TorchScores`, `tp.runtime.RemoteScores` or `dry.dry_model.DryScores`.
 Every one of them implements the whole contract below; what one cannot do is said by a
-property (`can_overlap`), not by a missing method.
+property (`can_overlap`, `has_argmax`, `can_save_blocks`), not by a missing method.
 
 This module imports no torch (and nothing else of the engine), so the torch-free engine can
 name these types. Tensors appear as `Any`.
@@ -15,13 +15,25 @@ name these types. Tensors appear as `Any`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-#: One sequence's part of a forward pass: (the tokens to compute, how many of its tokens are
-#: already in the cache (the position of the first new one), its block table[, the rows of
-#: logits it wants (its last ones)[, the tables of its other KV cache groups[, a key that names
-#: the sequence from step to step]]]).
-StepItem = tuple[Sequence[int], int, Sequence[int]]
+
+class StepItem(NamedTuple):
+    """One sequence's part of a forward pass, the same for every runtime (a NamedTuple: one is
+    made per sequence per step)."""
+
+    token_ids: Sequence[int]  # the new tokens to compute (q_len >= 1)
+    num_computed: int  # tokens whose K/V are already in the cache (= position of the first new one)
+    block_table: Sequence[int | None]  # the first KV cache group's table, holding all of them
+    num_logits: int = 1  # rows of logits: of the last new token, or of the last k + 1 (drafts)
+    # the tables of the KV cache groups after the first (hybrid models), None where a
+    # sliding-window group dropped a block (the first table may hold None too: all-sliding)
+    group_tables: Sequence[Sequence[int | None]] = ()
+    key: Any = None  # names the sequence from step to step (its decode row stays on the device)
+
+    def tables(self) -> tuple[Sequence[int | None], ...]:
+        return (self.block_table, *self.group_tables)
+
 
 #: Async scheduling: ([(index in the batch, row)], tokens). The item's one new token is not on
 #: the host yet: it is tokens[row], a device tensor the last step's picks left (`Picks.tokens`).
@@ -76,8 +88,14 @@ class Scores(Protocol):
         host does (async scheduling overlaps steps only then)."""
         ...
 
-    def greedy(self, row: int) -> TokenLogprob:
-        """The most likely next token of `row` and its log probability."""
+    @property
+    def has_argmax(self) -> bool:
+        """Whether a greedy row's pick is its most likely token, drawing no uniform number (a
+        model's scores); False where greedy rows draw like sampled ones (the dry mode)."""
+        ...
+
+    def greedy(self, row: int) -> TokenLogprob | None:
+        """The most likely next token of `row` and its log probability (None: no argmax)."""
         ...
 
     def sample_many(self, requests: list[Any]) -> list[TokenLogprob]:
@@ -113,7 +131,7 @@ class Tokenizer(Protocol):
 
 @runtime_checkable
 class ModelRuntime(Protocol):
-    """What LLMEngine drives in real mode: the model, the KV pool, one forward pass a call.
+    """What LLMEngine drives: the model, the KV pool, one forward pass a call.
 
     Block ids are the engine's: the runtime keeps no bookkeeping, it moves bytes where it is
     told. `close()` lets go of the KV tensors, graphs, workspaces and worker processes at once
@@ -124,7 +142,32 @@ class ModelRuntime(Protocol):
     eos_token_ids: tuple[int, ...]
     num_gpu_blocks: int
     max_model_len: int
-    loaded: Any  # the model's facts: name, num_layers, num_q_heads, num_kv_heads, head_dim, ...
+    kv_cache_groups: tuple[Any, ...]  # engine.core.kv_groups.KVCacheGroup: a table each
+    num_layers: int  # layers whose K/V `read_block` reads (0: none, the dry mode)
+    loaded: Any  # the model's facts: name, num_layers, num_q_heads, ...; None without a model
+
+    def primitive_token(self, pending_token: int | None) -> int:
+        """The token a primitive's decode step (`append(seq, n)`) writes into the cache: the
+        model's pending pick (the dry mode, which picks none, draws one from its seeded RNG)."""
+        ...
+
+    @property
+    def can_save_blocks(self) -> bool:
+        """Whether `save_blocks` can save what a checkpoint needs (not where the bytes live in
+        worker processes)."""
+        ...
+
+    def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
+        """What this runtime must restore to stand where it stands now: the K/V bytes of these
+        pool and swap-space blocks (the dry mode: its RNG's state); for `load_blocks`, into a
+        runtime of the same config."""
+        ...
+
+    def load_blocks(self, saved: Any) -> None: ...
+
+    def saved_bytes(self, saved: Any) -> int:
+        """The bytes `saved` holds."""
+        ...
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> Scores:
         """One forward pass over `items` (their new tokens' K/V written into their slots):

@@ -21,7 +21,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import load_model
 from engine.runtime.protocols import Feed, StepItem
 from engine.runtime.sampler import TorchScores
@@ -47,6 +47,7 @@ class Runtime:
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
         self.kv_cache_groups = self.cache.layout.groups  # one block table per group and sequence
+        self.num_layers = int(self.loaded.num_layers)
         self.num_gpu_blocks = self.cache.num_gpu_blocks
         self.max_model_len = min(int(self.loaded.max_position_embeddings),
                                  self.num_gpu_blocks * config.block_size)
@@ -55,12 +56,11 @@ class Runtime:
             self.loaded.warmed_up = True
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
-        """items: (tokens to compute, tokens already in the cache, block table[, rows of logits[,
-        the other KV cache groups' tables]]) per sequence.
+        """One forward pass over `items` (engine/runtime/protocols.py's StepItem).
         feed (async scheduling): ([(item, row)], tokens): item's one new token is still on the
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
-        batch = [ScheduledSeq(*item) for item in items]
+        batch = list(items)
         # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
         self.cache.wait_for_loads(t for s in batch for t in s.tables())
         return self.runner.execute_scores(batch, feed)
@@ -70,6 +70,10 @@ class Runtime:
         (speculative decoding drafts only where that pays: engine/core/draft_policy.py), with a
         margin of 5% for the spread of the measurement and the step's lost overlap."""
         return 1.05 * self.runner.graphs.cost_ratio(num_seqs, q)
+
+    def primitive_token(self, pending_token: int | None) -> int:
+        """The model's pending pick."""
+        return pending_token
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()
@@ -90,6 +94,8 @@ class Runtime:
     def load(self, pairs: list[tuple[int, int]]) -> None:
         self._check_open()
         self.cache.load(pairs)
+
+    can_save_blocks = True
 
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
         """The K/V bytes of these pool and swap-space blocks, for a checkpoint."""
@@ -146,6 +152,7 @@ class Runtime:
             "pool size": self.cache.sizing_note,
             "tokens computed by the model": self.runner.num_tokens_computed,
             "start-up warm-up (s)": round(self.warm_up_seconds, 2),
+            "kv_bytes_per_rank": self.kv_bytes_per_rank(),
         }
 
     def read_block(self, block_id: int, layer: int, rank: int | None = None

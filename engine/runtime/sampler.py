@@ -70,6 +70,7 @@ class TorchScores:
     engine/runtime/protocols.py)."""
 
     can_overlap = True  # picks can stay on the device for the next step to read (pick_rows)
+    has_argmax = True  # a greedy row is its argmax: it draws no uniform
 
     def __init__(self, logits: torch.Tensor, logprobs: torch.Tensor | None = None,
                  greedy: tuple[torch.Tensor, torch.Tensor] | None = None,

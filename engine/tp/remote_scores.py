@@ -21,6 +21,7 @@ class RemoteScores:
     (then once for the whole step). The `Scores` contract of engine/runtime/protocols.py."""
 
     can_overlap = False  # the picks come back over the wire: the host has them at once
+    has_argmax = True  # a greedy row is its argmax: it draws no uniform
 
     def __init__(self, greedy: list[tuple[int, float]], fetch: Any, step: int) -> None:
         self._greedy = greedy

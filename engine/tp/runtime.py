@@ -141,6 +141,7 @@ class TPRuntime:
         self.max_model_len = min(int(hello["max_positions"]), self.num_gpu_blocks * config.block_size)
         self.block_size = config.block_size
         self.element_size = torch.empty((), dtype=getattr(torch, hello["dtype"])).element_size()
+        self.num_layers = int(hello["layers"])
         self.loaded = SimpleNamespace(  # what lessons and inspect_block read of a loaded model
             name=hello["name"], num_layers=hello["layers"], num_q_heads=hello["q_heads"],
             num_kv_heads=hello["kv_heads"], head_dim=hello["head_dim"], dtype=hello["dtype"],
@@ -211,22 +212,21 @@ class TPRuntime:
     # ---- Runtime's interface --------------------------------------------------------------------
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> RemoteScores:
-        """items: (tokens to compute, tokens already in the cache, block table[, rows of
-        logits]) per sequence. No `feed`: the picks of these scores come back over the wire
-        (`can_overlap` is False), so no step starts before the host has its tokens."""
+        """One forward pass over `items` (engine/runtime/protocols.py's StepItem), run by every
+        worker. No `feed`: the picks of these scores come back over the wire (`can_overlap` is
+        False), so no step starts before the host has its tokens."""
         if feed:
             raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
                              "scores never overlap (RemoteScores.can_overlap is False)")
-        # (tokens, computed, table, rows of logits, other groups' tables): a draft's
-        # verification wants k + 1 rows; a hybrid model has a table per KV cache group
-        items = [(list(map(int, it[0])), int(it[1]), _ids(it[2]), int(it[3]) if len(it) > 3 else 1,
-                  tuple(map(_ids, it[4])) if len(it) > 4 else ()) for it in items]
-        rows = sum(it[3] for it in items)
+        # plain ints for the wire; no key: the workers run every step eagerly (no device rows)
+        items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed), _ids(it.block_table),
+                          int(it.num_logits), tuple(map(_ids, it.group_tables))) for it in items]
+        rows = sum(it.num_logits for it in items)
 
         def run() -> torch.Tensor:
             sent = self._send({"cmd": "execute", "items": items})
             picks = self._receive(0, torch.empty((rows, 2), dtype=torch.float64))
-            self._count(sent, picks, sum(len(it[0]) for it in items))
+            self._count(sent, picks, sum(len(it.token_ids) for it in items))
             return picks
 
         picks = self._call(run)
@@ -267,6 +267,23 @@ class TPRuntime:
         """Workers run every step eagerly (no graphs): a verification costs about what one on a
         CPU does over its decode (engine/runtime/decode_graphs.py's default), with a 5% margin."""
         return 1.05 * (1.0 + DEFAULT_VERIFY_COST * (q - 1))
+
+    def primitive_token(self, pending_token: int | None) -> int:
+        """The model's pending pick."""
+        return pending_token
+
+    #: the bytes live in the worker processes: a checkpoint would have to gather every rank's
+    can_save_blocks = False
+
+    def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:
+        raise ValueError("a checkpoint cannot save K/V bytes that live in tensor-parallel workers")
+
+    def load_blocks(self, saved: Any) -> None:
+        raise ValueError("a checkpoint cannot load K/V bytes into tensor-parallel workers")
+
+    @staticmethod
+    def saved_bytes(saved: Any) -> int:
+        return 0
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
@@ -337,6 +354,7 @@ class TPRuntime:
             "tp last step: all-reduces": w.all_reduces,
             "tp last step: all-reduce bytes": w.all_reduce_bytes,
             "worker pids": [p.pid for p in self._w.procs],
+            "kv_bytes_per_rank": self.kv_bytes_per_rank(),
         }
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from engine.runtime.protocols import StepItem
 from engine.tp.comm import broadcast_object, gloo_group
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
@@ -177,14 +178,12 @@ class _Worker:
                 k, v = self.cache.read_block(msg["layer"], msg["block"])
                 self.reply.broadcast(torch.stack([k, v]).contiguous(), 1).wait()
 
-    def _execute(self, items: list[tuple[list[int], int, list[int], int, tuple]]) -> None:
-        from engine.runtime.model_runner import ScheduledSeq
-
-        scores = self.runner.execute_scores([ScheduledSeq(*it) for it in items])
+    def _execute(self, items: list[StepItem]) -> None:
+        scores = self.runner.execute_scores(items)
         if self.rank == 0:
             # The greedy pick of every row is all most steps need: 16 bytes a row instead of the
             # vocabulary's logits; those stay here until the engine asks ("logits").
-            rows = sum(it[3] for it in items)
+            rows = sum(it.num_logits for it in items)
             self.last, self.last_rows = scores, rows
             picks = torch.tensor([scores.greedy(i) for i in range(rows)], dtype=torch.float64)
             self.reply.broadcast(picks, 1).wait()

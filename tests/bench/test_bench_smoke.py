@@ -81,3 +81,21 @@ def test_hybrid_bench_smoke(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     tier = json.loads(out.read_text())["tier"]["smollm2_shape"]
     assert tier["with_tier"]["offload_hit_blocks"] > 0 and tier["same_tokens"]
+
+
+def test_dry_step_bench_smoke(tmp_path):
+    result = run("dry_step.py", tmp_path / "dry_step.json", 300)["after"]
+    for name in ("greedy", "sampled"):
+        for oracle in ("default", "oracle_on", "oracle_off"):
+            times = result[f"{name}_{oracle}"]
+            assert 0 < times["cpu"]["min_ms"] <= times["cpu"]["median_ms"], (name, oracle)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_checkpoints_bench_smoke(tmp_path):
+    result = run("checkpoints.py", tmp_path / "checkpoints.json", 600)["after"]
+    assert result["dry_4096_blocks"]["used_blocks"] == 4096
+    assert result["default_model_64_blocks"]["saved_kv_bytes"] > 0
+    for engine in ("dry_4096_blocks", "default_model_64_blocks"):
+        assert all(result[engine][what]["min_ms"] > 0 for what in ("take", "restore"))

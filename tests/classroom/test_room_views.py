@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from classroom import RoomRegistry
-from engine.core.memory_use import memory_point
+from engine.describe.memory_use import memory_point
 from tests.classroom.test_rooms import DRY, all_done, wait_for
 from ui.run_views import room_view
 

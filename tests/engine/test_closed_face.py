@@ -10,8 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CALLERS = ["ui", "lessons", "classroom", "viz", "app.py"]
 # the reach-ins issue 20 names: the private dispatcher, the cache manager, the scheduler, the
-# runtime, the request groups
-FORBIDDEN = re.compile(r"\._apply\(|\.kv\.|\.scheduler\.|\.runtime\.|\.groups\b")
+# runtime, the request groups; and any private attribute of an engine (issue 40)
+FORBIDDEN = re.compile(r"\._apply\(|\.kv\.|\.scheduler\.|\.runtime\.|\.groups\b"
+                       r"|\b(eng|engine)\._[a-z]")
 
 
 def _caller_files() -> list[Path]:
@@ -32,7 +33,8 @@ def test_no_caller_reaches_into_the_engine() -> None:
 
 def test_the_grep_sees_what_it_must_refuse() -> None:
     for line in ("eng._apply(op)", "eng.kv.pool.num_blocks", "eng.scheduler.has_work()",
-                 "eng.runtime.loaded", "eng.groups[rid]"):
+                 "eng.runtime.loaded", "eng.groups[rid]", "x = eng._trace", "engine._flight"):
         assert FORBIDDEN.search(line), line
-    for line in ("eng.apply(op)", "eng.pool_size()", "eng.has_pending_work()", "eng.requests()"):
+    for line in ("eng.apply(op)", "eng.pool_size()", "eng.has_pending_work()", "eng.requests()",
+                 "eng.vocab_size", "eng.max_model_len"):
         assert not FORBIDDEN.search(line), line

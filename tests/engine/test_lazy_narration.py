@@ -8,6 +8,7 @@ import pickle
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.describe.narration import logged, narrate
 
 
 @pytest.fixture
@@ -42,9 +43,9 @@ def test_a_serving_step_decodes_nothing_until_its_narration_is_read(counted_deco
     eager = [f"seq {e.seq_id} wrote {tok.decode([e.token_ids[0]])!r} into slot {e.slot} "
              f"of block {e.block_ids[0]}" for e in appends]
     calls.clear()
-    assert [e.text for e in appends] == eager
+    assert [narrate(e) for e in appends] == eager
     assert calls  # read now: the narration decoded the tokens it names
-    assert all(str(e) == f"[step {e.step}] {e.text}" for e in events)
+    assert all(logged(e) == f"[step {e.step}] {narrate(e)}" for e in events)
 
 
 def test_events_pickle_and_compare_across_engines():
@@ -57,5 +58,5 @@ def test_events_pickle_and_compare_across_engines():
     first, second = run(), run()
     assert first == second  # how a token is shown is no part of what happened
     again = pickle.loads(pickle.dumps(first))
-    assert again == first and [e.text for e in again] == [e.text for e in first]
-    assert "copy-on-write: block 1 copied to block 2" in " ".join(e.text for e in first)
+    assert again == first and [narrate(e) for e in again] == [narrate(e) for e in first]
+    assert "copy-on-write: block 1 copied to block 2" in " ".join(narrate(e) for e in first)

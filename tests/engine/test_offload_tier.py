@@ -10,6 +10,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.core.offload_tier import OffloadTier
+from engine.describe.narration import narrate
 
 SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
 FILLERS = ["Once upon a time there was a dragon who lived in a cave by the sea and guarded gold",
@@ -49,9 +50,9 @@ def test_an_evicted_prefix_comes_back_from_the_tier(default_model) -> None:
     m = eng.snapshot().metrics
     assert m.offloaded_blocks > 0 and m.offload_hit_blocks > 0
     loads = [e for e in events if e.kind == "load"]
-    assert loads and "found in the CPU tier" in loads[0].text
-    computed = next(e for e in events if e.kind == "prefill").facts[5]
-    plain_computed = next(e for e in plain_events if e.kind == "prefill").facts[5]
+    assert loads and "found in the CPU tier" in narrate(loads[0])
+    computed = next(e for e in events if e.kind == "prefill").facts.computed
+    plain_computed = next(e for e in plain_events if e.kind == "prefill").facts.computed
     assert computed <= plain_computed - 4 * len(loads[0].block_ids)  # the rest only
     snap = eng.snapshot()
     compared = 0

@@ -66,3 +66,26 @@ def test_every_sequence_reads_back_its_own_kv_whatever_arrives_when(cfg, work):
     done = {o.request_id for o in eng.finished_requests()}
     assert done == set(ids)
     assert eng.snapshot().metrics.used_blocks == 0
+
+
+def test_a_request_preempted_while_its_blocks_came_from_the_tier_prefills_when_it_returns():
+    """Found by the test above: a sequence whose prefix blocks came back from the CPU tier
+    (`loading`: it computes the rest of its prompt next step) was preempted by recompute first;
+    admitted again without a load, it still said `loading`, so its new blocks were hashed into
+    the prefix cache and never computed."""
+    cfg = EngineConfig(model=None, block_size=2, num_gpu_blocks=16, max_num_batched_tokens=16,
+                       num_offload_blocks=4)
+    eng = LLMEngine(cfg)
+    for prompt, p in [("a", SamplingParams(max_tokens=3)),
+                      ("a", SamplingParams(max_tokens=1, beam_width=2)),
+                      ("tutor: aaaaaaaaaaaaaaaaa", SamplingParams(max_tokens=2, n=3)),
+                      ("aaaaaa", SamplingParams(max_tokens=1, beam_width=2))]:
+        eng.add_request(prompt, p)
+    preempted = loaded = False
+    while eng.has_pending_work():
+        events = eng.step().events
+        preempted |= any(e.kind == "preempt" for e in events)
+        loaded |= any(e.kind == "load" for e in events)
+        eng.check_invariants()
+    assert preempted and loaded  # the case this test is about
+    assert len(eng.finished_requests()) == 4

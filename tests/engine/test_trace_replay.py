@@ -5,6 +5,7 @@ import json
 import pytest
 
 from engine import EngineConfig, LLMEngine
+from engine.describe.narration import logged, narrate
 from tests.helpers import fingerprint
 
 CFG = EngineConfig(model=None, block_size=4, num_gpu_blocks=12, seed=7)
@@ -78,5 +79,5 @@ def test_events_carry_step_seq_and_a_narration():
     assert {e.step for e in events} == {3}
     cow = next(e for e in events if e.kind == "cow")
     assert cow.seq_id == c
-    assert "copy-on-write: block 1 copied to block 2" in cow.text
-    assert str(cow).startswith("[step 3] ")
+    assert "copy-on-write: block 1 copied to block 2" in narrate(cow)
+    assert logged(cow).startswith("[step 3] ")

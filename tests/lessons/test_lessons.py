@@ -211,7 +211,7 @@ def test_lessons_pluralise_counts_with_the_helper() -> None:
     (issue 23); the helper is the narration's own."""
     import re
 
-    from engine.core.narration import plural as narration_plural
+    from engine.describe.narration import plural as narration_plural
     from lessons.helpers import PURE_HELPERS
 
     assert PURE_HELPERS["plural"] is narration_plural

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from engine import EngineConfig, LLMEngine, ops
-from engine.core.memory_use import MemoryPoint
+from engine.describe.memory_use import MemoryPoint
 from ui import workloads
 from ui.run_views import session_series
 from ui.session import Session

@@ -100,7 +100,7 @@ def test_a_drop_is_outlined_like_a_freed_block():
     while not any(e.kind == "drop" for e in eng.last_events):
         eng.append(a, n=1)
     (drop,) = [e for e in eng.last_events if e.kind == "drop"]
-    assert drop.facts[:2] == ("sliding", WINDOW)
+    assert (drop.facts.group, drop.facts.window) == ("sliding", WINDOW)
     fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode)
     freed = trace(fig, "freed")
     assert freed is not None and freed.line.dash == "dot"

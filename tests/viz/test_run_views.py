@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.core.memory_use import memory_point
-from engine.core.request_timeline import STATES
-from tests.engine.core.test_request_timeline import _engine, _workload
+from engine.describe.memory_use import memory_point
+from engine.describe.request_timeline import STATES
+from tests.engine.describe.test_request_timeline import _engine, _workload
 from viz import palette
 from viz.memory import GPU, memory_figure
 from viz.prefix_tree_figure import KINDS, prefix_tree_figure

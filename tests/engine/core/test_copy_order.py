@@ -1,31 +1,34 @@
-"""A step's block copies run in the order the bookkeeping made them (engine/core/copy_plan.py),
-and the dry engine's shadow of every KV slot (engine/core/kv_content.py) sees a copy made out of
+"""A step's block copies run in the order the bookkeeping made them (engine/core/copy_plan.py: the
+list of `BlockCopy` it records as it makes them), and the dry engine's shadow of every KV slot
+(engine/core/kv_content.py) sees a copy made out of
 order: issue 36, where a swap-out overwrote CPU blocks that a swap-in of the same step had freed
 but not yet read, and requests answered with another request's K/V."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams, step_run
+from engine.config import TRACK_KV_CONTENT_ENV
 from engine.core import copy_plan
-from engine.core.events import Event
+from engine.core.copy_plan import BlockCopy
 from engine.core.group_admission import allocate_together
 from engine.core.invariants import InvariantError
 from engine.core.sequence import Sequence
 from tests.helpers import fingerprint
 
 
-def swap(kind: str, *pairs: tuple[int, int]) -> Event:
-    return Event(kind, 1, 0, tuple(x for p in pairs for x in p))
+def swap(kind: str, *pairs: tuple[int, int]) -> list[BlockCopy]:
+    return [BlockCopy(kind, src, dst) for src, dst in pairs]
 
 
 def test_independent_copies_are_one_wave_with_each_kind_batched():
-    events = [Event("cow", 1, 0, (1, 2)), swap("swap_out", (3, 0), (4, 1)), Event("cow", 1, 1, (5, 6)),
-              swap("swap_in", (2, 7))]
-    assert copy_plan.copy_waves(events) == [
+    copies = [BlockCopy("copy_blocks", 1, 2), *swap("swap_out", (3, 0), (4, 1)),
+              BlockCopy("copy_blocks", 5, 6), *swap("swap_in", (2, 7))]
+    assert copy_plan.copy_waves(copies) == [
         {"copy_blocks": [(1, 2), (5, 6)], "swap_out": [(3, 0), (4, 1)], "swap_in": [(2, 7)]}]
 
 
@@ -33,25 +36,41 @@ def test_a_swap_out_into_cpu_blocks_a_swap_in_freed_waits_for_the_swap_in():
     # the issue's step 10: the swap-in reads CPU blocks 0..4, the swap-out then takes 1..5
     swap_in = swap("swap_in", *[(c, 10 + c) for c in range(5)])
     swap_out = swap("swap_out", *[(20 + c, c + 1) for c in range(5)])
-    waves = copy_plan.copy_waves([swap_in, swap_out])
+    waves = copy_plan.copy_waves(swap_in + swap_out)
     assert [list(w) for w in waves] == [["swap_in"], ["swap_out"]]
 
 
 def test_a_group_swapped_in_and_out_in_one_step_is_copied_in_before_it_is_copied_out():
-    waves = copy_plan.copy_waves([swap("swap_in", (0, 7)), swap("swap_out", (7, 3))])
+    waves = copy_plan.copy_waves(swap("swap_in", (0, 7)) + swap("swap_out", (7, 3)))
     assert waves == [{"swap_in": [(0, 7)]}, {"swap_out": [(7, 3)]}]
 
 
 def test_a_block_evicted_to_the_tier_is_read_before_its_new_owner_writes_it():
-    offload = Event("offload", 1, 0, (4,), facts=(2, 0))
-    load = Event("load", 1, 1, (4,), facts=((2,), 16))  # the tier slot just written, into block 4
+    offload = BlockCopy("offload", 4, 2)
+    load = BlockCopy("load", 2, 4)  # the tier slot just written, into block 4
     assert copy_plan.copy_waves([offload, load]) == [{"offload": [(4, 2)]}, {"load": [(2, 4)]}]
 
 
-def old_fixed_order(events):
+def test_the_bookkeeping_records_its_copies_in_the_order_it_made_them():
+    """Copy-on-write and a swap of one step come out of the bookkeeping as data, in order,
+    and the engine hands every one of them to the runtime (none is left after a step)."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=6, num_cpu_blocks=8,
+                                 preemption_mode="swap"))
+    seq = eng.add_sequence("abcdef")
+    child = eng.fork(seq)
+    eng.kv.step = 99
+    events = eng.kv.append(eng.seqs[child], [7])
+    cow = next(e for e in events if e.kind == "cow")
+    assert eng.kv.take_copies() == [BlockCopy("copy_blocks", *cow.block_ids)]
+    assert eng.kv.take_copies() == []
+    events, pairs = eng.kv.swap_out([eng.seqs[seq]])
+    assert eng.kv.take_copies() == [BlockCopy("swap_out", g, c) for g, c in pairs]
+
+
+def old_fixed_order(copies):
     """The order before the fix: every kind in one batch, swap-outs before swap-ins."""
     wave: dict = {}
-    for kind, src, dst in copy_plan.copies_of(events):
+    for kind, src, dst in copies:
         wave.setdefault(kind, []).append((src, dst))
     return [wave] if wave else []
 
@@ -120,11 +139,24 @@ def test_a_resumed_group_that_does_not_fit_leaves_the_pools_exactly_as_they_were
     assert refused >= 1
 
 
-@pytest.mark.parametrize("track", [True, False])
-def test_tracking_is_on_in_the_dry_mode_by_default_and_can_be_turned_off(track):
+def test_tracking_is_off_in_the_product_and_on_in_every_test(monkeypatch):
+    """The oracle costs host time per token: off by default, dry mode included; tests/conftest.py
+    turns it on for every test through the environment, and a config may say either."""
+    assert os.environ[TRACK_KV_CONTENT_ENV] == "1"  # this very test runs with it on
     assert EngineConfig(model=None).tracks_kv_content
+    assert EngineConfig(model="tiny-random").tracks_kv_content
+    assert LLMEngine(EngineConfig(model=None, num_gpu_blocks=8)).content is not None
+    monkeypatch.delenv(TRACK_KV_CONTENT_ENV)  # the product
+    assert not EngineConfig(model=None).tracks_kv_content
     assert not EngineConfig(model="tiny-random").tracks_kv_content
+    assert LLMEngine(EngineConfig(model=None, num_gpu_blocks=8)).content is None
+    assert EngineConfig(model=None, track_kv_content=True).tracks_kv_content
+
+
+@pytest.mark.parametrize("track", [True, False])
+def test_tracking_can_be_turned_on_and_off(track):
     eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=8, track_kv_content=track))
+    assert (eng.content is not None) == track
     seq = eng.add_sequence("abcdefg")
     eng.fork(seq)
     eng.append(seq, n=3)

@@ -12,6 +12,7 @@ from engine import EngineConfig, InvariantError, LLMEngine, OutOfBlocks
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.kv_groups import KVCacheGroup, dead_blocks, groups_of, max_blocks_held
 from engine.core.sequence import Sequence
+from engine.describe.narration import narrate
 from tests.helpers import fingerprint
 
 HYBRID = (KVCacheGroup("full", (), None), KVCacheGroup("sliding", (), 8))
@@ -43,7 +44,7 @@ def test_a_window_drops_exactly_the_blocks_no_later_query_sees():
         held = [b for b in eng.snapshot().sequences[a].block_tables["sliding"] if b is not None]
         assert len(held) <= max_blocks_held(8, 4)
     drops = [e for e in eng.last_events if e.kind == "drop"]
-    assert "left the window" in drops[-1].text if drops else True
+    assert "left the window" in narrate(drops[-1]) if drops else True
     assert eng.snapshot().metrics.dropped_blocks > 0
     eng.check_invariants()
 
@@ -58,7 +59,7 @@ def test_a_dropped_block_shared_by_a_fork_stays_with_the_fork():
     assert eng.snapshot().sequences[b].block_tables["sliding"][1] == shared
     assert eng.snapshot().blocks[shared].ref_count == 1
     drop = next(e for e in eng.last_events if e.kind == "drop" and shared in e.block_ids)
-    assert "still used by others" in drop.text
+    assert "still used by others" in narrate(drop)
     eng.check_invariants()
 
 
@@ -70,7 +71,7 @@ def test_a_copy_on_write_copies_the_shared_tail_in_every_group():
     cows = [e for e in eng.last_events if e.kind == "cow"]
     assert len(cows) == 2 and eng.snapshot().metrics.cow_copies == 2
     written = next(e for e in eng.last_events if e.kind == "append")
-    assert len(written.block_ids) == 2 and "of blocks" in written.text
+    assert len(written.block_ids) == 2 and "of blocks" in narrate(written)
     eng.check_invariants()
 
 

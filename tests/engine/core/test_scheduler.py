@@ -3,6 +3,7 @@
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.describe.narration import narrate
 
 
 def dry(num_blocks=32, **kw) -> LLMEngine:
@@ -54,7 +55,7 @@ def test_chunked_prefill_fills_the_token_budget_and_finishes_the_prompt_later():
     assert (r.num_prefills, r.num_batched_tokens) == (2, 12)
     second = eng.seqs[1]
     assert second.num_tokens == 2 and len(second.prefill_rest) == 8 and not second.output_ids
-    assert any("chunked prefill: tokens 0–1 of 10" in e.text for e in r.events)
+    assert any("chunked prefill: tokens 0–1 of 10" in narrate(e) for e in r.events)
     assert eng.snapshot().metrics.extra["requests_waiting"] == 1
     finished, _ = run_all(eng)
     assert sorted(o.request_id for o in finished) == [0, 1, 2]
@@ -124,7 +125,7 @@ def test_out_of_blocks_preempts_the_latest_arrival_all_or_nothing(mode):
         eng.check_invariants()
         kinds |= {e.kind for e in r.events}
         preempted += [e for e in r.events if e.kind == "preempt"]
-    assert preempted and all("request 1" in e.text for e in preempted)  # never the older one
+    assert preempted and all("request 1" in narrate(e) for e in preempted)  # never the older one
     assert eng.snapshot().metrics.extra["preemptions"] == len(preempted)
     if mode == "swap":
         assert {"swap_out", "swap_in"} <= kinds
@@ -191,7 +192,7 @@ def test_a_sequence_resumed_by_recompute_keeps_its_prompt_length():
     resumed = False
     while eng.scheduler.has_work():
         result = eng.step()
-        resumed |= any("recompute after preemption" in e.text for e in result.events)
+        resumed |= any("recompute after preemption" in narrate(e) for e in result.events)
         assert {s.prompt_len for s in eng.snapshot().sequences.values()} <= {6}
     assert resumed  # the case under test happened
 

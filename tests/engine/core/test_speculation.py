@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
 from engine.core.ngram_index import NgramIndex
 from engine.core.speculation import accepted_prefix
+from engine.describe.narration import narrate
 from tests.engine.test_async_scheduling import dry_sampling, run, same_outputs
 
 SPEC = {"speculative_method": "ngram", "num_speculative_tokens": 4}
@@ -143,8 +144,8 @@ def test_dry_drafts_reserve_slots_and_rejected_ones_give_blocks_back() -> None:
     assert len(drafts) > 20 and m.draft_tokens == sum(len(e.token_ids) for e in drafts)
     assert 0 < m.accepted_tokens < m.draft_tokens == out.draft_tokens
     assert any(e.block_ids for e in rejects)  # a block of rejected tokens only: freed
-    assert all(e.facts[0] < e.facts[1] for e in rejects)
-    assert "draft" in drafts[0].text and "rolled back" in rejects[0].text
+    assert all(e.facts.accepted < e.facts.drafted for e in rejects)
+    assert "draft" in narrate(drafts[0]) and "rolled back" in narrate(rejects[0])
     assert len(out.outputs[0].token_ids) == 150
     assert m.used_blocks == 0
 

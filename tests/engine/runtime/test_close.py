@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.runtime.protocols import StepItem
 
 
 @contextmanager
@@ -72,7 +73,7 @@ def test_close_frees_the_pool_at_once_without_gc(tiny_model, async_scheduling):
         assert alive(refs) == 0  # the engine object still exists: close() alone let go
         eng.close()  # idempotent
         with pytest.raises(RuntimeError, match="closed"):  # a clear error, not a None deep down
-            eng.runtime.execute([([1], 0, [0])])
+            eng.runtime.execute([StepItem([1], 0, [0])])
         del eng
         assert alive(refs) == 0
 

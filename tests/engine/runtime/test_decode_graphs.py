@@ -14,20 +14,21 @@ import torch
 
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs, DecodeStep
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
+from engine.runtime.protocols import StepItem
 
 BS = 4
 
 
-def prefilled_batch(runner: ModelRunner, tokenizer, prompts: list[str]) -> list[ScheduledSeq]:
+def prefilled_batch(runner: ModelRunner, tokenizer, prompts: list[str]) -> list[StepItem]:
     """Prefill each prompt into scattered blocks; return the decode step that follows."""
     free = list(range(runner.cache.num_gpu_blocks))[::-1][1::2] + list(range(0, 64, 2))
     batch = []
     for prompt in prompts:
         ids = tokenizer(prompt)["input_ids"]
         table = [free.pop() for _ in range(-(-(len(ids) + 1) // BS))]
-        runner.execute([ScheduledSeq(ids, 0, table)])
-        batch.append(ScheduledSeq([len(ids) * 7 % 500 + 3], len(ids), table))
+        runner.execute([StepItem(ids, 0, table)])
+        batch.append(StepItem([len(ids) * 7 % 500 + 3], len(ids), table))
     return batch
 
 

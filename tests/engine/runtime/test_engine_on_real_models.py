@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.describe.narration import narrate
+from engine.runtime.protocols import StepItem
 
 PROMPTS = [
     "The capital of France is",
@@ -70,7 +72,7 @@ def test_primitives_append_is_greedy_decoding(model, hf_attention):
 def test_paged_logits_equal_hf_forward(default_model, hf_attention):
     eng = engine(default_model, block_size=4)
     prompt = eng.tokenizer.encode(PROMPTS[2])
-    scores = eng.runtime.execute([(prompt, 0, list(range(-(-len(prompt) // 4))))])
+    scores = eng.runtime.execute([StepItem(prompt, 0, list(range(-(-len(prompt) // 4))))])
     with hf_attention(default_model.model, "eager"), torch.inference_mode():
         ref = default_model.model(torch.tensor([prompt])).logits[0, -1].float()
     torch.testing.assert_close(scores.logits[0], ref, rtol=1e-4, atol=1e-4)
@@ -206,7 +208,7 @@ def test_chunked_prefill_with_seeds_prefix_hits_and_preemption_changes_no_output
             if eng is chunked:
                 assert result.num_batched_tokens <= 9
                 kinds |= {e.kind for e in result.events}
-                kinds |= {"chunk"} if any("chunked" in e.text for e in result.events) else set()
+                kinds |= {"chunk"} if any("chunked" in narrate(e) for e in result.events) else set()
             got.update({o.request_id: [list(c.token_ids) for c in o.outputs] for o in result.finished})
     assert outs[1] == outs[0]
     assert {"chunk", "prefix_hit", "preempt"} <= kinds

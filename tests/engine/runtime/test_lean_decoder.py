@@ -7,8 +7,9 @@ import torch
 
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.lean_decoder import fuse_projections
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import _load_default_tokenizer
+from engine.runtime.protocols import StepItem
 from engine.runtime.tiny_models import build_tiny_random
 
 
@@ -58,8 +59,8 @@ def test_lean_decode_step_equals_the_module_path(loaded):
     for runner in runners:
         tables = [[9, 2], [30, 5]]
         for ids, table in zip(prompts, tables, strict=True):
-            runner.execute([ScheduledSeq(ids, 0, table)])
-        scores = runner.execute_scores([ScheduledSeq([42], len(p), t)
+            runner.execute([StepItem(ids, 0, table)])
+        scores = runner.execute_scores([StepItem([42], len(p), t)
                                         for p, t in zip(prompts, tables, strict=True)])
         logits.append(scores.logits.clone())
     torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
@@ -74,8 +75,8 @@ def test_lean_prefill_equals_the_module_path(loaded):
     for lean in (True, False):
         runner = ModelRunner(loaded, CacheEngine(loaded, 32, 4), use_lean=lean)
         a, b = [3, 11, 7, 20, 1], [8, 30, 2, 15, 9]
-        runner.execute([ScheduledSeq(ids[:6], 0, a)])
-        logits = runner.execute([ScheduledSeq(ids[6:], 6, a), ScheduledSeq(ids[:9], 0, b)])
+        runner.execute([StepItem(ids[:6], 0, a)])
+        logits = runner.execute([StepItem(ids[6:], 6, a), StepItem(ids[:9], 0, b)])
         results.append((logits, runner.cache.kv_cache.clone()))
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(results[0][1], results[1][1], atol=1e-4, rtol=1e-4)

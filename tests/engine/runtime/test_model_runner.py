@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from engine.runtime.cache_engine import CacheEngine, KVShape
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
+from engine.runtime.protocols import StepItem
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    "]
 TOL = {"atol": 1e-4, "rtol": 1e-4}  # float32 on both sides; only summation order differs
@@ -46,7 +47,7 @@ def paged_greedy(loaded, ids: list[int], block_size: int, max_new: int) -> list[
     runner = make_runner(loaded, block_size, num_blocks=-(-(len(ids) + max_new) // block_size) + 3)
     alloc = HandAllocator(runner.cache.num_gpu_blocks, seed=block_size)
     table = alloc.grow([], len(ids), block_size)
-    logits = runner.execute([ScheduledSeq(list(ids), 0, table)])
+    logits = runner.execute([StepItem(list(ids), 0, table)])
     out: list[int] = []
     while True:
         token = int(logits[0].argmax())
@@ -55,7 +56,7 @@ def paged_greedy(loaded, ids: list[int], block_size: int, max_new: int) -> list[
             return out
         num_computed = len(ids) + len(out) - 1
         table = alloc.grow(table, num_computed + 1, block_size)
-        logits = runner.execute([ScheduledSeq([token], num_computed, table)])
+        logits = runner.execute([StepItem([token], num_computed, table)])
 
 
 _GENERATED: dict[tuple[str, str, int], list[int]] = {}
@@ -85,7 +86,7 @@ def test_prefill_logits_match_hf(loaded, hf_attention):
     ids = loaded.tokenizer(PROMPTS[0] + " a city that")["input_ids"]
     runner = make_runner(loaded, block_size=4)
     table = HandAllocator(64).grow([], len(ids), 4)
-    paged = runner.execute([ScheduledSeq(ids, 0, table)])
+    paged = runner.execute([StepItem(ids, 0, table)])
     torch.testing.assert_close(paged[0], hf_last_logits(loaded, ids, hf_attention), **TOL)
     assert paged.dtype == torch.float32 and paged.shape == (1, loaded.vocab_size)
 
@@ -96,10 +97,10 @@ def test_two_chunk_prefill_matches_and_skips_the_cached_prefix(loaded, hf_attent
     runner = make_runner(loaded, block_size=4)
     alloc = HandAllocator(64, seed=1)
     table = alloc.grow([], split, 4)
-    runner.execute([ScheduledSeq(ids[:split], 0, table)])
+    runner.execute([StepItem(ids[:split], 0, table)])
     assert runner.num_tokens_computed == split
     table = alloc.grow(table, len(ids), 4)
-    logits = runner.execute([ScheduledSeq(ids[split:], split, table)])
+    logits = runner.execute([StepItem(ids[split:], split, table)])
     assert runner.num_tokens_computed == len(ids)  # the prefix was read, not recomputed
     torch.testing.assert_close(logits[0], hf_last_logits(loaded, ids, hf_attention), **TOL)
 
@@ -128,21 +129,21 @@ def test_mixed_batch_equals_separate_runs(tiny_model):
     # Separately: each sequence alone in its own forward passes.
     alone = make_runner(tiny_model, bs)
     t = tables(HandAllocator(64, seed=3))
-    want_a = alone.execute([ScheduledSeq(a, 0, t["a"])])[0]
-    alone.execute([ScheduledSeq(b, 0, t["b"])])
-    want_b = alone.execute([ScheduledSeq([b_next], len(b), t["b"])])[0]
-    alone.execute([ScheduledSeq(c, 0, t["c"])])
-    want_c = alone.execute([ScheduledSeq([c_next], len(c), t["c"])])[0]
+    want_a = alone.execute([StepItem(a, 0, t["a"])])[0]
+    alone.execute([StepItem(b, 0, t["b"])])
+    want_b = alone.execute([StepItem([b_next], len(b), t["b"])])[0]
+    alone.execute([StepItem(c, 0, t["c"])])
+    want_c = alone.execute([StepItem([c_next], len(c), t["c"])])[0]
 
     # Together: b and c were prefilled earlier; now one step holds a's prefill and two decodes.
     mixed = make_runner(tiny_model, bs)
     t = tables(HandAllocator(64, seed=4))
-    mixed.execute([ScheduledSeq(b, 0, t["b"]), ScheduledSeq(c, 0, t["c"])])
+    mixed.execute([StepItem(b, 0, t["b"]), StepItem(c, 0, t["c"])])
     before = mixed.num_tokens_computed
     got = mixed.execute([
-        ScheduledSeq(a, 0, t["a"]),
-        ScheduledSeq([b_next], len(b), t["b"]),
-        ScheduledSeq([c_next], len(c), t["c"]),
+        StepItem(a, 0, t["a"]),
+        StepItem([b_next], len(b), t["b"]),
+        StepItem([c_next], len(c), t["c"]),
     ])
     assert mixed.num_tokens_computed - before == len(a) + 2
     torch.testing.assert_close(got, torch.stack([want_a, want_b, want_c]), **TOL)
@@ -154,7 +155,7 @@ def test_new_tokens_land_in_their_slots(tiny_model):
     ids = tiny_model.tokenizer("Slots and blocks")["input_ids"]
     runner = make_runner(tiny_model, bs, num_blocks=16)
     table = [9, 2, 14][: -(-len(ids) // bs)]
-    runner.execute([ScheduledSeq(ids, 0, table)])
+    runner.execute([StepItem(ids, 0, table)])
     for layer in range(tiny_model.num_layers):
         for logical, block in enumerate(table):
             k, v = runner.cache.read_block(layer, block)
@@ -168,11 +169,11 @@ def test_new_tokens_land_in_their_slots(tiny_model):
 def test_bad_block_table_is_refused_before_any_write(tiny_model):
     runner = make_runner(tiny_model, 4, num_blocks=8)
     with pytest.raises(ValueError, match="needs 2 blocks"):
-        runner.execute([ScheduledSeq([1, 2, 3, 4, 5], 0, [3])])
+        runner.execute([StepItem([1, 2, 3, 4, 5], 0, [3])])
     with pytest.raises(ValueError, match="outside the pool"):
-        runner.execute([ScheduledSeq([1, 2], 0, [8])])
+        runner.execute([StepItem([1, 2], 0, [8])])
     with pytest.raises(ValueError, match="no new tokens"):
-        runner.execute([ScheduledSeq([], 0, [1])])
+        runner.execute([StepItem([], 0, [1])])
     assert runner.cache.kv_cache.abs().sum() == 0 and runner.num_tokens_computed == 0
 
 

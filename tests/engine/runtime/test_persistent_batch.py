@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from engine import SamplingParams
 from engine.core.sampler_keys import SampleRequest
 from engine.runtime.cache_engine import CacheEngine
-from engine.runtime.model_runner import ModelRunner, ScheduledSeq
+from engine.runtime.model_runner import ModelRunner
 from engine.runtime.persistent_batch import PersistentTables
+from engine.runtime.protocols import StepItem
 from engine.runtime.sampler import TorchScores
 
 WIDTH, POOL = 12, 40
@@ -91,10 +92,10 @@ def test_a_verification_step_equals_the_general_path(tiny_model) -> None:
     batch = []
     for runner in (general, static):
         for p, t in zip(prompts, tables, strict=True):
-            runner.execute([ScheduledSeq(p, 0, t)])
+            runner.execute([StepItem(p, 0, t)])
     for i, (p, d, t) in enumerate(zip(prompts, drafts, tables, strict=True)):
         logits = 1 if i == 3 else 1 + len(d)  # the last: a prompt's rest, not a draft
-        batch.append(ScheduledSeq([40 + i] + d, len(p), t, logits, key=i))
+        batch.append(StepItem([40 + i] + d, len(p), t, logits, key=i))
     want = general.execute(batch)
     before = static.cache.kv_cache.clone()
     got = static.execute_scores(batch)
@@ -122,8 +123,8 @@ def test_a_prompt_longer_than_the_static_queries_goes_the_general_way(tiny_model
     general = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs))
     static = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, bs), max_batch=8, max_query=4,
                          static_queries=True)
-    batch = [ScheduledSeq(list(range(30, 41)), 0, [1, 3, 5], key=0),  # 11 tokens > 4
-             ScheduledSeq([7], 0, [9], key=1)]
+    batch = [StepItem(list(range(30, 41)), 0, [1, 3, 5], key=0),  # 11 tokens > 4
+             StepItem([7], 0, [9], key=1)]
     torch.testing.assert_close(static.execute_scores(batch).logits, general.execute(batch),
                                atol=1e-5, rtol=1e-5)
     assert static.graphs.num_replays == 0 and not static.graphs.state._row_of

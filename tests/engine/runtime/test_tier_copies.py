@@ -63,7 +63,7 @@ def test_a_prefix_from_the_tier_waits_one_step_then_computes_the_rest() -> None:
     assert eng.snapshot().sequences[seq].status == "loading"
     step = eng.step()
     prefill = next(e for e in step.events if e.kind == "prefill")
-    computed, served = prefill.facts[5], prefill.facts[6]  # tokens computed, from the caches
+    computed, served = prefill.facts.computed, prefill.facts.cached
     assert served >= 8 * len(loads[0].block_ids)
     assert computed == len(eng.encode(SYSTEM + "Spain?")) - served
     assert eng.request(rid).status == "running"

@@ -194,18 +194,23 @@ def _fill(own: list[Cell | None], steps: tuple[StepCells, ...], start: int,
 
 
 class RunRecorder:
-    """The engine's record of the run (one per engine; deep-copied with its checkpoints)."""
+    """The engine's record of the run (one per engine; its state goes into checkpoints)."""
+
+    STATE = ("_steps", "_lanes", "_owner")  # declared state (engine/core/state.py)
+    FIXED = ()
 
     def __init__(self) -> None:
         self._steps: list[StepCells] = []
         self._lanes: dict[int, Lane] = {}  # request id -> lane, in arrival order
         self._owner: dict[int, int] = {}  # seq id -> request id (never reused, only added)
 
-    def __deepcopy__(self, memo: dict) -> RunRecorder:
+    def state(self) -> tuple:
         # every step's record and lane is immutable once made: copying the containers will do
-        new = RunRecorder()
-        new._steps, new._lanes, new._owner = list(self._steps), dict(self._lanes), dict(self._owner)
-        return new
+        return tuple(self._steps), dict(self._lanes), dict(self._owner)
+
+    def load_state(self, state: tuple) -> None:
+        steps, lanes, owner = state
+        self._steps, self._lanes, self._owner = list(steps), dict(lanes), dict(owner)
 
     def timeline(self) -> RequestTimeline:
         return RequestTimeline(tuple(self._steps), tuple(self._lanes.values()))
@@ -236,31 +241,30 @@ class RunRecorder:
             if kind == "decode" and e.seq_id is None:
                 decoded = e.block_ids  # the event's own tuple: nothing built per sequence
             elif kind == "prefill":
-                resumed, final, whole, _, _, new, _, rest = e.facts
-                detail = "recompute" if resumed else ("" if whole else
-                                                      "last chunk" if final else f"{rest} to go")
-                seqs[e.seq_id] = Cell("prefill", new, 0, detail)
+                f = e.facts
+                detail = "recompute" if f.resumed else ("" if f.whole else "last chunk" if f.final
+                                                        else f"{f.rest} to go")
+                seqs[e.seq_id] = Cell("prefill", f.computed, 0, detail)
             elif kind == "draft" and e.form == "draft_kept":
                 k = len(e.token_ids)
                 seqs[e.seq_id] = Cell("draft", k + 1, k)
             elif kind == "reject":
-                accepted, k = e.facts
-                seqs[e.seq_id] = Cell("draft", accepted + 1, k)
+                seqs[e.seq_id] = Cell("draft", e.facts.accepted + 1, e.facts.drafted)
             elif kind == "load":
-                seqs.setdefault(e.seq_id, Cell("loading", e.facts[1]))
+                seqs.setdefault(e.seq_id, Cell("loading", e.facts.tokens))
             elif kind == "preempt":
-                rid, sids, swapped, fallback = e.facts
-                state = "preempt_recompute" if swapped is None else "preempt_swap"
-                preempted[rid] = cell = Cell(state, swapped or 0, 0,
-                                             "swap space full" if fallback else "")
-                for sid in sids:
+                f = e.facts
+                state = "preempt_recompute" if f.swapped_blocks is None else "preempt_swap"
+                preempted[f.request_id] = cell = Cell(state, f.swapped_blocks or 0, 0,
+                                                      "swap space full" if f.fallback else "")
+                for sid in f.seqs:
                     seqs[sid] = cell
             elif kind == "swap_in":
-                swapped_in += e.facts
+                swapped_in += e.facts.seqs
             elif kind == "finish":
-                finished[e.facts[0]] = "abort" if e.form == "abort" else str(e.facts[1])
+                finished[e.facts.request_id] = "abort" if e.form == "abort" else str(e.facts.reason)
             elif kind == "share" and e.form == "fork":
-                self._fork(step, e.seq_id, e.facts[0], seqs, decoded)
+                self._fork(step, e.seq_id, e.facts.parent, seqs, decoded)
             elif kind == "free" and e.seq_id in self._owner:
                 done = seqs.get(e.seq_id) or (DECODE if e.seq_id in decoded else None)
                 if done is None or not done.state.startswith("preempt"):  # recompute frees too

@@ -61,14 +61,14 @@ def memory_point(snap: Any, events: Iterable[Event]) -> MemoryPoint:
         elif kind == "decode" and e.seq_id is None:
             decodes = len(e.block_ids)
         elif kind == "prefill":
-            resumed, _, _, start, num_tokens, new, cached, rest = e.facts
-            tokens += new
-            if not resumed and start == cached:  # a prompt's first chunk (after its hits)
-                prompt += num_tokens + rest
-                hit += cached
+            f = e.facts
+            tokens += f.computed
+            if not f.resumed and f.start == f.cached:  # a prompt's first chunk (after its hits)
+                prompt += f.num_tokens + f.rest
+                hit += f.cached
         elif kind == "reject":
-            drafted += e.facts[1]
-            kept += e.facts[0]
+            drafted += e.facts.drafted
+            kept += e.facts.accepted
         elif kind == "draft" and e.form == "draft_kept":
             drafted += len(e.token_ids)
             kept += len(e.token_ids)

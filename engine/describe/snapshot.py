@@ -42,7 +42,7 @@ class SequenceView(NamedTuple):
     parent_id: int | None
     prefill_rest: int  # chunked prefill: prompt tokens not in the cache yet
     # every KV cache group's table by group name ({"full": block_table} for most models); None
-    # where a sliding-window group dropped a block (a plain dict: checkpoints deep-copy views)
+    # where a sliding-window group dropped a block (a plain dict: a view pickles)
     block_tables: Mapping[str, tuple[int | None, ...]]
 
 
@@ -109,6 +109,28 @@ class Snapshot:
         return _rebuilt, (type(self), _with_dicts(self), ("sequences",))
 
 
+class PoolViews:
+    """The views of one pool's blocks, rebuilt for the blocks its change log names."""
+
+    def __init__(self, pool: BlockPool, names: tuple[str, ...]) -> None:
+        self.pool = pool
+        self.names = names
+        self.views: list[BlockView | None] = [None] * pool.num_blocks
+        self.mark = -1  # nothing read yet: the first read builds every block
+
+    def read(self) -> tuple[BlockView, ...]:
+        pool, views, make, names = self.pool, self.views, BlockView, self.names
+        changed, self.mark = pool.changes_since(self.mark)
+        blocks = pool.blocks
+        for b in range(pool.num_blocks) if changed is None else set(changed):
+            blk = blocks[b]  # the hot loop of a cold snapshot: 4096 blocks in a few ms
+            rc, h, toks = blk.ref_count, blk.block_hash, blk.token_ids
+            state = "used" if rc else ("free" if h is None else "cached")
+            views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners),
+                            names[blk.group])
+        return tuple(views)  # type: ignore[arg-type]
+
+
 class SnapshotBuilder:
     """Builds snapshots, reusing the views of blocks and sequences that did not change."""
 
@@ -123,23 +145,12 @@ class SnapshotBuilder:
         self.decode = decode
         self.groups = groups
         self._names = tuple(g.name for g in groups)
-        self._blocks: list[BlockView | None] = [None] * pool.num_blocks
-        self._cpu_blocks: list[BlockView | None] = [None] * (cpu_pool.num_blocks if cpu_pool else 0)
+        self._blocks = PoolViews(pool, self._names)
+        self._cpu_blocks = PoolViews(cpu_pool, self._names) if cpu_pool is not None else None
         self._seqs: dict[int, tuple[tuple, SequenceView]] = {}
 
-    def block_views(self, pool: BlockPool | None = None, views: list | None = None
-                    ) -> tuple[BlockView, ...]:
-        pool = pool or self.pool
-        views = self._blocks if views is None else views
-        blocks, make, names = pool.blocks, BlockView, self._names
-        for b in pool.dirty:  # the hot loop of a cold snapshot: 4096 blocks in a few ms
-            blk = blocks[b]
-            rc, h, toks = blk.ref_count, blk.block_hash, blk.token_ids
-            state = "used" if rc else ("free" if h is None else "cached")
-            views[b] = make(b, rc, state, h, tuple(toks), len(toks), tuple(blk.owners),
-                            names[blk.group])
-        pool.dirty.clear()
-        return tuple(views)
+    def block_views(self) -> tuple[BlockView, ...]:
+        return self._blocks.read()
 
     def tier_views(self) -> tuple[tuple[BlockView, ...], tuple[int, ...]]:
         """The tier's slots and LRU order, rebuilt only when the tier changed."""
@@ -177,7 +188,7 @@ class SnapshotBuilder:
         pool = self.pool
         sliding = any(g.sliding for g in self.groups)
         blocks = self.block_views()
-        cpu = self.block_views(self.cpu_pool, self._cpu_blocks) if self.cpu_pool else ()
+        cpu = self._cpu_blocks.read() if self._cpu_blocks is not None else ()
         tier_blocks, tier_lru = self.tier_views()
         seq_views = {s.seq_id: self.sequence_view(s) for s in sequences}
         for gone in set(self._seqs) - set(seq_views):

@@ -1,4 +1,4 @@
-"""The request timeline (engine/core/request_timeline.py) against the scheduler, step by step.
+"""The request timeline (engine/describe/request_timeline.py) against the scheduler, step by step.
 
 The timeline is folded from the steps' events. The oracle here reads none of them: after every
 step it takes what the engine says through other doors (each request's queue and preemption
@@ -15,7 +15,7 @@ import pickle
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.core.request_timeline import STATES
+from engine.describe.request_timeline import STATES
 
 REPEAT = "abcabcabcabcabcabc"
 

@@ -3,7 +3,7 @@
 import pytest
 
 from engine import EngineConfig, LLMEngine
-from engine.core.baselines import naive_blocks_for, reservation_fit, reserved_slots, workload
+from engine.describe.baselines import naive_blocks_for, reservation_fit, reserved_slots, workload
 
 
 def reqs(*lens: tuple[int, int], max_len: int = 64) -> list[dict]:
@@ -50,7 +50,7 @@ def test_naive_blocks_for_a_live_snapshot():
 
 
 def test_paged_fit_matches_what_a_dry_engine_admits():
-    from engine.core.baselines import paged_fit
+    from engine.describe.baselines import paged_fit
     from lessons.helpers import admit
 
     work = workload(120, 1, 512)

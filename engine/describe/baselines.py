@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from engine.core.snapshot import Snapshot
+from engine.describe.snapshot import Snapshot
 
 POLICIES = ("max", "pow2", "oracle")
 

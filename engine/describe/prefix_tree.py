@@ -66,13 +66,17 @@ class PrefixTree:
 class HashChain:
     """What the engine knows of the hash chain: the parent hash of every hash it saw made."""
 
+    STATE = ("parent",)  # declared state (engine/core/state.py)
+    FIXED = ()
+
     def __init__(self) -> None:
         self.parent: dict[int, int | None] = {}
 
-    def __deepcopy__(self, memo: dict) -> HashChain:
-        new = HashChain()
-        new.parent = dict(self.parent)  # ints only
-        return new
+    def state(self) -> dict[int, int | None]:
+        return dict(self.parent)  # ints only
+
+    def load_state(self, state: dict[int, int | None]) -> None:
+        self.parent = dict(state)
 
     def learn(self, hashes: Iterable[int]) -> None:
         """A sequence's chain of full-block hashes, in order."""

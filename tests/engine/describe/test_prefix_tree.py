@@ -1,4 +1,4 @@
-"""The prefix cache as a tree (engine/core/prefix_tree.py) against the cached blocks and their
+"""The prefix cache as a tree (engine/describe/prefix_tree.py) against the cached blocks and their
 hash chain, after every operation of a run through prefix hits, forks, copy-on-write, evictions,
 offloads into the CPU tier and loads back: every hashed block of the pool and every tier entry
 is exactly one node, each edge is a link of the chain (checked with the hash function itself
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.core.hashing import hash_block
-from engine.core.prefix_tree import UNKNOWN_PARENT, HashChain
+from engine.describe.prefix_tree import UNKNOWN_PARENT, HashChain
 
 SYSTEM = "You are a tutor. "  # 17 bytes: four full blocks of 4 shared by every prompt
 

@@ -1,0 +1,75 @@
+"""A dry serving step with 256 running sequences, on the product's path and with the tests' content
+oracle on (EngineConfig.track_kv_content): the target is at most 2 ms a step on the product's path.
+
+Each sample is the mean of a few steps (every sequence decodes one token); the median and the
+minimum of the samples are kept, of wall time and of the process's CPU time, with the machine's
+load average (a shared machine: the minimum is the least disturbed, the median the usual).
+`--label before` on a checkout of the engine before a change gives the comparison beside it.
+
+    python bench/dry_step.py --out bench/results/dry_step.json [--label after]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.measure import median_min_ms, save_labeled  # noqa: E402
+from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+
+
+def running_engine(requests: int, params: SamplingParams, **config: object) -> LLMEngine:
+    """`requests` requests of 20-60 prompt tokens, every one of them decoding."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=8192, **config))
+    rng = random.Random(0)
+    for _ in range(requests):
+        eng.add_request("x" * rng.randint(20, 60), params)
+    while len(eng.requests()) != requests or any(r.status != "running" for r in eng.requests()):
+        eng.step()
+    eng.step()
+    return eng
+
+
+def step_ms(eng: LLMEngine, samples: int, steps: int) -> dict[str, dict[str, float]]:
+    """Wall time and this process's CPU time a step (on a machine others load, the CPU time is
+    the steadier measure of the work itself)."""
+    wall, cpu = [], []
+    for _ in range(samples):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            eng.step()
+        wall.append((time.perf_counter() - t0) / steps)
+        cpu.append((time.process_time() - c0) / steps)
+    return {"wall": median_min_ms(wall), "cpu": median_min_ms(cpu)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench/results/dry_step.json")
+    ap.add_argument("--label", default="after", help="the key this run is stored under")
+    ap.add_argument("--sequences", type=int, default=256)
+    ap.add_argument("--samples", type=int, default=21)
+    ap.add_argument("--smoke", action="store_true", help="32 sequences, 3 samples")
+    args = ap.parse_args()
+    if args.smoke:
+        args.sequences, args.samples = 32, 3
+    run: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+                 "running_sequences": args.sequences, "load_average_before": os.getloadavg()}
+    long = dict(max_tokens=400, ignore_eos=True)
+    for name, sp in (("greedy", SamplingParams(**long)),
+                     ("sampled", SamplingParams(temperature=0.8, top_p=0.95, **long))):
+        for oracle, track in (("default", None), ("oracle_on", True), ("oracle_off", False)):
+            eng = running_engine(args.sequences, sp, track_kv_content=track)
+            run[f"{name}_{oracle}"] = step_ms(eng, args.samples, 10)
+    run["load_average_after"] = os.getloadavg()
+    save_labeled(args.out, args.label, run)
+
+
+if __name__ == "__main__":
+    main()

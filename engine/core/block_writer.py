@@ -1,0 +1,151 @@
+"""The one place a block is taken from the pool and a sequence's tokens are written into blocks.
+
+Every part of the KV cache manager that moves tokens (its tables, swapping, the CPU tier's loads,
+speculative decoding's draft slots: engine/core/kv_cache_manager.py and the components beside it)
+goes through a `BlockWriter`: taking a block (evicting the least recently used cached one, whose
+K/V go to the CPU tier first), writing tokens into a sequence's tables slot by slot
+(copy-on-write first where the last block is shared), hashing a block once it is full, and
+stamping each event with the operation's step.
+
+The bookkeeping moves a block's tokens at once; the device moves the bytes later, before the
+forward pass. So each copy the bytes must follow (copy-on-write, an offload to the tier, and
+the swaps and loads the other components make) is recorded here as data, in the order it was
+made (`copies`), and the engine hands that list to the runtime (engine/core/copy_plan.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine.core.block_pool import BlockPool, OutOfBlocks
+from engine.core.copy_plan import BlockCopy
+from engine.core.events import Allocated, Cached, CopiedOnWrite, Event, Offloaded
+from engine.core.hashing import HashFn
+from engine.core.offload_tier import OffloadTier
+from engine.core.sequence import IN_FLIGHT, Sequence
+from engine.core.state import fields_state, load_fields
+
+
+class BlockWriter:
+    """Takes blocks and writes tokens; records the copies the device must make, in order."""
+
+    STATE = ("step", "enable_prefix_caching", "cow_copies", "evictions", "copies")
+    FIXED = ("pool", "tier", "block_size", "hash_fn", "token_repr")
+
+    def __init__(self, pool: BlockPool, tier: OffloadTier, hash_fn: HashFn,
+                 token_repr: Callable[[int], str], enable_prefix_caching: bool) -> None:
+        self.pool = pool
+        self.tier = tier  # the prefix cache's CPU tier: an evicted block's K/V go there
+        self.block_size = pool.block_size
+        self.hash_fn = hash_fn
+        self.token_repr = token_repr  # narration only: how an event shows a token, when read
+        self.enable_prefix_caching = enable_prefix_caching  # read at every seal and allocation
+        self.step = 0  # stamped on every event; the engine advances it
+        self.cow_copies = 0
+        self.evictions = 0
+        self.copies: list[BlockCopy] = []  # made since the engine last took them, in order
+
+    def state(self) -> dict:
+        """What changes as it writes, as plain data (the pool and tier say theirs)."""
+        return fields_state(self)
+
+    def load_state(self, state: dict) -> None:
+        load_fields(self, state)
+
+    def require(self, needed: int, available: int, what: str) -> None:
+        """Raise OutOfBlocks, changing nothing, when `needed` blocks exceed `available`."""
+        if needed > available:
+            raise OutOfBlocks(
+                f"{what} needs {needed} free block(s) but the pool has only {available} "
+                f"(free + cached) of {self.pool.num_blocks}. Free a sequence, or use a larger pool."
+            )
+
+    def take_copies(self) -> list[BlockCopy]:
+        """The copies recorded since the last call, in the order they were made."""
+        copies, self.copies = self.copies, []
+        return copies
+
+    def allocate(self, sid: int, events: list[Event], narrate: bool, group: int = 0) -> int:
+        """A block for seq `sid`'s table in `group`: a free one, else the least recently used
+        cached one (evicted, its K/V offloaded to the CPU tier first where there is one)."""
+        pool = self.pool
+        evicting = None if pool.free_ids or not pool.cached_ids else next(iter(pool.cached_ids))
+        tokens = list(pool.blocks[evicting].token_ids) if evicting is not None else []
+        block_id, evicted_hash = pool.allocate(sid, group)
+        if evicted_hash is not None:
+            self.evictions += 1
+            events.append(Event("evict", self.step, sid, (block_id,)))
+            slot = self.tier.store(evicted_hash, tokens, self.tier.pinned(self.step))
+            if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
+                self.copies.append(BlockCopy("offload", block_id, slot))
+                events.append(Event("offload", self.step, sid, (block_id,),
+                                    facts=Offloaded(slot, evicted_hash & 0xFFFF)))
+        if narrate:
+            events.append(Event("allocate", self.step, sid, (block_id,)))
+        return block_id
+
+    def write(self, seq: Sequence, token_ids: list[int], events: list[Event],
+              narrate_each: bool, seal: bool = True) -> None:
+        """Write tokens after the sequence's last one in every table: a new block where the
+        last is full (or there is none), a copy-on-write where it is shared and partly filled.
+        `narrate_each`: an event per token; else one `allocate` event for the new blocks."""
+        bs = self.block_size
+        pool = self.pool
+        blocks = pool.blocks
+        sid = seq.seq_id
+        tables = seq.block_tables
+        new_blocks: list[int] = []
+        for tok in token_ids:
+            offset = len(seq.token_ids) % bs
+            written = []
+            for g, table in enumerate(tables):
+                if offset == 0:
+                    block_id = self.allocate(sid, events, narrate_each, g)
+                    table.append(block_id)
+                    new_blocks.append(block_id)
+                else:
+                    block_id = table[-1]
+                    if blocks[block_id].ref_count > 1:
+                        block_id = self.copy_on_write(seq, g, events)
+                pool.append_token(block_id, tok)
+                written.append(block_id)
+            seq.token_ids.append(tok)
+            if narrate_each:
+                events.append(self.append_event(sid, tok, tuple(written), offset))
+            if offset == bs - 1 and seal and self.enable_prefix_caching and tok != IN_FLIGHT:
+                self.seal(seq, len(tables[0]) - 1, events)  # an in-flight token's: when it lands
+        if new_blocks and not narrate_each:
+            events.append(Event("allocate", self.step, sid, tuple(new_blocks),
+                                facts=Allocated(len(token_ids)), form="allocate_many"))
+
+    def append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
+        # the hot path of a serving step: positional, and no text (the token is named when read)
+        return Event("append", self.step, sid, block_ids, (tok,), offset, (), "", self.token_repr)
+
+    def copy_on_write(self, seq: Sequence, group: int, events: list[Event]) -> int:
+        """The sequence's shared, partly filled last block in `group` becomes its own copy."""
+        table = seq.block_tables[group]
+        src = table[-1]
+        sid = seq.seq_id
+        dst = self.allocate(sid, events, narrate=False, group=group)
+        pool = self.pool
+        pool.set_tokens(dst, pool.blocks[src].token_ids)
+        pool.decref(src, sid)
+        table[-1] = dst
+        self.cow_copies += 1
+        self.copies.append(BlockCopy("copy_blocks", src, dst))
+        events.append(Event("cow", self.step, sid, (src, dst),
+                            facts=CopiedOnWrite(pool.blocks[src].ref_count + 1)))
+        return dst
+
+    def seal(self, seq: Sequence, index: int, events: list[Event]) -> None:
+        """Logical block `index` just filled: hash it (the chain's next link) in every group so
+        later prompts with this prefix can share it."""
+        parent = seq.block_hashes[-1] if seq.block_hashes else None
+        tables = seq.block_tables
+        h = self.hash_fn(parent, self.pool.blocks[tables[0][index]].token_ids)
+        seq.block_hashes.append(h)
+        for table in tables:
+            if self.pool.register_hash(table[index], h):
+                events.append(Event("cache", self.step, seq.seq_id, (table[index],),
+                                    facts=Cached(h & 0xFFFF)))
