@@ -100,10 +100,11 @@ class ReplayClient:
             self.sock.connect(self.endpoint)
         return self.sock
 
-    def fetch(self, first: int, upto: int) -> tuple[list[tuple[int, bytes]], str | None]:
-        """The messages first..upto - 1 vLLM still buffers, in order, and why any are missing
-        (None: all came). Bounded by the timeout; a replay that timed out drops its socket, so
-        late answers never mix with the next request's."""
+    def fetch(self, first: int, upto: int | None) -> tuple[list[tuple[int, bytes]], str | None]:
+        """The messages first..upto - 1 (upto None: all from `first` on) vLLM still buffers, in
+        order, and why any are missing (None: all came). Bounded by the timeout; a replay that
+        timed out drops its socket, so late answers never mix with the next request's."""
+        upto_ = upto if upto is not None else 1 << 62
         sock = self._socket()
         sock.send_multipart([b"", first.to_bytes(8, "big")])
         got: list[tuple[int, bytes]] = []
@@ -120,12 +121,12 @@ class ReplayClient:
             seq = int.from_bytes(frames[2], "big", signed=True)
             if seq == END_SEQ or not frames[3]:
                 break
-            if first <= seq < upto:
+            if first <= seq < upto_:
                 got.append((seq, frames[3]))
-            if seq >= upto - 1:
+            if seq >= upto_ - 1:
                 self._drain_to_end(deadline)
                 break
-        missing = (upto - first) - len(got)
+        missing = 0 if upto is None else (upto - first) - len(got)
         why = None if not missing else (
             f"vLLM's replay buffer no longer holds {missing} of them (it keeps the last "
             f"buffer_steps messages)")

@@ -89,7 +89,7 @@ class VllmServer:
     def __init__(self, config: ServerConfig | None = None, log_path: str | None = None) -> None:
         self.config = config = config or ServerConfig()
         self.python = vllm_python()
-        if not Path(config.model).is_dir() and not config.model.count("/") == 1:
+        if config.model.startswith(("/", ".", "~")) and not Path(config.model).expanduser().is_dir():
             raise VllmUnavailable(f"no model at {config.model}: load PagedLab's default model once "
                                   f"(it converts the weights there), or give a folder")
         self.port, events, replay = free_port(), free_port(), free_port()

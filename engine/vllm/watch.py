@@ -95,7 +95,11 @@ class VllmWatch:
                     break
                 self._last_message = time.monotonic()
                 self._take(frames, out)
-        self._events.read_monitor()
+        events = self._events
+        was = events.peer
+        events.read_monitor()
+        if events.peer == "zmq" and was != "zmq":
+            self._catch_up(out)
         self._check_peer()
         return out
 
@@ -168,6 +172,20 @@ class VllmWatch:
             return
         self.mirror.apply(events)
         out += events
+
+    def _catch_up(self, out: list[VllmEvent]) -> None:
+        """A peer (re)connected: what vLLM sent before, from its replay buffer, so a watch that
+        joins late knows the cache at once rather than at vLLM's next message (which a PUB may
+        also drop while the new subscription reaches it)."""
+        if self._replay is None:
+            return
+        got, why = self._replay.fetch(self.last_seq + 1, None)
+        for s, payload in got:
+            if s > self.last_seq:
+                self._apply(s, payload, out)
+        if why:
+            self._problem("gap", f"could not catch up with what {self.endpoint} sent before the "
+                          f"watch joined: {why}", self.last_seq + 1)
 
     def _fill_gap(self, seq: int, out: list[VllmEvent]) -> None:
         first = self.last_seq + 1
