@@ -76,7 +76,7 @@ def test_a_repeat_after_its_blocks_were_evicted(vllm_server, vllm_watch):
 def test_n_samples_of_one_prompt(vllm_server, vllm_watch):
     eng = pagedlab_engine()
     prompt = chat(eng, "Name three things a block table records, in a sentence.", SYSTEM)
-    reqs = [Req(prompt, 20, n=3)]
+    reqs = [Req(prompt, 36, n=3)]  # 36 tokens: each sample fills a block of its own
     ours, theirs = run_pagedlab(eng, reqs), run_vllm(vllm_server, vllm_watch, reqs)
     assert ours.outputs == theirs.outputs and len(ours.outputs[0]) == 3
     assert ours.stored == theirs.stored and ours.final == theirs.final
@@ -85,6 +85,10 @@ def test_n_samples_of_one_prompt(vllm_server, vllm_watch):
     # ones hit the first one's prompt blocks, which vLLM caches when it allocates them
     assert ours.cached == [0]
     assert theirs.cached == [full_blocks(len(prompt))]
+    # by design: vLLM keeps every physical block of the same content under its hash (each
+    # sample's copy of a block it filled), publishing each; PagedLab hashes the first one only
+    # and lets the others go back to the free queue unhashed (no deduplication either way)
+    assert ours.copies == len(ours.final) and theirs.copies > len(theirs.final)
 
 
 def _common_prefix(seqs: list[list[int]]) -> list[int]:

@@ -57,11 +57,15 @@ def test_a_watch_that_was_away_replays_what_it_missed(vllm_server):
     vllm_server.complete(reqs[1].prompt, reqs[1].max_tokens)  # while no watch listens
     with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint, bind=True,
                    silence_s=300) as late:
+        deadline = time.monotonic() + 30
+        while late.last_seq <= seen and time.monotonic() < deadline:
+            late.poll(0.2)  # vLLM connects; the watch asks its replay endpoint what it missed
+        assert late.last_seq > seen  # request 1's messages, sent while no watch listened
         vllm_server.complete(reqs[2].prompt, reqs[2].max_tokens)
         settle(late)
-        # the new watch's first message came after vLLM's first: it replayed the ones before, so
-        # it read every message vLLM sent, and knows the cache as the first watch would
-        assert late.last_seq > seen and late.mirror.batches == late.last_seq + 1
+        # it read every message vLLM sent (replayed or live) and knows the cache as the first
+        # watch would have
+        assert late.mirror.batches == late.last_seq + 1
         assert not [p for p in late.problems if p.kind == "gap"], late.problems
         run_pagedlab(eng, reqs)
         assert edges(late.tree()) == edges(eng.prefix_tree())
