@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.vllm.conftest import BLOCK_SIZE
-from tests.vllm.workloads import Req, chat, pagedlab_engine, run_pagedlab, run_vllm
+from tests.vllm.workloads import Req, chat, pagedlab_engine, record, run_pagedlab, run_vllm
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +39,7 @@ def test_chat_requests_sharing_a_system_prompt(vllm_server, vllm_watch):
     eng = pagedlab_engine()
     reqs = [Req(chat(eng, q, SYSTEM), 24) for q in QUESTIONS]
     ours, theirs = run_pagedlab(eng, reqs), run_vllm(vllm_server, vllm_watch, reqs)
+    record("chat, shared system prompt", ours, theirs)
     assert_same(ours, theirs)
     shared = len(_common_prefix([r.prompt for r in reqs])) // BLOCK_SIZE * BLOCK_SIZE
     assert ours.cached == [0, shared, shared] and shared >= 2 * BLOCK_SIZE
@@ -52,6 +53,7 @@ def test_a_long_prompt_in_chunks_then_again(vllm_server, vllm_watch):
     assert 5 * 64 < len(prompt) < 448  # the step budget is 64 tokens: six chunks and more
     reqs = [Req(prompt, 12), Req(prompt, 12)]
     ours, theirs = run_pagedlab(eng, reqs), run_vllm(vllm_server, vllm_watch, reqs)
+    record("long prompt in chunks, then again", ours, theirs)
     assert_same(ours, theirs)
     assert ours.cached == [0, full_blocks(len(prompt))]
 
@@ -65,6 +67,7 @@ def test_a_repeat_after_its_blocks_were_evicted(vllm_server, vllm_watch):
     assert sum(len(p) // BLOCK_SIZE for p in [first, *others]) > 23  # more than the pool holds
     reqs = [Req(first, 12)] + [Req(p, 8) for p in others] + [Req(first, 12)]
     ours, theirs = run_pagedlab(eng, reqs), run_vllm(vllm_server, vllm_watch, reqs)
+    record("repeat after eviction", ours, theirs)
     assert ours.outputs == theirs.outputs
     assert ours.cached == theirs.cached
     assert ours.stored == theirs.stored
@@ -78,6 +81,7 @@ def test_n_samples_of_one_prompt(vllm_server, vllm_watch):
     prompt = chat(eng, "Name three things a block table records, in a sentence.", SYSTEM)
     reqs = [Req(prompt, 36, n=3)]  # 36 tokens: each sample fills a block of its own
     ours, theirs = run_pagedlab(eng, reqs), run_vllm(vllm_server, vllm_watch, reqs)
+    record("n = 3", ours, theirs)
     assert ours.outputs == theirs.outputs and len(ours.outputs[0]) == 3
     assert ours.stored == theirs.stored and ours.final == theirs.final
     # by design: PagedLab prefills the prompt once and forks it (the paper's way): nothing was

@@ -4,6 +4,8 @@ the cache at the end. vLLM's side is read from its HTTP answers and its KV event
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,3 +95,21 @@ def stored_since_reset(events: list) -> set[int]:
 def chat(eng: LLMEngine, question: str, system: str = "") -> list[int]:
     """SmolLM2 answers a raw prompt with end-of-text at once: go through its chat template."""
     return list(eng.tokenizer.apply_chat_template(question, system))
+
+
+def record(workload: str, ours: Run, theirs: Run) -> None:
+    """What both engines did, appended as a JSON line to $PAGEDLAB_VLLM_RECORD when it is set
+    (bench/vllm_conformance_time.py commits it beside the time the tests took)."""
+    path = os.environ.get("PAGEDLAB_VLLM_RECORD")
+    if not path:
+        return
+    row = {"workload": workload}
+    for name, run in (("pagedlab", ours), ("vllm", theirs)):
+        row[name] = {"cached_tokens": run.cached, "output_tokens": [len(o[0]) for o in run.outputs],
+                     "samples": [len(o) for o in run.outputs], "hashes_stored": len(run.stored),
+                     "hashes_removed": len(run.removed), "hashes_at_end": len(run.final),
+                     "blocks_holding_them": run.copies}
+    row["equal"] = {k: getattr(ours, k) == getattr(theirs, k)
+                    for k in ("outputs", "cached", "stored", "final")}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
