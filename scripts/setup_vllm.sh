@@ -34,7 +34,11 @@ fail() {  # the reason the tests will print, then give up without failing the su
     echo "[setup-vllm] FAILED: $1 (the vLLM tests will skip; details in $failed)" >&2
     exit 0
 }
-pip_install() { nice "$VPY" -m pip install --disable-pip-version-check -q "$@" >>"$log" 2>&1; }
+# bounded retries: without a registry the install fails in a minute or two instead of hanging
+pip_install() {
+    nice "$VPY" -m pip install --disable-pip-version-check -q --retries 2 --timeout 30 "$@" \
+        >>"$log" 2>&1
+}
 
 if [ ! -x "$VPY" ]; then
     echo "[setup-vllm] creating $VENV with $($PY --version)"

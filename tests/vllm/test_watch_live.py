@@ -46,9 +46,9 @@ def test_the_watch_draws_vllms_cache_as_pagedlab_would(vllm_server, vllm_watch):
 
 def test_a_watch_that_was_away_replays_what_it_missed(vllm_server):
     eng = pagedlab_engine()
-    # 40 new tokens: each request fills a block of its own past the shared system prompt, so
+    # 32 new tokens: each request fills a block of its own past the shared system prompt, so
     # each sends vLLM's watchers a message (a request whose blocks all hit sends none)
-    reqs = [Req(chat(eng, f"Name a book about {topic}, and say why.", SYSTEM), 40)
+    reqs = [Req(chat(eng, f"Name a book about {topic}, and say why.", SYSTEM), 32)
             for topic in ("ships", "stars", "trains")]
     with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint, bind=True,
                    silence_s=300) as w:
