@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from engine.core.hashing import hash_function
+
 MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
 MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it further
 MAX_SPECULATIVE_TOKENS = 16  # draft slots per sequence and step
@@ -68,6 +70,12 @@ class EngineConfig:
     # mode included) and on where the environment says so: PAGEDLAB_TRACK_KV_CONTENT=1, which
     # tests/conftest.py sets for every test
     track_kv_content: bool | None = None
+    # the prefix cache's block hash (engine/core/hashing.py): "pagedlab" (the lab's xxh64 chain)
+    # or one of vLLM's ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"), whose hashes equal
+    # those vLLM publishes in its KV events for the same tokens. hash_seed plays vLLM's
+    # PYTHONHASHSEED (the seed of its NONE_HASH): None is vLLM's default for the sha256 ones
+    prefix_caching_hash_algo: str = "pagedlab"
+    hash_seed: str | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
@@ -111,6 +119,7 @@ class EngineConfig:
             raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")
         self._check_speculation()
+        self._check_hashing()
         if self.track_kv_content is not None and not isinstance(self.track_kv_content, bool):
             raise ValueError(f"track_kv_content must be True, False or None (as "
                              f"{TRACK_KV_CONTENT_ENV} says), got {self.track_kv_content!r}")
@@ -132,6 +141,19 @@ class EngineConfig:
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) must not exceed "
                              f"prompt_lookup_max ({self.prompt_lookup_max})")
+
+    def _check_hashing(self) -> None:
+        if self.hash_seed is not None and not isinstance(self.hash_seed, str):
+            raise ValueError(f"hash_seed must be None or a string (the value vLLM's PYTHONHASHSEED "
+                             f"holds, e.g. '0'), got {self.hash_seed!r}")
+        if not isinstance(self.prefix_caching_hash_algo, str):
+            raise ValueError(f"prefix_caching_hash_algo must be a name, "
+                             f"got {self.prefix_caching_hash_algo!r}")
+        try:
+            hash_function(self.prefix_caching_hash_algo, self.hash_seed)
+        except ImportError as err:  # cbor2, for the *_cbor algorithms
+            raise ValueError(f"prefix_caching_hash_algo={self.prefix_caching_hash_algo!r} needs "
+                             f"the {err.name} package (pip install {err.name})") from err
 
     @property
     def dry(self) -> bool:

@@ -25,6 +25,7 @@ from engine import ops, step_run
 from engine.config import EngineConfig
 from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
+from engine.core.hashing import hash_function
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
 from engine.core.kv_content import KVContent
@@ -94,10 +95,11 @@ class LLMEngine:
         # how events show a token, when their narration is read: a function of the tokenizer, not
         # of this engine (events outlive steps; pointing back would keep the KV pool alive)
         token_repr = TokenNames(self.tokenizer.decode)
+        hash_fn = hash_function(config.prefix_caching_hash_algo, config.hash_seed)
         # what the device's KV slots hold, as labels: checked after every operation
         self.content = KVContent(config.block_size) if config.tracks_kv_content else None
         self.kv = KVCacheManager(self.runtime.num_gpu_blocks, config.block_size,
-                                 config.enable_prefix_caching, token_repr=token_repr,
+                                 config.enable_prefix_caching, hash_fn=hash_fn, token_repr=token_repr,
                                  num_cpu_blocks=config.num_cpu_blocks,
                                  num_offload_blocks=config.num_offload_blocks, groups=groups,
                                  content=self.content)
@@ -115,7 +117,7 @@ class LLMEngine:
         self._flight = InFlight(self._post, self.scheduler, self.kv)
         # the run over time (request timeline) and the hash chain (prefix tree): folded from
         # each operation's events, for views of the past that read no scheduler queue
-        self._run_record, self._chain = RunRecorder(), HashChain()
+        self._run_record, self._chain = RunRecorder(), HashChain(hash_fn)
         self._primitives = Primitives(self.kv, self.registry, self.runtime, self.content,
                                       self._flight, self._post)
 

@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# vLLM's CPU build in a venv of its own (.venv-vllm) for tests/vllm, once per machine; a failed
+# install makes those tests skip and say why (PAGEDLAB_VLLM_PYTHON: use that vLLM instead)
+bash scripts/setup_vllm.sh
 # The browser tests drive Debian's Chromium (Playwright's own browser download cannot work here).
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "[test] installing Debian's chromium for the browser tests"

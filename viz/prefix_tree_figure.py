@@ -17,7 +17,7 @@ CPU tier slot or -1, ...] in its customdata (a click selects that block in the p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -26,14 +26,15 @@ from engine.describe.prefix_tree import PrefixTree, TreeNode
 from viz import palette
 from viz.pool_cells import FAST
 from viz.text_width import text_px
-from viz.tree_layout import CACHED, FOLD, GHOST, SHARED, TIER, USED, Placed, kind_of, place
+from viz.tree_layout import CACHED, EVENTS, FOLD, GHOST, SHARED, TIER, USED, Placed, kind_of, place
 from viz.view_frame import ViewSizes, base_layout, discrete_scale, key_html, view_sizes
 
 #: what a cell's colour says: (words, fill); plotly's text reads at 4.5:1 on each
 KINDS = (("used by one sequence", palette.OWNERS[0]), ("shared", palette.SHARED),
          ("cached on the GPU", palette.CACHED), ("only in the CPU tier", palette.OFFLOAD),
-         ("folded", palette.BORDER), ("evicted this step", "#ffffff"))
-assert (USED, SHARED, CACHED, TIER, FOLD, GHOST) == tuple(range(len(KINDS)))
+         ("folded", palette.BORDER), ("evicted this step", "#ffffff"),
+         ("in vLLM's cache", palette.CACHED))
+assert (USED, SHARED, CACHED, TIER, FOLD, GHOST, EVENTS) == tuple(range(len(KINDS)))
 SCALE = discrete_scale([c for _, c in KINDS])
 #: the step's marks: words -> outline colour
 MARKS = {"prefix hit": palette.PREFIX_HIT, "new hash": palette.NEW,
@@ -45,16 +46,20 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
                        decode: Callable[[list[int]], str] | None = None, *,
                        before: PrefixTree | None = None, selected_block: int | None = None,
                        box: tuple[float, float] | None = None, large: bool = False,
-                       title: str = "The prefix cache as a tree") -> go.Figure:
+                       title: str = "The prefix cache as a tree",
+                       hash_marks: Mapping[str, Collection[int]] | None = None) -> go.Figure:
+    """`hash_marks`: outlines by block hash (a watched vLLM's events name hashes, not blocks),
+    words of MARKS -> hashes; "evicted" hashes found in `before` are drawn as ghosts."""
     sz = view_sizes(box, large)
     decode = decode or (lambda ids: " ".join(map(str, ids)))
-    ghosts = _ghosts(tree, events, before)
+    hash_marks = {k: set(v) for k, v in (hash_marks or {}).items() if v}
+    ghosts = _ghosts(tree, events, before, hash_marks.get("evicted", set()))
     width = (sz.width or 800) - 16
     two_lines = not sz.phone
     row_px = sz.font * 1.3 * (2 if two_lines else 1) + 8
     # the key over the tree: the colours of the nodes there are and the marks of the step
     kinds = {kind_of(n) for n in tree.nodes} | ({GHOST} if ghosts else set())
-    marked = _marked_words(events, ghosts, selected_block)
+    marked = _marked_words(events, ghosts, selected_block) + list(hash_marks)
     _, key_lines = key_html(_key(kinds, marked), sz, width)
     top = sz.title * 2.2 + key_lines * sz.font * 1.45 + 4
     avail = (sz.height - top - 10) if sz.height else 14 * row_px
@@ -74,7 +79,7 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
                       text=text, texttemplate="%{text}", textfont={"size": sz.font},
                       customdata=custom, name="prefix tree", hoverongaps=False,
                       hovertemplate="%{customdata[2]}<extra></extra>")
-    outlines = _outlines(placed, events, selected_block)
+    outlines = _outlines(placed, events, selected_block, hash_marks)
     fig = go.Figure([heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *outlines], **FAST)
     height = sz.height or int(top + rows * row_px + 12)
     nodes = len(tree.nodes)
@@ -110,15 +115,17 @@ def _marked_words(events: Sequence[Event], ghosts: list, selected: int | None) -
     return out + (["evicted"] if ghosts else []) + (["selected"] if selected is not None else [])
 
 
-def _ghosts(tree: PrefixTree, events: Sequence[Event], before: PrefixTree | None
-            ) -> list[TreeNode]:
+def _ghosts(tree: PrefixTree, events: Sequence[Event], before: PrefixTree | None,
+            evicted_hashes: Collection[int] = ()) -> list[TreeNode]:
     """The nodes the step evicted and nothing keeps (not in the tier), as they were before."""
     if before is None:
         return []
     evicted = {b for e in events if e.kind == "evict" for b in e.block_ids}
     now = {n.block_hash for n in tree.nodes}
     old = before.by_block()
-    return [old[b] for b in evicted if b in old and old[b].block_hash not in now]
+    gone = [old[b] for b in evicted if b in old and old[b].block_hash not in now]
+    return gone + [n for n in before.nodes if n.block_hash in evicted_hashes
+                   and n.block_hash not in now and n.block_id is None]
 
 
 def _tokens(n: TreeNode, decode: Callable[[list[int]], str]) -> str:
@@ -161,7 +168,9 @@ def _custom(p: Placed, decode, tree: PrefixTree) -> list:
     n = p.node
     if n is None:
         return [-1, -1, p.words]
-    words = [f"block {n.block_id}" if n.block_id is not None else "not in the GPU pool",
+    words = [f"block {n.block_id}" if n.block_id is not None else
+             "in vLLM's cache: its events name no block id or ref count" if p.kind in (EVENTS, GHOST)
+             and n.tier_slot is None else "not in the GPU pool",
              f"tokens: {_tokens(n, decode)!r}"]
     if p.kind == GHOST:
         words.append("evicted this step: its hash is gone, its slot reused")
@@ -190,7 +199,8 @@ def _edges(placed, half: float) -> go.Scatter:
                       hoverinfo="skip", showlegend=False, name="edges")
 
 
-def _outlines(placed, events: Sequence[Event], selected: int | None) -> list[go.Scatter]:
+def _outlines(placed, events: Sequence[Event], selected: int | None,
+              hash_marks: Mapping[str, set[int]]) -> list[go.Scatter]:
     """A rectangle around each cell the step marked, one trace per kind of mark."""
     by_block = {p.node.block_id: p for p in placed.cells
                 if p.node is not None and p.node.block_id is not None and p.kind != GHOST}
@@ -206,6 +216,10 @@ def _outlines(placed, events: Sequence[Event], selected: int | None) -> list[go.
             marked["loaded from the tier"] += [by_block.get(b) for b in e.block_ids]
         elif e.kind == "offload":
             marked["offloaded to the tier"].append(by_slot.get(e.facts.slot))
+    for words, hashes in hash_marks.items():
+        if words != "evicted":
+            marked[words] += [p for p in placed.cells if p.node is not None
+                              and p.kind != GHOST and p.node.block_hash in hashes]
     marked["evicted"] = [p for p in placed.cells if p.kind == GHOST]
     marked["selected"] = [by_block.get(selected)] if selected is not None else []
     out = []

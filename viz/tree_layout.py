@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from engine.describe.prefix_tree import PrefixTree, TreeNode
 
-#: cell kinds, as viz/prefix_tree_figure.py colours them
-USED, SHARED, CACHED, TIER, FOLD, GHOST = range(6)
+#: cell kinds, as viz/prefix_tree_figure.py colours them; EVENTS: a block a watched vLLM's KV
+#: events name (engine/vllm/): in its cache, with no block id or ref count to say more
+USED, SHARED, CACHED, TIER, FOLD, GHOST, EVENTS = range(7)
 
 
 class Placed(NamedTuple):
@@ -35,7 +36,7 @@ class Layout(NamedTuple):
 
 def kind_of(n: TreeNode) -> int:
     if n.block_id is None:
-        return TIER
+        return TIER if n.tier_slot is not None else EVENTS
     return SHARED if n.ref_count > 1 else USED if n.ref_count == 1 else CACHED
 
 

@@ -49,6 +49,9 @@ class RequestOutput:
     num_preemptions: int = 0
     draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
     accepted_tokens: int = 0  # of them, verified and kept as output
+    # prompt tokens the prefix cache served when the request was first scheduled (vLLM's
+    # RequestOutput.num_cached_tokens); 0 until then
+    num_cached_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:

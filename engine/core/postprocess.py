@@ -214,7 +214,8 @@ class Postprocessor:
         to rebuild this step's view later; the rest is copied now. Holds the tokenizer's decode
         only: a step's result must not keep the bookkeeping (or an engine) alive."""
         captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
-                         for s in g.live()], (g.num_preemptions, g.draft_tokens, g.accepted_tokens))
+                         for s in g.live()], (g.num_preemptions, g.draft_tokens, g.accepted_tokens,
+                                       g.num_cached_tokens))
                     for g in self.scheduler.running]
         decode = self.decode
 
@@ -243,7 +244,8 @@ def request_output(group: SequenceGroup, decode: Decode, finished: bool = False)
     outs = tuple(CompletionOutput(i, tuple(ids), lp, reason, detokenize)
                  for i, (ids, lp, reason) in enumerate(items))
     return RequestOutput(group.request_id, group.prompt, tuple(group.prompt_ids), outs,
-                         finished, group.num_preemptions, group.draft_tokens, group.accepted_tokens)
+                         finished, group.num_preemptions, group.draft_tokens, group.accepted_tokens,
+                         group.num_cached_tokens)
 
 
 def detokenizer(decode: Decode, stop: tuple[str, ...]) -> Callable[[tuple[int, ...]], str]:

@@ -268,6 +268,8 @@ class Scheduler:
                 seq.prefill_rest = tokens[seq.num_tokens:]
             self.waiting.popleft()
             out.events += events
+            if not group.prefilled:  # as vLLM: the hits of its first admission
+                group.num_cached_tokens = seqs[0].num_cached_tokens
             for seq in seqs:
                 if not group.prefilled:
                     seq.prompt_len = len(group.prompt_ids)

@@ -164,6 +164,7 @@ class SequenceGroup:
     num_preemptions: int = 0
     draft_tokens: int = 0  # speculative decoding: proposed for this request, cumulative
     accepted_tokens: int = 0  # of them, verified and kept as output
+    num_cached_tokens: int = 0  # prompt tokens the prefix cache served at its first admission
     seed: int | None = None  # sampling: the scrambled seed (given, or from the engine's seed)
 
     @property

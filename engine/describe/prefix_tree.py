@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from engine.core.events import Event
-from engine.core.hashing import hash_block
+from engine.core.hashing import HashFn, hash_block
 
 #: a parent never seen and not found among the hashes present: the node is an orphan
 UNKNOWN_PARENT = -1
@@ -67,10 +67,11 @@ class HashChain:
     """What the engine knows of the hash chain: the parent hash of every hash it saw made."""
 
     STATE = ("parent",)  # declared state (engine/core/state.py)
-    FIXED = ()
+    FIXED = ("hash_fn",)
 
-    def __init__(self) -> None:
+    def __init__(self, hash_fn: HashFn = hash_block) -> None:
         self.parent: dict[int, int | None] = {}
+        self.hash_fn = hash_fn  # the engine's (EngineConfig.prefix_caching_hash_algo)
 
     def state(self) -> dict[int, int | None]:
         return dict(self.parent)  # ints only
@@ -132,12 +133,18 @@ class HashChain:
                 out[h] = self.parent[h]
                 continue
             tokens = e["token_ids"]
-            guess = next((p for p in (None, *found) if p != h and hash_block(p, tokens) == h), h)
+            guess = next((p for p in (None, *found) if p != h and self._chains(p, tokens, h)), h)
             if guess != h:  # found: remember it
                 self.parent[h] = out[h] = guess
             else:  # its parent is gone and was never seen: an orphan of unknown depth
                 out[h] = UNKNOWN_PARENT
         return out
+
+    def _chains(self, parent: int | None, tokens: Any, h: int) -> bool:
+        try:
+            return self.hash_fn(parent, tokens) == h
+        except TypeError:  # a vLLM chain needs a parent's digest, which a plain int lacks
+            return False
 
     def _depth(self, h: int, memo: dict[int, int | None]) -> int | None:
         """How many blocks come before `h` in its prompt, by the remembered chain."""
