@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from engine.core.prefix_tree import PrefixTree
+from engine.describe.prefix_tree import PrefixTree
 
 from engine import VllmWatch
 from tests.vllm.conftest import settle
