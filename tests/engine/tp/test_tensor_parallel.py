@@ -216,7 +216,7 @@ def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
     with pytest.raises(TensorParallelError, match=rf"rank 1 \(pid {pids[1]}\) exited with code -9"):
         tp2.append(seq, n=2)
     assert _wait_gone(pids) == []
-    assert not Path(tp2.runtime._w.folder).exists()  # the store's private folder went with them
+    assert not Path(tp2.runtime.folder).exists()  # the store's private folder went with them
     tp2.check_invariants()
     tp2.close()  # idempotent
     with pytest.raises(TensorParallelError, match="workers are stopped"):
@@ -230,7 +230,7 @@ if __name__ == "__main__":
     eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_size=4,
                                  num_gpu_blocks=8, device="cpu"))
     print(*eng.engine_info()["worker pids"], flush=True)
-    print(eng.runtime._w.folder, flush=True)
+    print(eng.runtime.folder, flush=True)
     time.sleep(600)
 """
 
