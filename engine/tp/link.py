@@ -178,14 +178,18 @@ class WorkerLink:
                 parts.append(f"rank {r} (pid {p.pid}) exited with code {p.exitcode}: {why}")
             raise TensorParallelError("tensor-parallel worker died: " + "; ".join(parts))
 
-    def call(self, fn: Any, *args: Any) -> Any:
-        """Run one exchange with the workers; any failure stops them all and is reported."""
+    def check_usable(self) -> None:
+        """Raise if an earlier failure or close() stopped the workers."""
         if self.error is not None:
             raise TensorParallelError(f"{self.error}. This engine's workers are stopped; build a "
                                       f"new engine (the session replays its log)")
         if self._w.stopped:
             raise TensorParallelError("this engine was closed and its workers are stopped; build "
                                       "a new engine")
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run one exchange with the workers; any failure stops them all and is reported."""
+        self.check_usable()
         try:
             return fn(*args)
         except Exception as err:  # noqa: BLE001 - dead peer, timeout, a worker's failure

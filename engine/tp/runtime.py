@@ -126,6 +126,7 @@ class TPRuntime:
         """One forward pass over `items` (engine/runtime/protocols.py's StepItem), run by every
         worker. `feed` (async scheduling): items whose one new token the last step picked,
         read on the workers (or given by the host, for a sampled draw)."""
+        self._link.check_usable()  # a failed step may have left tokens nobody will answer for
         items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed), _ids(it.block_table),
                           int(it.num_logits), tuple(map(_ids, it.group_tables)), it.key)
                  for it in items]
@@ -171,12 +172,13 @@ class TPRuntime:
         return self._link.call(self._take_reply, step)
 
     def _take_reply(self, step: int) -> bytes | None:
-        """Read worker 0's replies up to `step`'s (they come in order: later ones are kept
-        for their scores, earlier ones nobody claimed are dropped)."""
+        """Read worker 0's replies up to `step`'s (they come in order). Earlier ones wait for
+        their scores: under async scheduling the step before may land after this one's picks
+        were read; older ones nobody claimed (a prompt's chunk samples nothing) are dropped."""
         while self._replied < step:
             self._replied += 1
             self._unclaimed[self._replied] = self._link.reply(0, "picks")
-        for old in [s for s in self._unclaimed if s < step]:  # steps nobody sampled from
+        for old in [s for s in self._unclaimed if s < step - 1]:
             del self._unclaimed[old]
         return self._unclaimed.pop(step, None)
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.tp.models import TINY_KV2, save_random_llama
 from engine.tp.runtime import TensorParallelError
 from viz.shards_figure import shards_figure
 
@@ -48,11 +47,6 @@ def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
             return []
         time.sleep(0.05)
     return [p for p in pids if _alive(p)]
-
-
-@pytest.fixture(scope="module")
-def kv2_path(tmp_path_factory) -> str:
-    return str(save_random_llama(tmp_path_factory.mktemp("tp") / "llama-kv2", TINY_KV2))
 
 
 def _kv2_config(path: str, tp: int) -> EngineConfig:
@@ -133,6 +127,33 @@ def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
     assert info["tensor_parallel_size"] == 3 and info["kv heads per rank"] == 1
     assert sum(info["kv_bytes_per_rank"]) == one.engine_info()["kv_bytes_per_rank"][0]
     assert info["tp last step: all-reduces"] == 2 * 30
+
+
+def _decode_message_bytes(eng: LLMEngine, prompt: list[int], steps: int) -> list[int]:
+    """The message of each decode step of one request after its prefill (the engine -> workers
+    bytes of a step the workers run from their decode buffers)."""
+    eng.add_request(prompt, SamplingParams(max_tokens=steps + 1, ignore_eos=True))
+    sizes = []
+    while eng.has_pending_work():
+        result = eng.step()
+        info = eng.engine_info()
+        if result.num_decodes and not result.num_prefills:
+            assert info["tp last step: from the decode buffers"]
+            sizes.append(info["tp last step: message bytes"])
+    return sizes
+
+
+def test_tp3_decode_message_does_not_grow_with_the_table(tp3_default):
+    """Issue 43: a decode step sends its tokens, positions and the table entries that changed,
+    not the table. A 1-block and a 20-block table cost the same bytes a step, once the first
+    step has sent the row (which alone grows with the table)."""
+    short = _decode_message_bytes(tp3_default, list(range(100, 104)), 20)
+    long = _decode_message_bytes(tp3_default, list(range(100, 420)), 20)
+    assert short[0] < long[0]  # the row's whole table, once
+    assert sorted(set(short[1:])) == sorted(set(long[1:])) == [28, 36]  # + a new block's entry
+    # the first step: header, token and position (28), the row (the first time: 4), then the
+    # table's entries, 8 bytes each: 1 block, then 21 (320 + 1 tokens) in the same row
+    assert short[0] == 28 + 4 + 8 and long[0] == 28 + 8 * 21
 
 
 def test_tp3_speculative_greedy_matches_one_process_without_drafts(default_model):
