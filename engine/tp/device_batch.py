@@ -33,6 +33,7 @@ class GraphSpec:
 
     use_graphs: bool  # CUDA graphs (a GPU); else the same buffers run eagerly
     pad: bool  # batches rounded up to `sizes`
+    static_queries: bool  # steps of up to max_query tokens a sequence too (always on a GPU)
     sizes: tuple[int, ...]
     max_batch: int
     max_query: int
@@ -48,6 +49,7 @@ class GraphSpec:
         """A worker's ModelRunner's graphs, as plain data for the hello message."""
         g = runner.graphs
         return {"use_graphs": g.use_graphs, "pad": g.pad, "sizes": tuple(g.sizes),
+                "static_queries": g.use_graphs or runner.static_queries,
                 "max_batch": g.max_batch, "max_query": g.max_query, "width": g.width,
                 "block_size": g.block_size, "windows": tuple(runner.layout.windows),
                 "max_model_len": runner.max_model_len,
@@ -72,10 +74,10 @@ class DeviceBatch:
         ModelRunner.execute_scores, where a worker would apply it)."""
         s = self.spec
         q = max(len(it.token_ids) for it in items)
-        if 1 < q <= s.max_query and s.pad:
+        if 1 < q <= s.max_query and s.static_queries:
             q = s.max_query  # one graph a bucket: every short row padded to it
         width = max(len(it.block_table) for it in items)
-        if (q == 1 or (q == s.max_query and s.pad)) and len(items) <= s.max_batch \
+        if (q == 1 or (q == s.max_query and s.static_queries)) and len(items) <= s.max_batch \
                 and width <= s.width and q <= s.max_query:
             return q
         return None

@@ -211,13 +211,16 @@ def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
     """The shard's ModelRunner. On a GPU its decode and verification steps are CUDA graphs with
     the all-reduces captured inside them (NCCL supports capture; every rank captures the same
     graphs in the same order, so the collectives inside them pair up), captured at start like
-    a one-process engine's. PAGEDLAB_TP_GRAPHS=0 keeps them eager (the bench's comparison)."""
+    a one-process engine's. PAGEDLAB_TP_GRAPHS=0 keeps them eager (the bench's comparison);
+    PAGEDLAB_TP_STATIC_QUERIES=1 has a CPU run drafts and short prompt rests from the decode
+    buffers too, padded, as a GPU does (the tests' way to that path without a GPU)."""
     from engine.runtime.model_runner import ModelRunner
 
     drafts = cfg.num_speculative_tokens if cfg.speculative_method else 0
     graphs = cache.device.type == "cuda" and os.environ.get("PAGEDLAB_TP_GRAPHS", "1") != "0"
+    static = os.environ.get("PAGEDLAB_TP_STATIC_QUERIES", "0") == "1"
     runner = ModelRunner(loaded, cache, max_batch=min(cfg.max_num_seqs, 512), use_graphs=graphs,
-                         max_query=1 + drafts)
+                         max_query=1 + drafts, static_queries=static)
     runner.warm_up_seconds = 0.0
     if graphs and os.environ.get("PAGEDLAB_WARMUP", "1") != "0":
         runner.warm_up_seconds = runner.warm_up(_log if rank == 0 else None)

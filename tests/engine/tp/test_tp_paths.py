@@ -16,6 +16,7 @@ import signal
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.tp.models import TINY_KV2, save_random_llama
 from engine.tp.runtime import TensorParallelError
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes: seconds each
@@ -81,3 +82,39 @@ def test_a_worker_killed_while_a_step_is_in_flight_is_a_clear_error(tp2_async):
             tp2_async.step()
     with pytest.raises(TensorParallelError, match="workers are stopped"):
         tp2_async.step()
+
+
+def test_drafts_and_short_prompt_rests_from_the_decode_buffers_match_one_process(
+        tmp_path, monkeypatch):
+    """The path a GPU takes (PAGEDLAB_TP_STATIC_QUERIES=1 has the CPU workers take it): a
+    verification of k + 1 queries a sequence, and the short rest of a prompt after a prefix
+    hit, padded to one query length and run from the decode buffers; the workers pick each
+    engine row's logits among the padded ones. Greedy tokens equal one process without drafts."""
+    monkeypatch.setenv("PAGEDLAB_TP_STATIC_QUERIES", "1")
+    loop = "the cat sat on the mat and the dog sat on the log " * 3
+    prompts = [loop, loop + "then", "Once upon a time"]  # the second: a hit, then a short rest
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    # SmolLM2's initialiser (0.02): a random model whose greedy output repeats, so it drafts
+    model = str(save_random_llama(tmp_path / "loop", TINY_KV2, init=0.02))
+    cfg = dict(model=model, block_size=4, num_gpu_blocks=64, device="cpu", dtype="float32",
+               track_kv_content=True)
+    want = [o.outputs[0].token_ids for o in LLMEngine(EngineConfig(**cfg)).generate(prompts, params)]
+    eng = LLMEngine(EngineConfig(**cfg, tensor_parallel_size=2, speculative_method="ngram",
+                                 num_speculative_tokens=4, prompt_lookup_min=1))
+    try:
+        ids = [eng.add_request(prompts[0], params)]
+        eng.step()  # the first prompt's blocks are hashed: the second's prefix hits them
+        ids += [eng.add_request(p, params) for p in prompts[1:]]
+        outs, verified = {}, 0
+        while eng.has_pending_work():
+            result = eng.step()
+            eng.check_invariants()
+            info = eng.engine_info()
+            verified += any(e.kind == "draft" for e in result.events) and \
+                info["tp last step: from the decode buffers"]
+            outs.update({o.request_id: o.outputs[0].token_ids for o in result.finished})
+        assert [outs[i] for i in ids] == want
+        assert verified > 0  # drafts were verified from the decode buffers
+        assert eng.snapshot().metrics.prefix_hit_blocks > 0
+    finally:
+        eng.close()

@@ -79,9 +79,9 @@ def test_step_message_round_trip():
 
 
 def _spec(width: int, groups: int = 1) -> GraphSpec:
-    return GraphSpec(use_graphs=False, pad=False, sizes=(1, 2, 4, 8), max_batch=8, max_query=1,
-                     width=width, block_size=BS, windows=(None,) * groups, max_model_len=4096,
-                     num_blocks=1000)
+    return GraphSpec(use_graphs=False, pad=False, static_queries=False, sizes=(1, 2, 4, 8),
+                     max_batch=8, max_query=1, width=width, block_size=BS,
+                     windows=(None,) * groups, max_model_len=4096, num_blocks=1000)
 
 
 class _WorkerRows:
