@@ -231,6 +231,12 @@ class TPRuntime:
 
         return self._link.call(run) | {"engine_wait_s": self._link.wait_s}
 
+    @property
+    def reply_wait_s(self) -> float:
+        """Seconds the engine has spent waiting for the workers' replies, summed (the bench
+        takes it from a step's time to find the engine's own host work)."""
+        return self._link.wait_s
+
     def draft_cost(self, num_seqs: int, q: int) -> float:
         """A verification against a decode step, as worker 0 measured its graphs (a CPU: the
         default estimate), with a 5% margin, as the one-process runtime."""
