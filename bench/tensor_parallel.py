@@ -226,24 +226,44 @@ def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float)
     out["model"] = {"folder": folder, "build_or_find_s": round(time.perf_counter() - t0, 1),
                     "config": json.loads((Path(folder) / "config.json").read_text())}
     _write(out, out_path)
-    longest, unloaded = 0.0, False
+    state = {"longest": 0.0, "broken": None}
+    unloaded = False
     for run_name, tp, graphs, async_ in RUNS[name]:
         if tp > 1 and not unloaded:
             drop_loaded_models()
             unloaded = True
-        left = deadline - time.time()
-        if left < 1.3 * longest:
-            out["runs"][run_name] = {"skipped": f"{left:.0f} s left, the longest run took "
-                                                f"{longest:.0f} s"}
-            continue
-        r0 = time.perf_counter()
-        try:
-            out["runs"][run_name] = run(folder, tp, dtype, device, spec, graphs, async_)
-        except Exception as err:  # noqa: BLE001 - fail soft: the other runs' numbers stay
-            traceback.print_exc()
-            out["runs"][run_name] = {"error": f"{type(err).__name__}: {str(err)[:2000]}"}
-        longest = max(longest, time.perf_counter() - r0)
-        _write(out, out_path)
+        for attempt in range(2):  # a TP run whose graphs fail is run again with eager workers
+            eager = tp > 1 and bool(state["broken"])
+            retry = _guarded_run(out, run_name, state, deadline, attempt,
+                                 (folder, tp, dtype, device, spec, graphs and not eager, async_))
+            _write(out, out_path)
+            if not retry:
+                break
+
+
+def _guarded_run(out: dict[str, Any], run_name: str, state: dict[str, Any], deadline: float,
+                 attempt: int, args: tuple) -> bool:
+    """One engine run into out["runs"], never raising; True when it should run again with
+    eager workers (its workers' graphs failed)."""
+    left = deadline - time.time()
+    if left < 1.3 * state["longest"]:
+        out["runs"][run_name] = {"skipped": f"{left:.0f} s left, the longest run took "
+                                            f"{state['longest']:.0f} s"}
+        return False
+    r0 = time.perf_counter()
+    tp, graphs = args[1], args[5]
+    try:
+        out["runs"][run_name] = run(*args) | {"graphs_failed_earlier": state["broken"]}
+        return False
+    except Exception as err:  # noqa: BLE001 - fail soft: the other runs' numbers stay
+        traceback.print_exc()
+        out["runs"][run_name] = {"error": f"{type(err).__name__}: {str(err)[:2000]}"}
+        if tp > 1 and graphs and not attempt:
+            state["broken"] = out["runs"][run_name]["error"]
+            return True
+        return False
+    finally:
+        state["longest"] = max(state["longest"], time.perf_counter() - r0)
 
 
 def _write(out: dict[str, Any], path: str) -> None:

@@ -44,6 +44,9 @@ PARTS = [("small", 150), ("big", 210), ("pytest", 100), ("equal", 60)]
 def _env() -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                TRANSFORMERS_VERBOSITY="error", PYTHONPATH=str(ROOT), **SAFE_ENV)
+    # a hung start (a capture that never ends) or step fails in time for the part's next run
+    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "150")
+    env.setdefault("PAGEDLAB_TP_STEP_TIMEOUT_S", "60")
     carried = ROOT / ".gpu_carry"
     if "PAGEDLAB_CACHE" not in env and carried.is_dir():
         env["PAGEDLAB_CACHE"] = str(carried)

@@ -23,6 +23,7 @@ when the step lands, and the next step's greedy tokens are read on the workers.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,7 +76,11 @@ class TPRuntime:
         known = _peek_heads(config.model)
         if known is not None:  # fail before spawning anything when the config is at hand
             check_tp_size(n, known[0], known[1], config.model)
+        # a benchmark may want a hung start or step to fail sooner than a server would
+        start_timeout_s = float(os.environ.get("PAGEDLAB_TP_START_TIMEOUT_S", start_timeout_s))
         self._link = start_link(n, config.to_dict(), start_timeout_s)
+        if "PAGEDLAB_TP_STEP_TIMEOUT_S" in os.environ:
+            self._link.step_timeout_s = float(os.environ["PAGEDLAB_TP_STEP_TIMEOUT_S"])
         self.wire = WireStats()
         self.num_tokens_computed = 0
         self._async = config.async_scheduling
