@@ -132,16 +132,17 @@ class TPRuntime:
         worker. `feed` (async scheduling): items whose one new token the last step picked,
         read on the workers (or given by the host, for a sampled draw)."""
         self._link.check_usable()  # a failed step may have left tokens nobody will answer for
-        items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed), _ids(it.block_table),
-                          int(it.num_logits), tuple(map(_ids, it.group_tables)), it.key)
-                 for it in items]
+        items = list(items)
         fed = self._fed(items, feed)
         plan = self.batch.plan(items, [i for i, _ in fed])
-        if plan is not None:
+        if plan is not None:  # the tables are read, not copied: only what changed is sent
             plan.feed = [v for pair in fed for v in pair]
             plan.cache_ops, self._pending = self._pending, []
             payload = encode_device_step(plan)
-        else:
+        else:  # plain ints for the pickle
+            items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed),
+                              _ids(it.block_table), int(it.num_logits),
+                              tuple(map(_ids, it.group_tables)), it.key) for it in items]
             payload = encode_object({"cmd": "execute", "items": items, "feed": fed or None,
                                      "cache_ops": self._pending})
             self._pending = []
