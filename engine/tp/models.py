@@ -53,6 +53,7 @@ def save_random_llama(folder: str | Path, shape: dict[str, int], seed: int = 0,
         else:
             with torch.device(device):
                 model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            model = model.to("cpu")  # saved from host memory, as the CPU-drawn ones are
     tmp = folder.with_name(folder.name + ".partial")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
