@@ -40,7 +40,7 @@ from engine.tp.device_batch import GraphSpec
 from engine.tp.link import ring_paths
 from engine.tp.shm_ring import ShmRing, Waiter
 from engine.tp.step_message import DeviceStep, decode
-from engine.tp.worker_steps import StepRunner
+from engine.tp.worker_steps import PendingReply, StepRunner
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
@@ -155,6 +155,7 @@ class _Worker:
         self.ctl, self.reply = ShmRing(ctl, rank), ShmRing(replies[rank])
         # a GPU step answers in about a millisecond: spin for the next message, don't nap
         self.wait = Waiter(spin_s=1.0 if device.type == "cuda" else 0.0, max_nap_s=0.001)
+        self._pending: PendingReply | None = None  # rank 0: a reply whose picks are landing
         store.set(f"ready/{rank}", "1")
         if rank == 0:
             hello = _describe(loaded, self.cache, self.runner, full)
@@ -162,7 +163,7 @@ class _Worker:
 
     def serve(self) -> None:
         while True:
-            raw = self.ctl.read(self.wait)
+            raw = self._next_message()
             received = time.perf_counter()
             msg = decode(raw)
             step = isinstance(msg, DeviceStep)
@@ -184,9 +185,30 @@ class _Worker:
                 k, v = self.cache.read_block(msg["layer"], msg["block"])
                 self._answer(torch.stack([k, v]).to(torch.float32).contiguous().numpy().tobytes())
 
-    def _answer(self, payload: bytes | None) -> None:
-        if payload is not None:
+    def _next_message(self) -> bytes:
+        """The engine's next message; a reply still on its way to the host is written as soon
+        as it lands, unless a message comes first (then that step is launched first)."""
+        pending = self._pending
+        if pending is not None:
+            self.wait.until(lambda: pending.ready() or self.ctl.ready())
+            if pending.ready():
+                self._flush()
+        return self.ctl.read(self.wait)
+
+    def _answer(self, payload: bytes | PendingReply | None) -> None:
+        """Replies go in order: one still landing is written before the next."""
+        if payload is None:
+            return
+        self._flush()
+        if isinstance(payload, PendingReply):
+            self._pending = payload
+        else:
             self.reply.write(payload, self.wait)
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.reply.write(pending.payload(), self.wait)
 
 
 def _pool(cfg: Any, loaded: Any, device: torch.device, reducer: Any, size: int) -> Any:

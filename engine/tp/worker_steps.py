@@ -7,7 +7,10 @@ picks, and the step replays its CUDA graph (all-reduces captured inside it) or, 
 the same function eagerly. Any other step runs the general path (`ModelRunner.execute`).
 
 Rank 0 answers each step with every row's greedy pick and its log probability (16 bytes a row,
-picked on the device: one transfer back) and keeps the logits for a request that samples.
+picked on the device: one transfer back) and keeps the logits for a request that samples. On a
+GPU the transfer is queued behind the step (`PendingReply`): the worker writes the reply when it
+lands, and meanwhile can already launch the next step if the engine sent it (async scheduling),
+so the GPU does not wait for this rank's host between steps.
 Every rank keeps its picks on the device when the engine schedules asynchronously: the next
 step's message then names where a token is ("row r of your last picks") instead of sending it.
 All ranks hold the same picks, as the all-reduce leaves every rank the same hidden state.
@@ -44,7 +47,7 @@ class StepRunner:
 
     # ---- a device step --------------------------------------------------------------------------
 
-    def device_step(self, msg: DeviceStep, received: float) -> bytes | None:
+    def device_step(self, msg: DeviceStep, received: float) -> bytes | PendingReply | None:
         """Run one device step; rank 0 returns its reply. `received`: when the message was
         read (perf_counter), for the timings."""
         g, n, q = self.runner.graphs, msg.n, msg.q
@@ -68,9 +71,12 @@ class StepRunner:
         scores = TorchScores(out.logits, None, _greedy(out), workspace=self.runner.sampler_workspace,
                              rows=order, accepted=out.accepted)
         reply = self._picks(scores, out, order)
-        if timed:
-            self.times.append((1e3 * (launched - received), start.elapsed_time(end),
-                               1e3 * (time.perf_counter() - received)))
+        if timed and isinstance(reply, PendingReply):
+            def note() -> None:  # once the step's picks are on the host: its graph is done
+                self.times.append((1e3 * (launched - received), start.elapsed_time(end),
+                                   1e3 * (time.perf_counter() - received)))
+
+            reply.on_done = note
         return reply
 
     def _feeder(self, feed: Any) -> Any:
@@ -106,7 +112,7 @@ class StepRunner:
     # ---- picks ----------------------------------------------------------------------------------
 
     def _picks(self, scores: TorchScores, out: DecodeOutputs | None, order: list[int] | None
-               ) -> bytes | None:
+               ) -> bytes | PendingReply | None:
         """Keep the picks (by engine row) where the next step may read them; rank 0 keeps the
         scores and returns (token, log prob) of every row as float64 pairs."""
         on_device = out is not None and out.greedy_ids is not None
@@ -120,7 +126,12 @@ class StepRunner:
             if self.rank != 0:
                 return None
             self.last, self.last_order = scores, order
-            return torch.stack([ids.double(), lps.double()], 1).cpu().numpy().tobytes()
+            pairs = torch.stack([ids.double(), lps.double()], 1)
+            host = torch.empty(pairs.shape, dtype=pairs.dtype, pin_memory=True)
+            host.copy_(pairs, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            return PendingReply(host, done)
         if self.rank != 0 and not self.keep_picks:
             return None
         rows = len(order) if order is not None else scores.num_rows
@@ -147,6 +158,24 @@ class StepRunner:
         times, self.times = self.times, []
         return {"steps": len(times), "host_to_launch_ms": [t[0] for t in times],
                 "graph_gpu_ms": [t[1] for t in times], "whole_ms": [t[2] for t in times]}
+
+
+class PendingReply:
+    """Rank 0's reply to a step whose picks are on their way to the host (a copy queued behind
+    the step, then an event): `ready()` polls, `payload()` waits for it and gives the bytes."""
+
+    def __init__(self, host: torch.Tensor, done: Any) -> None:
+        self.host, self.done = host, done
+        self.on_done: Any = None
+
+    def ready(self) -> bool:
+        return self.done.query()
+
+    def payload(self) -> bytes:
+        self.done.synchronize()
+        if self.on_done is not None:
+            self.on_done()
+        return self.host.numpy().tobytes()
 
 
 def _greedy(out: DecodeOutputs) -> tuple[torch.Tensor, torch.Tensor] | None:

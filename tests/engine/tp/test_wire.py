@@ -171,3 +171,53 @@ def _deadline(seconds: float):
             raise TimeoutError("nobody read the ring")
 
     return check
+
+
+class _LandsLater:
+    """A stand-in CUDA event: done after `polls` queries (or when waited for)."""
+
+    def __init__(self, polls: int) -> None:
+        self.polls = polls
+
+    def query(self) -> bool:
+        self.polls -= 1
+        return self.polls < 0
+
+    def synchronize(self) -> None:
+        self.polls = -1
+
+
+def test_worker_replies_in_order_while_picks_land(tmp_path):
+    """Rank 0 on a GPU queues a step's picks to the host and moves on: its reply is written
+    once they land, or before the next reply, and never after a later one."""
+    from engine.tp.worker import _Worker
+    from engine.tp.worker_steps import PendingReply
+
+    ctl, back = str(tmp_path / "ctl"), str(tmp_path / "back")
+    ShmRing.create(ctl, 1, 4, 64)
+    ShmRing.create(back, 1, 4, 64)
+    worker = object.__new__(_Worker)  # only its reply logic: no model
+    worker.ctl, worker.reply, worker.wait, worker._pending = ShmRing(ctl, 0), ShmRing(back), \
+        Waiter(check=_deadline(5)), None
+    engine_out, engine_in = ShmRing(ctl), ShmRing(back, 0)
+
+    def pending(value: float, polls: int) -> PendingReply:
+        return PendingReply(torch.tensor([value], dtype=torch.float64), _LandsLater(polls))
+
+    worker._answer(pending(1.0, polls=3))
+    assert not engine_in.ready()  # still landing
+    engine_out.write(b"next", Waiter())
+    assert worker._next_message() == b"next"  # the message came first: step 2 runs first
+    worker._answer(pending(2.0, polls=100))  # ... and step 1's reply is written before it
+    worker._answer(b"logits")  # a command's answer waits for step 2's
+    got = [engine_in.read(Waiter()) for _ in range(3)]
+    assert got[:2] == [np.float64(1.0).tobytes(), np.float64(2.0).tobytes()]
+    assert got[2] == b"logits"
+    worker._answer(pending(3.0, polls=2))  # lands while the worker waits for a message:
+    got_message: list[bytes] = []
+    waiting = threading.Thread(target=lambda: got_message.append(worker._next_message()))
+    waiting.start()
+    assert engine_in.read(Waiter(check=_deadline(5))) == np.float64(3.0).tobytes()  # written
+    engine_out.write(b"later", Waiter())
+    waiting.join(5)
+    assert got_message == [b"later"]
