@@ -40,8 +40,11 @@ def _env(**values: str) -> Iterator[None]:
 
 
 def _cfg(path: str, tp: int, **extra) -> EngineConfig:
-    return EngineConfig(model=path, tensor_parallel_size=tp, device="cuda", dtype="float32",
-                        block_size=16, num_gpu_blocks=256, max_num_seqs=16, **extra)
+    # async scheduling, and a pool of 28 blocks of 4 that _serve's requests must swap to share
+    cfg = dict(model=path, tensor_parallel_size=tp, device="cuda", dtype="float32",
+               block_size=4, num_gpu_blocks=28, num_cpu_blocks=64, preemption_mode="swap",
+               max_num_seqs=16, async_scheduling=True)
+    return EngineConfig(**(cfg | extra))
 
 
 def _greedy(eng: LLMEngine, n: int = 24) -> list[tuple[int, ...]]:
@@ -49,46 +52,8 @@ def _greedy(eng: LLMEngine, n: int = 24) -> list[tuple[int, ...]]:
     return [o.outputs[0].token_ids for o in eng.generate(PROMPTS, params)]
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    return str(save_random_llama(tmp_path_factory.mktemp("tpgpu") / "llama-kv2", TINY_KV2))
-
-
-@pytest.fixture(scope="module")
-def want(model) -> list[tuple[int, ...]]:
-    eng = LLMEngine(_cfg(model, 1))
-    try:
-        return _greedy(eng)
-    finally:
-        eng.close()
-
-
-def test_tp2_graphs_float32_greedy_equals_one_gpu(model, want):
-    eng = LLMEngine(_cfg(model, 2))
-    try:
-        info = eng.engine_info()
-        assert "CUDA graphs" in info["decode steps"], info["decode steps"]
-        assert _greedy(eng) == want
-        wire = eng.runtime.wire
-        assert wire.totals["device_steps"] > 0 and wire.device_step
-        assert wire.message_bytes <= 20 + 8 * len(PROMPTS) * 2 + 4 * len(PROMPTS)
-        assert wire.logits_bytes == 16 * len(PROMPTS)  # the picks alone came back
-    finally:
-        eng.close()
-
-
-def test_tp2_graphs_off_equal_graphs_on(model, want):
-    with _env(PAGEDLAB_TP_GRAPHS="0"):
-        eng = LLMEngine(_cfg(model, 2))
-    try:
-        assert "eagerly" in eng.engine_info()["decode steps"]
-        assert _greedy(eng) == want
-    finally:
-        eng.close()
-
-
 def _serve(eng: LLMEngine) -> list[list[tuple[int, ...]]]:
-    """Beams, sampled n = 2, greedy, a shared prefix (hits), in a pool small enough to swap."""
+    """Beams, sampled n = 2, greedy, a shared prefix (hits), more than the pool holds (swaps)."""
     system = "You are a helpful assistant who answers briefly and well. " * 2
     requests = [(PROMPTS[0], SamplingParams(max_tokens=20, beam_width=2, ignore_eos=True)),
                 (system + "Name a colour.", SamplingParams(max_tokens=40, ignore_eos=True)),
@@ -103,20 +68,41 @@ def _serve(eng: LLMEngine) -> list[list[tuple[int, ...]]]:
     return [done[i] for i in ids]
 
 
-def test_tp2_async_beams_sampling_swaps_and_prefix_hits_equal_one_gpu(model):
-    cfg = dict(block_size=4, num_gpu_blocks=28, num_cpu_blocks=64, preemption_mode="swap",
-               async_scheduling=True)
-    one = LLMEngine(EngineConfig(model=model, device="cuda", dtype="float32", max_num_seqs=16,
-                                 **cfg))
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    return str(save_random_llama(tmp_path_factory.mktemp("tpgpu") / "llama-kv2", TINY_KV2))
+
+
+@pytest.fixture(scope="module")
+def one_gpu(model) -> dict[str, list]:
+    eng = LLMEngine(_cfg(model, 1))
     try:
-        want = _serve(one)
+        return {"greedy": _greedy(eng), "serve": _serve(eng)}
     finally:
-        one.close()
-    eng = LLMEngine(EngineConfig(model=model, device="cuda", dtype="float32", max_num_seqs=16,
-                                 tensor_parallel_size=2, **cfg))
+        eng.close()
+
+
+def test_tp2_graphs_float32_equal_one_gpu_through_every_path(model, one_gpu):
+    """Greedy batches, then beams, sampling, swaps and prefix hits, async scheduling on: each
+    rank's decode steps replay CUDA graphs with the all-reduces inside."""
+    eng = LLMEngine(_cfg(model, 2))
     try:
-        assert _serve(eng) == want
+        info = eng.engine_info()
+        assert "CUDA graphs" in info["decode steps"], info["decode steps"]
+        assert _greedy(eng) == one_gpu["greedy"]
+        assert eng.runtime.wire.totals["device_steps"] > 0
+        assert _serve(eng) == one_gpu["serve"]
         assert eng.scheduler.num_preemptions > 0 and eng.snapshot().metrics.prefix_hit_blocks > 0
+    finally:
+        eng.close()
+
+
+def test_tp2_graphs_off_equal_graphs_on(model, one_gpu):
+    with _env(PAGEDLAB_TP_GRAPHS="0"):
+        eng = LLMEngine(_cfg(model, 2))
+    try:
+        assert "eagerly" in eng.engine_info()["decode steps"]
+        assert _greedy(eng) == one_gpu["greedy"]
     finally:
         eng.close()
 
@@ -124,13 +110,14 @@ def test_tp2_async_beams_sampling_swaps_and_prefix_hits_equal_one_gpu(model):
 def test_tp2_drafts_verified_in_graphs_equal_one_gpu_without_drafts(tmp_path):
     loop = str(save_random_llama(tmp_path / "loop", TINY_KV2, init=0.02))  # greedy output repeats
     params = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
-    one = LLMEngine(_cfg(loop, 1))
+    sync = dict(async_scheduling=False, num_gpu_blocks=256)
+    one = LLMEngine(_cfg(loop, 1, **sync))
     try:
         want = [o.outputs[0].token_ids for o in one.generate(PROMPTS, params)]
     finally:
         one.close()
     eng = LLMEngine(_cfg(loop, 2, speculative_method="ngram", num_speculative_tokens=4,
-                         prompt_lookup_min=1))
+                         prompt_lookup_min=1, **sync))
     try:
         outs = eng.generate(PROMPTS, params)
         assert [o.outputs[0].token_ids for o in outs] == want
