@@ -1,64 +1,73 @@
-"""Tensor parallelism on two GPUs: a random-weight Llama of ~1.1B parameters, TP = 2 against TP = 1.
+"""Tensor parallelism measured: one engine run, and the parts of issue 43's two-GPU table.
 
-The model has TinyLlama-1.1B's shape (22 layers, hidden 2048, 32 query heads, 4 KV heads,
-MLP 5632) with the default model's vocabulary and random weights (engine/tp/models.py), written
-once to a local folder. For TP = 1 (one process, CUDA graphs on, and again eagerly) and TP = 2
-(two worker processes over NCCL, one GPU each, eager), the same greedy batch runs to completion:
+`run()` builds one engine (TP = 1 in this process, or TP = N worker processes), runs a greedy
+batch to completion after a short warm-up at the same batch size, and reports tokens/s, every
+pure decode step's wall time, the engine's own host time in it (the step less the time spent
+waiting for worker 0's reply), worker 0's timings of its decode graph (host work from the
+message to the launch, and the graph's GPU time by CUDA events: PAGEDLAB_TP_TIMING=1), the
+bytes on the wire, the bytes each GPU holds, and the outputs. A one-process engine's decode
+graph is timed the same way, replayed after the run.
 
-- tokens/s over the whole run and the mean decode step (wall time of `engine.step()` in steps
-  that only decode),
-- the bytes each GPU holds (weights and KV pool per rank, and what torch allocated on rank 0),
-- what crosses the wire per decode step (engine -> workers, logits back, all-reduce payload),
-- whether the greedy outputs are equal, in float32 (a shorter run) and in bf16 (the timed runs;
-  an all-reduce adds partial sums in another order than one matmul, so bf16 may part ways).
+Each part (`--part small|equal|big`) is one process: bench/tp_gpu.py starts them with a time
+budget each, so a part that fails or hangs loses only its own numbers. A part writes its JSON
+after every run.
 
-NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0,
-TORCH_SYMM_MEM_DISABLE_MULTICAST=1), as the lab machines require.
-
-    python bench/tensor_parallel.py --out bench/results/tensor_parallel.json     # 2 GPUs
-    python bench/tensor_parallel.py --smoke --out /tmp/tp.json                    # CPU, gloo
+    python bench/tensor_parallel.py --part small --json /tmp/small.json          # 2 GPUs
+    python bench/tensor_parallel.py --part small --smoke --json /tmp/small.json  # CPU, gloo
 """
 
 from __future__ import annotations
 
 import os
 
-# before torch: the workers inherit this environment
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+# before torch: the workers inherit this environment (engine/tp/launch.py forces it too)
+for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+               "NVSHMEM_DISABLE_NVLS": "1"}.items():
+    os.environ[_k] = _v
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.runtime.models import cache_root  # noqa: E402
-from engine.tp.models import LLAMA_1B, TINY_KV2, save_random_llama  # noqa: E402
+from engine.tp.models import LLAMA_1B, LLAMA_8B, TINY_KV2, save_random_llama  # noqa: E402
+
+Spec = tuple[int, int, int]  # requests, prompt tokens, new tokens
 
 
 def prompts(eng: LLMEngine, n: int, length: int) -> list[list[int]]:
     text = ("Tensor parallelism splits every layer's heads over GPUs; the scheduler keeps one "
-            "block table and sends it to every worker at each step. ") * 40
+            "block table and sends each step's changes to every worker. ") * 80
     ids = eng.tokenizer.encode(text)
     return [ids[i * 5: i * 5 + length] for i in range(n)]
 
 
-def run(model: str, tp: int, dtype: str, device: str, batch_spec: tuple[int, int, int],
-        graphs: bool = True) -> dict:
-    n, plen, new = batch_spec
-    blocks = n * -(-(plen + new) // 16) + 16
+def _median_ms(xs: list[float]) -> float | None:
+    return round(1e3 * statistics.median(xs), 4) if xs else None
+
+
+def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool = True,
+        async_: bool = False) -> dict[str, Any]:
+    """One engine, one batch: the numbers of issue 43's table and the outputs."""
+    n, plen, new = spec
+    os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
+    os.environ["PAGEDLAB_TP_TIMING"] = "1"
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
-                       block_size=16, num_gpu_blocks=blocks, max_num_seqs=n,
-                       enable_prefix_caching=False,  # the warm-up's prompts must not be hits
-                       max_num_batched_tokens=max(2048, n * plen))
+                       block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 16,
+                       max_num_seqs=n, enable_prefix_caching=False,  # no hits between runs
+                       max_num_batched_tokens=max(2048, n * plen), async_scheduling=async_)
     start = time.perf_counter()
     eng = LLMEngine(cfg)
     try:
@@ -66,54 +75,99 @@ def run(model: str, tp: int, dtype: str, device: str, batch_spec: tuple[int, int
         if tp == 1 and not graphs:
             eng.runtime.runner.graphs.use_graphs = eng.runtime.runner.graphs.pad = False
         batch = prompts(eng, n, plen)
-        params = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True)
-        # warm-up at the timed batch size (TP = 1 captures its decode graph for it here)
         eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
-        ids = [eng.add_request(p, params) for p in batch]
-        done: dict[int, tuple[int, ...]] = {}
-        decode_steps: list[float] = []
-        wire: list[dict] = []
-        t0 = time.perf_counter()
-        while len(done) < n:
-            s0 = time.perf_counter()
-            res = eng.step()
-            dt = time.perf_counter() - s0
-            if res.num_decodes and not res.num_prefills:
-                decode_steps.append(dt)
-                if tp > 1 and len(wire) < 1:
-                    info = eng.engine_info()
-                    wire.append({k.removeprefix("tp last step: "): v for k, v in info.items()
-                                 if k.startswith("tp last step")} | {"sequences": res.num_decodes})
-            for out in res.finished:
-                done[out.request_id] = out.outputs[0].token_ids
-        seconds = time.perf_counter() - t0
-        info = eng.engine_info()
-        if tp == 1:
-            weights = sum(p.numel() * p.element_size()
-                          for p in eng.runtime.loaded.model.parameters())
-            held = {"weight_bytes": weights, "kv_pool_bytes": info["kv_bytes_per_rank"][0]}
-            if device == "cuda":
-                held["allocated_bytes"] = torch.cuda.memory_allocated()
-            per_gpu = [held]
-        else:
-            per_gpu = [{"weight_bytes": info["weight bytes per rank"], "kv_pool_bytes": kv}
-                       for kv in info["kv_bytes_per_rank"]]
-            per_gpu[0]["allocated_bytes"] = info["device bytes allocated on rank 0 (at start)"]
-        return {
-            "tensor_parallel_size": tp, "graphs": graphs if tp == 1 else False,
-            "startup_s": startup, "seconds": seconds, "tokens_per_s": n * new / seconds,
-            "decode_steps": len(decode_steps),
-            "mean_decode_step_ms": 1e3 * statistics.fmean(decode_steps) if decode_steps else None,
-            "median_decode_step_ms": (1e3 * statistics.median(decode_steps)
-                                      if decode_steps else None),
-            "per_gpu": per_gpu, "wire_per_decode_step": wire[0] if wire else None,
-            "outputs": [done[i] for i in ids],
-        }
+        if tp > 1:
+            eng.runtime.step_timings()  # forget the warm-up's
+        timed = _timed(eng, batch, SamplingParams(max_tokens=new, temperature=0.0,
+                                                  ignore_eos=True), tp)
+        out = {"tensor_parallel_size": tp, "graphs": graphs, "async_scheduling": async_,
+               "dtype": dtype, "startup_s": round(startup, 2), **timed,
+               "tokens_per_s": round(n * new / timed["seconds"], 1),
+               "per_gpu": _held(eng, tp, device)}
+        if tp > 1:
+            out["worker0"] = _worker_medians(eng.runtime.step_timings())
+            out["wire_totals"] = dict(eng.runtime.wire.totals)
+            out["decode_steps_on"] = eng.engine_info()["decode steps"]
+        elif device == "cuda" and graphs:
+            out["graph_gpu_ms"] = _replay_ms(eng, n)
+        return out
     finally:
         eng.close()
 
 
-def compare(a: list, b: list) -> dict:
+def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: int
+           ) -> dict[str, Any]:
+    ids = [eng.add_request(p, params) for p in batch]
+    done: dict[int, tuple[int, ...]] = {}
+    steps, hosts, sent = [], [], []
+    t0 = time.perf_counter()
+    while len(done) < len(ids):
+        waited = eng.runtime.reply_wait_s if tp > 1 else 0.0
+        s0 = time.perf_counter()
+        res = eng.step()
+        dt = time.perf_counter() - s0
+        if res.num_decodes and not res.num_prefills:
+            steps.append(dt)
+            if tp > 1:
+                hosts.append(dt - (eng.runtime.reply_wait_s - waited))
+                sent.append(eng.runtime.wire.message_bytes)
+        for o in res.finished:
+            done[o.request_id] = o.outputs[0].token_ids
+    seconds = time.perf_counter() - t0
+    out = {"seconds": round(seconds, 4), "decode_steps": len(steps),
+           "median_decode_step_ms": _median_ms(steps),
+           "mean_decode_step_ms": round(1e3 * statistics.fmean(steps), 4) if steps else None,
+           "outputs": [list(done[i]) for i in ids]}
+    if tp > 1:
+        out["median_engine_host_ms"] = _median_ms(hosts)
+        out["message_bytes_per_decode_step"] = {"median": statistics.median(sent),
+                                                "max": max(sent)} if sent else None
+    return out
+
+
+def _worker_medians(t: dict[str, Any]) -> dict[str, Any]:
+    return {"device_steps_timed": t["steps"],
+            "median_host_to_launch_ms": _med(t["host_to_launch_ms"]),
+            "median_graph_gpu_ms": _med(t["graph_gpu_ms"]),
+            "median_whole_ms": _med(t["whole_ms"])}
+
+
+def _med(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None
+
+
+def _replay_ms(eng: LLMEngine, n: int, reps: int = 20) -> float | None:
+    """A one-process engine's decode graph for n sequences, replayed: its GPU time (ms). The
+    buffers still hold the run's last step, whose sequences are gone: it rewrites free slots."""
+    g = eng.runtime.runner.graphs
+    key = (g.bucket(n), 1)
+    if key not in g.graphs:
+        return None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g.graphs[key].replay()
+    start.record()
+    for _ in range(reps):
+        g.graphs[key].replay()
+    end.record()
+    end.synchronize()
+    return round(start.elapsed_time(end) / reps, 4)
+
+
+def _held(eng: LLMEngine, tp: int, device: str) -> list[dict[str, Any]]:
+    info = eng.engine_info()
+    if tp > 1:
+        per = [{"weight_bytes": info["weight bytes per rank"], "kv_pool_bytes": kv}
+               for kv in info["kv_bytes_per_rank"]]
+        per[0]["allocated_bytes"] = info["device bytes allocated on rank 0 (at start)"]
+        return per
+    weights = sum(p.numel() * p.element_size() for p in eng.runtime.loaded.model.parameters())
+    held = {"weight_bytes": weights, "kv_pool_bytes": info["kv_bytes_per_rank"][0]}
+    if device == "cuda":
+        held["allocated_bytes"] = torch.cuda.memory_allocated()
+    return [held]
+
+
+def compare(a: list, b: list) -> dict[str, Any]:
     same = sum(x == y for x, y in zip(a, b, strict=True))
     first = [next((i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q), None)
              for x, y in zip(a, b, strict=True)]
@@ -121,61 +175,116 @@ def compare(a: list, b: list) -> dict:
             "first_difference_at": [f for f in first if f is not None][:16]}
 
 
+def drop_loaded_models() -> None:
+    """Let go of the models this process loaded (TP = 1 runs), before workers load theirs."""
+    from engine.runtime import models
+
+    models._LOADED.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---- the parts of issue 43's table ---------------------------------------------------------------
+
+def model_folder(name: str, smoke: bool, root: str) -> str:
+    """The random model of a part, written once: TinyLlama-1.1B's shape ("small") or
+    Llama-3-8B's ("big"), bf16, drawn on the GPU; the CPU smoke's two-layer model instead."""
+    if smoke:
+        return str(save_random_llama(Path(root) / "llama-kv2", TINY_KV2))
+    shape, tie = (LLAMA_1B, True) if name == "small" else (LLAMA_8B, False)
+    return str(save_random_llama(Path(root) / f"llama-{name}", shape, dtype=torch.bfloat16,
+                                 device="cuda", tie=tie))
+
+
+# (name, tensor-parallel size, graphs, async scheduling); TP = 1 runs first (then unloaded)
+RUNS = {
+    "small": [("tp1_sync", 1, True, False), ("tp1_async", 1, True, True),
+              ("tp2_sync", 2, True, False), ("tp2_async", 2, True, True),
+              ("tp2_eager_sync", 2, False, False)],
+    "equal": [("tp1", 1, True, False), ("tp2_sync", 2, True, False), ("tp2_async", 2, True, True)],
+    "big": [("tp1_async", 1, True, True), ("tp1_sync", 1, True, False),
+            ("tp2_async", 2, True, True), ("tp2_sync", 2, True, False)],
+}
+SPECS = {"small": (32, 128, 128), "equal": (8, 64, 32), "big": (64, 256, 64)}
+
+
+def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float) -> None:
+    """Run one part's engines in turn, each guarded; the JSON is rewritten after each."""
+    device = "cpu" if smoke else "cuda"
+    dtype = "float32" if smoke or name == "equal" else "bfloat16"
+    spec = (4, 16, 8) if smoke else SPECS[name]
+    out: dict[str, Any] = {"part": name, "device": device, "dtype": dtype, "spec": spec,
+                           "gpus": torch.cuda.device_count(), "torch": torch.__version__,
+                           "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE",
+                                   "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")},
+                           "runs": {}}
+    if device == "cuda":
+        out["device_name"] = torch.cuda.get_device_name()
+    t0 = time.perf_counter()
+    folder = model_folder("small" if name == "equal" else name, smoke, model_dir)
+    out["model"] = {"folder": folder, "build_or_find_s": round(time.perf_counter() - t0, 1),
+                    "config": json.loads((Path(folder) / "config.json").read_text())}
+    _write(out, out_path)
+    state = {"longest": 0.0, "broken": None}
+    unloaded = False
+    for run_name, tp, graphs, async_ in RUNS[name]:
+        if tp > 1 and not unloaded:
+            drop_loaded_models()
+            unloaded = True
+        for attempt in range(2):  # a TP run whose graphs fail is run again with eager workers
+            eager = tp > 1 and bool(state["broken"])
+            retry = _guarded_run(out, run_name, state, deadline, attempt,
+                                 (folder, tp, dtype, device, spec, graphs and not eager, async_))
+            _write(out, out_path)
+            if not retry:
+                break
+
+
+def _guarded_run(out: dict[str, Any], run_name: str, state: dict[str, Any], deadline: float,
+                 attempt: int, args: tuple) -> bool:
+    """One engine run into out["runs"], never raising; True when it should run again with
+    eager workers (its workers' graphs failed)."""
+    left = deadline - time.time()
+    if left < 1.3 * state["longest"]:
+        out["runs"][run_name] = {"skipped": f"{left:.0f} s left, the longest run took "
+                                            f"{state['longest']:.0f} s"}
+        return False
+    r0 = time.perf_counter()
+    tp, graphs = args[1], args[5]
+    try:
+        out["runs"][run_name] = run(*args) | {"graphs_failed_earlier": state["broken"]}
+        return False
+    except Exception as err:  # noqa: BLE001 - fail soft: the other runs' numbers stay
+        traceback.print_exc()
+        out["runs"][run_name] = {"error": f"{type(err).__name__}: {str(err)[:2000]}"}
+        if tp > 1 and graphs and not attempt:
+            state["broken"] = out["runs"][run_name]["error"]
+            return True
+        return False
+    finally:
+        state["longest"] = max(state["longest"], time.perf_counter() - r0)
+
+
+def _write(out: dict[str, Any], path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/results/tensor_parallel.json")
-    ap.add_argument("--tp", type=int, default=2)
-    ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--model-dir", default=None, help="where the random model is written")
-    ap.add_argument("--smoke", action="store_true", help="CPU, gloo, a tiny model: checks the script")
+    ap.add_argument("--part", choices=sorted(RUNS), required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--smoke", action="store_true", help="CPU, gloo, a two-layer model")
+    ap.add_argument("--model-dir", default=None, help="where the random models are written")
+    ap.add_argument("--deadline", type=float, default=None, help="epoch seconds: skip runs after")
     args = ap.parse_args()
-    if args.smoke:
-        device, shape, half = "cpu", TINY_KV2, "float32"
-        args.requests, args.prompt_len, args.new_tokens = 4, 16, 8
-        folder = Path(args.model_dir or cache_root() / "random-llama-kv2") / "llama-kv2"
-        save_random_llama(folder, shape)
-    else:
-        if torch.cuda.device_count() < args.tp:
-            sys.exit(f"needs {args.tp} GPUs, torch sees {torch.cuda.device_count()}; "
-                     f"--smoke runs the CPU check of this script")
-        device, shape, half = "cuda", LLAMA_1B, "bfloat16"
-        folder = Path(args.model_dir or cache_root() / "random-llama-1.1b") / "llama-1.1b"
-        save_random_llama(folder, shape, dtype=torch.bfloat16)
-    spec = (args.requests, args.prompt_len, args.new_tokens)
-    params = (shape["hidden_size"] * shape["intermediate_size"] * 3 * shape["num_hidden_layers"]
-              + shape["hidden_size"] * shape["head_dim"] * shape["num_hidden_layers"]
-              * (2 * shape["num_attention_heads"] + 2 * shape["num_key_value_heads"]))
-    result: dict = {
-        "device": (torch.cuda.get_device_name() if device == "cuda" else f"cpu x{os.cpu_count()}"),
-        "gpus": torch.cuda.device_count() if device == "cuda" else 0,
-        "torch": torch.__version__, "python": platform.python_version(),
-        "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")},
-        "model": {"shape": shape, "layer_parameters": params, "folder": str(folder)},
-        "dtype": half, "requests": spec[0], "prompt_len": spec[1], "new_tokens": spec[2],
-        "smoke": args.smoke,
-    }
-    tp1 = run(str(folder), 1, half, device, spec, graphs=True)
-    tp1_eager = run(str(folder), 1, half, device, spec, graphs=False) if device == "cuda" else None
-    tpn = run(str(folder), args.tp, half, device, spec)
-    result["tp1"], result[f"tp{args.tp}"] = tp1, tpn
-    if tp1_eager:
-        result["tp1_eager"] = tp1_eager
-    result[f"tp{args.tp}_vs_tp1_greedy_{half}"] = compare(tp1["outputs"], tpn["outputs"])
-    if half != "float32":  # equality where rounding order cannot decide: float32, a short run
-        short = (min(8, spec[0]), spec[1], 32)
-        a = run(str(folder), 1, "float32", device, short, graphs=False)
-        b = run(str(folder), args.tp, "float32", device, short)
-        result[f"tp{args.tp}_vs_tp1_greedy_float32"] = compare(a["outputs"], b["outputs"])
-    base = tp1_eager or tp1
-    result[f"tp{args.tp}_over_tp1_tokens_per_s"] = tpn["tokens_per_s"] / base["tokens_per_s"]
-    for r in (tp1, tp1_eager, tpn):
-        if r:
-            r.pop("outputs")
-    print(json.dumps(result, indent=1))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    if not args.smoke and torch.cuda.device_count() < 2:
+        sys.exit(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}; --smoke runs on a CPU")
+    root = args.model_dir or str(cache_root() / "random-llama-tp")
+    part(args.part, args.smoke, args.json, root, args.deadline or time.time() + 3600)
 
 
 if __name__ == "__main__":

@@ -105,9 +105,6 @@ class EngineConfig:
         _positive_int("tensor_parallel_size", self.tensor_parallel_size, MAX_TENSOR_PARALLEL)
         if not isinstance(self.async_scheduling, bool):
             raise ValueError(f"async_scheduling must be True or False, got {self.async_scheduling!r}")
-        if self.async_scheduling and self.tensor_parallel_size > 1:
-            raise ValueError("async_scheduling feeds each step's tokens to the next on one GPU; it "
-                             "does not work with tensor_parallel_size > 1 (turn one of them off)")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise ValueError(f"enable_chunked_prefill must be True or False, "
                              f"got {self.enable_chunked_prefill!r}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -151,10 +151,16 @@ class DecodeGraphs:
         are checked to name blocks of the pool; None comes back, and nothing runs, when one does
         not. `feed(ids)` writes token ids the host does not have yet into the device's ids
         (async scheduling: ids is [B, q], a row's first token)."""
-        n, q = len(step.positions), step.q
         size = self.prepare(step, num_blocks)
         if size is None:
             return None
+        return self.replay(size, len(step.positions), step.q, feed)
+
+    @torch.inference_mode()
+    def replay(self, size: int, n: int, q: int,
+               feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs:
+        """The step `prepare` (or `load`) put into the buffers, for its n sequences in bucket
+        `size`: replayed (a GPU) or computed eagerly."""
         if feed is not None:
             feed(self.buffer[:size * q].view(size, q))
         if not self.use_graphs:
@@ -168,9 +174,6 @@ class DecodeGraphs:
     def prepare(self, step: DecodeStep, num_blocks: int | None = None) -> int | None:
         """The step's inputs into the device's buffer and its table changes into the persistent
         tables; returns the bucket it runs in (None: a block id outside the pool was sent)."""
-        n = len(step.positions)
-        size = self.bucket(n)
-        self._next_host()
         rows = self.state.rows_for(step.keys)
         index: list[int] = []
         value: list[int] = []
@@ -178,17 +181,28 @@ class DecodeGraphs:
         if num_blocks is not None and value and (min(value) < 0 or max(value) >= num_blocks):
             self.state = PersistentTables(self.num_groups, self.max_batch, self.width, self.device)
             return None
+        size = self.load(step, rows, index, value)
+        if self.check_tables:
+            self.state.check(rows, step.tables)
+        return size
+
+    def load(self, step: DecodeStep, rows: Sequence[int], index: Sequence[int],
+             value: Sequence[int]) -> int:
+        """The device half of `prepare`: the step's inputs, its rows and the (flat index, block
+        id) changes of the persistent tables into the buffers, the changes scattered. A
+        tensor-parallel worker calls it with the rows and changes its engine worked out (the
+        engine keeps the host half: engine/tp/device_batch.py). Returns the bucket."""
+        size = self.bucket(len(rows))
+        self._next_host()
         used = self._fill(step, rows, size, index, value)
         self.buffer[:used].copy_(self.host[:used], non_blocking=True)
         if self.use_graphs:
             self._copied[self._turn] = torch.cuda.Event()
             self._copied[self._turn].record()
-        if index:
+        if len(index):  # lists here, numpy arrays from a tensor-parallel engine's message
             at, m = self._at["changes"], len(index)
             flat = self.state.tables.view(-1)
             flat.index_copy_(0, self.buffer[at:at + m].long(), self.buffer[at + m:at + 2 * m])
-        if self.check_tables:
-            self.state.check(rows, step.tables)
         return size
 
     @torch.inference_mode()
@@ -249,8 +263,8 @@ class DecodeGraphs:
         self.host = self._hosts[self._turn]
         self._host_np = self.host.numpy()
 
-    def _fill(self, step: DecodeStep, rows: list[int], size: int, index: list[int],
-              value: list[int]) -> int:
+    def _fill(self, step: DecodeStep, rows: Sequence[int], size: int, index: Sequence[int],
+              value: Sequence[int]) -> int:
         h, at, n, q = self._host_np, self._at, len(rows), step.q
         h[0:n * q] = step.tokens
         p, d, r = at["positions"], at["drafts"], at["rows"]
@@ -262,7 +276,7 @@ class DecodeGraphs:
             h[p + n:p + size] = -1
             h[d + n:d + size] = 0
             h[r + n:r + size] = self.state.pad_row
-        if not index:
+        if not len(index):
             return at["changes"]
         if len(index) > self._room:
             raise ValueError("more changed table entries than the decode buffers hold")

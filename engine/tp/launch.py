@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.tp.comm import PollingWaiter, broadcast_object
-
 STOP_TIMEOUT_S = 5.0  # how long close() lets workers exit on their own before killing them
+# NVLink multicast stays off in every worker, whatever the caller's environment says: a program
+# that uses it can put a shared host's GPUs out of service (the lab machines require these)
+SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 class WorkerProcess:
@@ -65,8 +67,8 @@ class Workers:
     store: Any
     folder: str
     lifeline: int | None = None  # the pipe's write end: closing it tells the workers to go
-    ctl: Any = None
-    replies: list[Any] = field(default_factory=list)
+    ctl: Any = None  # engine/tp/shm_ring.ShmRing: the engine's messages to every worker
+    replies: list[Any] = field(default_factory=list)  # each worker's ring back
     stopped: bool = False
 
 
@@ -79,6 +81,7 @@ def start_workers(size: int, folder: str, store_path: str, config: dict[str, Any
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # the folder that holds `engine`
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update(SAFE_NCCL_ENV)
     procs: list[WorkerProcess] = []
     try:
         for rank in range(size):
@@ -103,10 +106,18 @@ def stop_workers(w: Workers, polite: bool) -> None:
     if w.stopped:
         return
     w.stopped = True
-    if polite and w.ctl is not None:
+    if polite and w.ctl is not None and all(p.is_alive() for p in w.procs):
+        from engine.tp.shm_ring import Waiter
+        from engine.tp.step_message import encode_object
+
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+
+        def give_up() -> None:  # a full ring nobody reads: kill below
+            if time.monotonic() > deadline:
+                raise TimeoutError("the workers did not take the stop message")
+
         try:
-            waiter = PollingWaiter(lambda: None, STOP_TIMEOUT_S)  # nobody to name: just stop
-            broadcast_object(w.ctl, {"cmd": "stop"}, 0, 0, waiter)
+            w.ctl.write(encode_object({"cmd": "stop"}), Waiter(0.0, 0.001, give_up))
         except Exception:  # noqa: BLE001 - a worker already gone: kill below
             pass
     deadline = time.monotonic() + (STOP_TIMEOUT_S if polite else 0)
@@ -119,6 +130,8 @@ def stop_workers(w: Workers, polite: bool) -> None:
     if w.lifeline is not None:
         os.close(w.lifeline)
         w.lifeline = None
-    # Only now drop the groups: their pending transfers fail fast once the peers are gone.
+    for ring in [w.ctl, *w.replies]:
+        if ring is not None:
+            ring.close()
     w.ctl, w.replies = None, []
     shutil.rmtree(w.folder, ignore_errors=True)

@@ -3,66 +3,61 @@
 `TPRuntime` stands in for `runtime.Runtime` when `EngineConfig.tensor_parallel_size > 1`. The
 engine process keeps everything that decides: the scheduler, the block tables, prefix caching,
 copy-on-write, preemption, sampling and the op log. It holds no weights and no KV tensors. The
-N workers (engine/tp/worker.py, each its own `python -m`, started by engine/tp/launch.py) hold
-a shard of the heads each and their slice of every block.
+N workers (engine/tp/worker.py, each its own `python -m`, started by engine/tp/link.py) hold a
+shard of the heads each and their slice of every block.
 
 Why the engine is not itself rank 0 (as vLLM's driver worker is): the app runs one engine per
 browser session inside one process, and a process can join only one default process group;
 a separate scheduler process also survives a crashing worker to report it. The cost is one more
 hop for what the sampler needs (worker 0 -> engine).
 
-Per step the engine sends one message (tokens, positions as `num_computed`, block tables, and
-the copy / swap lists queued since the last step) and gets back from worker 0 each row's greedy
-token and log probability; the full logits follow only when a request samples or searches beams
-(`RemoteScores`).
+Each step is one message through shared memory (engine/tp/step_message.py). A step the workers
+run from their decode buffers (decodes, drafts, short prompt rests) sends only its tokens,
+positions and the table entries that changed (engine/tp/device_batch.py keeps the rows); any
+other step sends its items whole. Copies and swaps ride with the next message, in order. Worker
+0 replies with each row's greedy pick (16 bytes a row); the full logits follow only when a
+request samples or searches beams (`RemoteScores`). Under async scheduling the reply is read
+when the step lands, and the next step's greedy tokens are read on the workers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
-import time
-import weakref
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
-import torch.distributed as dist
 
 from engine.config import EngineConfig
 from engine.core.kv_groups import groups_of
-from engine.runtime.decode_graphs import DEFAULT_VERIFY_COST
 from engine.runtime.protocols import Feed, StepItem
-from engine.tp.comm import PollingWaiter, broadcast_object, gloo_group
-from engine.tp.launch import Workers, start_workers, stop_workers
-from engine.tp.remote_scores import RemoteScores
+from engine.tp.device_batch import DeviceBatch, GraphSpec
+from engine.tp.link import START_TIMEOUT_S, TensorParallelError, start_link
+from engine.tp.remote_scores import RemoteScores, StepReply, WorkerTokens
 from engine.tp.shard import check_tp_size
+from engine.tp.step_message import encode_device_step, encode_object
 
-START_TIMEOUT_S = 600.0  # loading and sharding a model in every worker
-STEP_TIMEOUT_S = 120.0  # the longest a step may take before the engine calls a worker stuck
-_START_HINT = " (its output, if it left any, is on stderr above)"
-
-
-class TensorParallelError(RuntimeError):
-    """A tensor-parallel worker died, hung or failed; the engine stopped all of them."""
+__all__ = ["TPRuntime", "TensorParallelError", "WireStats"]
 
 
 @dataclass
 class WireStats:
     """What crossed the wire in the last step that ran the model."""
 
-    message_bytes: int = 0  # engine -> every worker: tokens, block tables, copy / swap lists
+    message_bytes: int = 0  # engine -> every worker: the step's message, copies included
     logits_bytes: int = 0  # worker 0 -> engine: greedy picks, and logits where a request samples
     tokens: int = 0  # tokens the step computed
     all_reduces: int = 0  # among the workers: two per layer
     all_reduce_bytes: int = 0  # the payload of those all-reduces (each is tokens x hidden)
+    device_step: bool = False  # whether the workers ran it from their decode buffers
     totals: dict[str, int] = field(default_factory=lambda: {"steps": 0, "message_bytes": 0,
-                                                            "logits_bytes": 0})
+                                                            "logits_bytes": 0, "device_steps": 0})
 
 
 class TPRuntime:
@@ -74,7 +69,6 @@ class TPRuntime:
 
         n = config.tensor_parallel_size
         self.size = n
-        self.step_timeout_s = STEP_TIMEOUT_S
         device = resolve_device(config.device)
         if device.type == "cuda" and torch.cuda.device_count() < n:
             raise ValueError(f"tensor_parallel_size={n} needs {n} GPUs (one per rank); torch "
@@ -82,52 +76,21 @@ class TPRuntime:
         known = _peek_heads(config.model)
         if known is not None:  # fail before spawning anything when the config is at hand
             check_tp_size(n, known[0], known[1], config.model)
-        folder = tempfile.mkdtemp(prefix="pagedlab-tp-")  # private (0700): the store's file
-        store = dist.FileStore(os.path.join(folder, "store"), n + 1)
-        store.set_timeout(timedelta(seconds=start_timeout_s))
-        threads = max(1, (os.cpu_count() or 1) // n)
-        self._w = Workers([], store, folder)
-        self._finalizer = weakref.finalize(self, stop_workers, self._w, True)
-        self._error: str | None = None
+        # a benchmark may want a hung start or step to fail sooner than a server would
+        start_timeout_s = float(os.environ.get("PAGEDLAB_TP_START_TIMEOUT_S", start_timeout_s))
+        self._link = start_link(n, config.to_dict(), start_timeout_s)
+        if "PAGEDLAB_TP_STEP_TIMEOUT_S" in os.environ:
+            self._link.step_timeout_s = float(os.environ["PAGEDLAB_TP_STEP_TIMEOUT_S"])
         self.wire = WireStats()
         self.num_tokens_computed = 0
-        self._steps = 0  # forward passes run: which step's logits worker 0 holds
-        try:
-            self._w.procs, self._w.lifeline = start_workers(
-                n, folder, os.path.join(folder, "store"), config.to_dict(), threads)
-            self._await_ready(start_timeout_s)
-            self._w.ctl = gloo_group(store, "ctl", 0, n + 1, start_timeout_s)
-            self._w.replies = [gloo_group(store, f"reply{r}", 0, 2, start_timeout_s)
-                               for r in range(n)]
-            hello, _ = broadcast_object(self._w.replies[0], None, 1, 0,
-                                        PollingWaiter(self._check_alive, start_timeout_s))
-        except BaseException as err:
-            stop_workers(self._w, polite=False)
-            if isinstance(err, ValueError) or not isinstance(err, Exception):
-                raise  # a bad setting (the user's fix), or Ctrl-C
-            hint = _START_HINT if "no error report" in str(err) else ""
-            if isinstance(err, TensorParallelError):
-                raise TensorParallelError(f"{err}{hint}") from err
-            raise TensorParallelError(f"starting {n} tensor-parallel workers failed: "
-                                      f"{type(err).__name__}: {err}{hint}") from err
-        self._describe(hello, config)
+        self._async = config.async_scheduling
+        self._steps = 0  # forward passes sent: which step's logits worker 0 holds
+        self._replied = 0  # step replies read from worker 0
+        self._unclaimed: dict[int, bytes] = {}  # replies read before their scores asked
         self._pending: list[tuple[str, list[tuple[int, int]]]] = []
-
-    # ---- startup --------------------------------------------------------------------------------
-
-    def _await_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        store, n = self._w.store, self.size
-        while not all(store.check([f"ready/{r}"]) for r in range(n)):
-            errors = self._worker_errors()
-            bad = [e for e in errors.values() if e.startswith("ValueError")]
-            if bad:  # a bad setting (e.g. a size that does not divide the heads): the user's fix
-                raise ValueError(bad[0].removeprefix("ValueError: "))
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise TensorParallelError(f"the {n} tensor-parallel workers were not ready "
-                                          f"within {timeout_s:g} s")
-            time.sleep(0.05)
+        self._describe(dict(self._link.hello), config)
+        self.batch = DeviceBatch(GraphSpec(**self.model_info["graphs"]),
+                                 check=config.tracks_kv_content)
 
     def _describe(self, hello: dict[str, Any], config: EngineConfig) -> None:
         from engine.runtime.runtime import HFTokenizer
@@ -148,91 +111,91 @@ class TPRuntime:
             max_position_embeddings=hello["max_positions"],
             config=SimpleNamespace(hidden_size=hello["hidden"]))
 
-    # ---- health ---------------------------------------------------------------------------------
+    @property
+    def folder(self) -> str:
+        """The private folder of the workers' rings and store (removed when they stop)."""
+        return self._link.folder
 
-    def _worker_errors(self) -> dict[int, str]:
-        out = {}
-        for r in range(self.size):
-            key = f"error/{r}"
-            if self._w.store.check([key]):
-                out[r] = self._w.store.get(key).decode(errors="replace")
-        return out
+    @property
+    def step_timeout_s(self) -> float:
+        """The longest a step may take before the engine calls a worker stuck."""
+        return self._link.step_timeout_s
 
-    def _check_alive(self) -> None:
-        dead = [(r, p) for r, p in enumerate(self._w.procs) if p.exitcode is not None]
-        if dead:
-            time.sleep(0.05)  # let a dying worker's report reach the store
-            errors = self._worker_errors()
-            parts = []
-            for r, p in dead:
-                why = errors.get(r, "no error report: killed or crashed")
-                parts.append(f"rank {r} (pid {p.pid}) exited with code {p.exitcode}: {why}")
-            raise TensorParallelError("tensor-parallel worker died: " + "; ".join(parts))
+    @step_timeout_s.setter
+    def step_timeout_s(self, seconds: float) -> None:
+        self._link.step_timeout_s = seconds
 
-    def _call(self, fn: Any, *args: Any) -> Any:
-        """Run one exchange with the workers; any failure stops them all and is reported."""
-        if self._error is not None:
-            raise TensorParallelError(f"{self._error}. This engine's workers are stopped; build a "
-                                      f"new engine (the session replays its log)")
-        if self._w.stopped:
-            raise TensorParallelError("this engine was closed and its workers are stopped; build "
-                                      "a new engine")
-        try:
-            return fn(*args)
-        except Exception as err:  # noqa: BLE001 - dead peer, timeout, transport error
-            msg = str(err) if isinstance(err, TensorParallelError | TimeoutError) else (
-                f"talking to the tensor-parallel workers failed ({type(err).__name__}: "
-                f"{str(err)[:300]})")
-            # A closed connection usually means a worker died: wait briefly for its exit status
-            # (the fork server reports it a moment later) so the message can name it.
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline:
-                try:
-                    self._check_alive()
-                except TensorParallelError as dead:
-                    msg = str(dead)
-                    break
-                if isinstance(err, TimeoutError):
-                    break  # a stuck worker is alive: nothing to wait for
-                time.sleep(0.02)
-            self._error = msg
-            stop_workers(self._w, polite=False)
-            raise TensorParallelError(f"{msg}; the engine stopped all {self.size} workers") from err
-
-    def _send(self, msg: dict[str, Any]) -> int:
-        msg["cache_ops"], self._pending = self._pending, []
-        waiter = PollingWaiter(self._check_alive, self.step_timeout_s)
-        return broadcast_object(self._w.ctl, msg, 0, 0, waiter)[1]
-
-    def _receive(self, rank: int, out: torch.Tensor) -> torch.Tensor:
-        waiter = PollingWaiter(self._check_alive, self.step_timeout_s)
-        waiter(self._w.replies[rank].broadcast(out, 1), f"reply of rank {rank}")
-        return out
-
-    # ---- Runtime's interface --------------------------------------------------------------------
+    # ---- steps ----------------------------------------------------------------------------------
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> RemoteScores:
         """One forward pass over `items` (engine/runtime/protocols.py's StepItem), run by every
-        worker. No `feed`: the picks of these scores come back over the wire (`can_overlap` is
-        False), so no step starts before the host has its tokens."""
-        if feed:
-            raise ValueError("a tensor-parallel step cannot read tokens left on a device: its "
-                             "scores never overlap (RemoteScores.can_overlap is False)")
-        # plain ints for the wire; no key: the workers run every step eagerly (no device rows)
-        items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed), _ids(it.block_table),
-                          int(it.num_logits), tuple(map(_ids, it.group_tables))) for it in items]
+        worker. `feed` (async scheduling): items whose one new token the last step picked,
+        read on the workers (or given by the host, for a sampled draw)."""
+        self._link.check_usable()  # a failed step may have left tokens nobody will answer for
+        items = list(items)
+        fed = self._fed(items, feed)
+        plan = self.batch.plan(items, [i for i, _ in fed])
+        if plan is not None:  # the tables are read, not copied: only what changed is sent
+            plan.feed = [v for pair in fed for v in pair]
+            plan.cache_ops, self._pending = self._pending, []
+            payload = encode_device_step(plan)
+        else:  # plain ints for the pickle
+            items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed),
+                              _ids(it.block_table), int(it.num_logits),
+                              tuple(map(_ids, it.group_tables)), it.key) for it in items]
+            payload = encode_object({"cmd": "execute", "items": items, "feed": fed or None,
+                                     "cache_ops": self._pending})
+            self._pending = []
         rows = sum(it.num_logits for it in items)
-
-        def run() -> torch.Tensor:
-            sent = self._send({"cmd": "execute", "items": items})
-            picks = self._receive(0, torch.empty((rows, 2), dtype=torch.float64))
-            self._count(sent, picks, sum(len(it.token_ids) for it in items))
-            return picks
-
-        picks = self._call(run)
+        self._link.call(self._link.send, payload)
         self._steps += 1
-        greedy = [(int(t), float(lp)) for t, lp in picks.tolist()]
-        return RemoteScores(greedy, self._fetch_logits, self._steps)
+        step = self._steps
+        self._count(len(payload), 16 * rows, sum(len(it.token_ids) for it in items),
+                    plan is not None)
+        return RemoteScores(StepReply(lambda: self._reply_of(step)), rows, self._fetch_logits,
+                            step, overlap=self._async)
+
+    def _fed(self, items: list[StepItem], feed: Feed | None) -> list[tuple[int, int]]:
+        """The (item, row) pairs whose token the workers read from their last picks; tokens a
+        sampled draw left on the host are written into the items instead."""
+        if not feed:
+            return []
+        pairs, where = feed
+        if not isinstance(where, WorkerTokens):
+            raise ValueError("a tensor-parallel step reads the last step's tokens from its own "
+                             "workers' picks")
+        if where.host is not None:
+            for i, row in pairs:
+                items[i] = items[i]._replace(token_ids=[where.host[row]])
+            return []
+        if where.step != self._steps:
+            raise RuntimeError(f"a step reads the picks of step {where.step}, but the workers "
+                               f"hold those of step {self._steps}")
+        return [(int(i), int(r)) for i, r in pairs]
+
+    def _reply_of(self, step: int) -> bytes:
+        """Worker 0's reply to `step`."""
+        return self._link.call(self._take_reply, step)
+
+    def _take_reply(self, step: int) -> bytes | None:
+        """Read worker 0's replies up to `step`'s (they come in order). Earlier ones wait for
+        their scores: under async scheduling the step before may land after this one's picks
+        were read; older ones nobody claimed (a prompt's chunk samples nothing) are dropped."""
+        while self._replied < step:
+            self._replied += 1
+            self._unclaimed[self._replied] = self._link.reply(0, "picks")
+        for old in [s for s in self._unclaimed if s < step - 1]:
+            del self._unclaimed[old]
+        return self._unclaimed.pop(step, None)
+
+    def _ask(self, msg: dict[str, Any]) -> None:
+        """A command to the workers (inside `call`), after every step reply worker 0 owes (its
+        replies come in order), with the copies queued so far (the inspector must read them
+        done)."""
+        if self._replied < self._steps:
+            self._unclaimed[self._steps] = self._take_reply(self._steps)
+        msg["cache_ops"], self._pending = self._pending, []
+        self._link.send_object(msg)
 
     def _fetch_logits(self, step: int, rows: int) -> torch.Tensor:
         """The full logits of step `step`, which worker 0 still holds if no step came since."""
@@ -241,36 +204,55 @@ class TPRuntime:
                                "last step's logits")
 
         def run() -> torch.Tensor:
-            self._send({"cmd": "logits"})
-            return self._receive(0, torch.empty((rows, self.model_info["logits_dim"]),
-                                                dtype=torch.float32))
+            self._ask({"cmd": "logits"})
+            raw = self._link.reply(0, "logits")
+            return torch.from_numpy(np.frombuffer(raw, dtype=np.float32).copy()).view(rows, -1)
 
-        logits = self._call(run)
+        logits = self._link.call(run)
         self.wire.logits_bytes += logits.numel() * 4
         self.wire.totals["logits_bytes"] += logits.numel() * 4
         return logits
 
-    def _count(self, sent: int, picks: torch.Tensor, tokens: int) -> None:
+    def _count(self, sent: int, back: int, tokens: int, device_step: bool) -> None:
         layers, hidden = self.model_info["layers"], self.model_info["hidden"]
         w = self.wire
-        w.message_bytes, w.logits_bytes, w.tokens = sent, picks.numel() * 8, tokens
+        w.message_bytes, w.logits_bytes, w.tokens = sent, back, tokens
         w.all_reduces = 2 * layers
         w.all_reduce_bytes = 2 * layers * tokens * hidden * self.element_size
+        w.device_step = device_step
         w.totals["steps"] += 1
+        w.totals["device_steps"] += device_step
         w.totals["message_bytes"] += sent
-        w.totals["logits_bytes"] += w.logits_bytes
+        w.totals["logits_bytes"] += back
         self.num_tokens_computed += tokens
 
-    # Copies and swaps ride with the next message, in order: every rank applies them to its own
-    # slice of the same block ids before it runs that step.
+    def step_timings(self) -> dict[str, Any]:
+        """Worker 0's timings of its device steps since the last call (ms: host work from the
+        message to the graph's launch, the graph's GPU time, the whole step there), when its
+        process was started with PAGEDLAB_TP_TIMING=1; and the engine's time spent waiting for
+        replies (s, summed). For the bench."""
+        def run() -> dict[str, Any]:
+            self._ask({"cmd": "stats"})
+            return pickle.loads(self._link.reply(0, "stats"))
+
+        return self._link.call(run) | {"engine_wait_s": self._link.wait_s}
+
+    @property
+    def reply_wait_s(self) -> float:
+        """Seconds the engine has spent waiting for the workers' replies, summed (the bench
+        takes it from a step's time to find the engine's own host work)."""
+        return self._link.wait_s
+
     def draft_cost(self, num_seqs: int, q: int) -> float:
-        """Workers run every step eagerly (no graphs): a verification costs about what one on a
-        CPU does over its decode (engine/runtime/decode_graphs.py's default), with a 5% margin."""
-        return 1.05 * (1.0 + DEFAULT_VERIFY_COST * (q - 1))
+        """A verification against a decode step, as worker 0 measured its graphs (a CPU: the
+        default estimate), with a 5% margin, as the one-process runtime."""
+        return 1.05 * self.batch.cost_ratio(num_seqs, q)
 
     def primitive_token(self, pending_token: int | None) -> int:
         """The model's pending pick."""
         return pending_token
+
+    # ---- block copies: they ride with the next message, in order ------------------------------
 
     #: the bytes live in the worker processes: a checkpoint would have to gather every rank's
     can_save_blocks = False
@@ -287,15 +269,15 @@ class TPRuntime:
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
-            self._pending.append(("copy_blocks", [tuple(p) for p in pairs]))
+            self._pending.append(("copy_blocks", [(int(a), int(b)) for a, b in pairs]))
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
-            self._pending.append(("swap_out", [tuple(p) for p in pairs]))
+            self._pending.append(("swap_out", [(int(a), int(b)) for a, b in pairs]))
 
     def swap_in(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:
-            self._pending.append(("swap_in", [tuple(p) for p in pairs]))
+            self._pending.append(("swap_in", [(int(a), int(b)) for a, b in pairs]))
 
     def offload(self, pairs: list[tuple[int, int]]) -> None:
         if pairs:  # EngineConfig refuses a CPU tier with tensor parallelism
@@ -315,10 +297,12 @@ class TPRuntime:
                  self.model_info["head_dim"])
 
         def run() -> list[torch.Tensor]:
-            self._send({"cmd": "read_block", "layer": layer, "block": block_id, "ranks": ranks})
-            return [self._receive(r, torch.empty(shape, dtype=torch.float32)) for r in ranks]
+            self._ask({"cmd": "read_block", "layer": layer, "block": block_id, "ranks": ranks})
+            return [torch.from_numpy(np.frombuffer(self._link.reply(r, "block"),
+                                                   dtype=np.float32).copy()).view(shape)
+                    for r in ranks]
 
-        kv = torch.cat(self._call(run), dim=2)  # heads of rank 0, then rank 1, ...
+        kv = torch.cat(self._link.call(run), dim=2)  # heads of rank 0, then rank 1, ...
         return kv[0], kv[1]
 
     def kv_bytes_per_rank(self) -> list[int]:
@@ -329,8 +313,8 @@ class TPRuntime:
                          "inside the worker processes here")
 
     def info(self) -> dict[str, Any]:
-        h = self.model_info
-        w = self.wire
+        h, w = self.model_info, self.wire
+        graphs = h["graphs"]["use_graphs"]
         return {
             "model": h["name"], "loaded from": h["source"],
             "device": f"{self.size} worker processes ({h['device'].split(':')[0]}, one "
@@ -338,7 +322,8 @@ class TPRuntime:
             "dtype": h["dtype"], "layers": h["layers"], "query heads": h["q_heads"],
             "kv heads": h["kv_heads"], "head dim": h["head_dim"],
             "attention kernel": h["kernel"], "layer path": h["layer_path"],
-            "decode steps": "run eagerly (CUDA graphs are off under tensor parallelism)",
+            "decode steps": ("replayed as CUDA graphs on every rank, all-reduces inside"
+                             if graphs else "run eagerly from each rank's decode buffers"),
             "kv bytes per token": h["kv_bytes_per_token_rank"] * self.size,
             "kv bytes per block": h["bytes_per_block_rank"] * self.size,
             "pool size": h["sizing"],
@@ -349,25 +334,27 @@ class TPRuntime:
             "kv bytes per block per rank": h["bytes_per_block_rank"],
             "weight bytes per rank": h["weight_bytes_rank"],
             "device bytes allocated on rank 0 (at start)": h["device_bytes_allocated"],
+            "start-up warm-up on rank 0 (s)": round(h["warm_up_seconds"], 2),
             "tp last step: message bytes": w.message_bytes,
             "tp last step: bytes back from rank 0": w.logits_bytes,
             "tp last step: all-reduces": w.all_reduces,
             "tp last step: all-reduce bytes": w.all_reduce_bytes,
-            "worker pids": [p.pid for p in self._w.procs],
+            "tp last step: from the decode buffers": w.device_step,
+            "worker pids": self._link.pids,
             "kv_bytes_per_rank": self.kv_bytes_per_rank(),
         }
 
     def close(self) -> None:
         """Stop the workers (idempotent): their KV pools and graphs go with their processes."""
-        self._finalizer()
+        self._link.close()
 
     @property
     def closed(self) -> bool:
-        return self._w.stopped
+        return self._link.stopped
 
     @property
     def alive(self) -> bool:
-        return not self._w.stopped
+        return not self._link.stopped
 
 
 def _ids(table: Sequence[int | None]) -> list[int | None]:

@@ -4,10 +4,12 @@ Started by engine/tp/launch.py as `python -m engine.tp.worker --rank r ...` (its
 user's main module is never imported here). Rank r loads the model, keeps its Megatron shard
 (engine/tp/shard.py), allocates a KV pool `[layers, 2, blocks, block_size,
 kv_heads / N, head_dim]` with the same block count as every other rank, and then serves the
-engine's messages until told to stop: apply the step's copy and swap lists to its pool, run the
-step's tokens through the same ModelRunner a single-process engine uses (the all-reduces happen
-inside), and, on rank 0, send the logits back. The worker keeps no bookkeeping: block ids come
-from the engine, which owns the one block table.
+engine's messages (a shared-memory ring: engine/tp/shm_ring.py) until told to stop: apply the
+step's copy and swap lists to its pool, run the step through the same ModelRunner a
+single-process engine uses (engine/tp/worker_steps.py: decode steps from the persistent batch
+the engine's diffs keep, as CUDA graphs on a GPU with the all-reduces inside), and, on rank 0,
+send each row's greedy pick back. The worker keeps no bookkeeping: block ids come from the
+engine, which owns the one block table.
 
 A worker exits when the engine process dies (a watchdog thread reads the lifeline pipe whose
 write end only the engine holds: end-of-file means it is gone), and reports any error it hits
@@ -19,10 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import select
 import shutil
 import signal
+import sys
 import threading
+import time
 import traceback
 from datetime import timedelta
 from typing import Any
@@ -30,8 +35,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.runtime.protocols import StepItem
-from engine.tp.comm import broadcast_object, gloo_group
+from engine.tp.comm import gloo_group
+from engine.tp.device_batch import GraphSpec
+from engine.tp.link import ring_paths
+from engine.tp.shm_ring import ShmRing, Waiter
+from engine.tp.step_message import DeviceStep, decode
+from engine.tp.worker_steps import PendingReply, StepRunner
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
@@ -64,7 +73,7 @@ def worker_main(rank: int, size: int, store_path: str, config: dict[str, Any],
     store = dist.FileStore(store_path, size + 1)
     store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
     try:
-        worker = _Worker(rank, size, store, config, threads)
+        worker = _Worker(rank, size, store, config, threads, folder)
     except BaseException as err:  # noqa: BLE001 - every failure must reach the engine as text
         _report(store, rank, err)
         _exit(2 if isinstance(err, ValueError) else 1, lifeline, folder)
@@ -116,12 +125,10 @@ def _exit_with_engine(lifeline: int, folder: str) -> None:
 
 class _Worker:
     def __init__(self, rank: int, size: int, store: Any, config: dict[str, Any],
-                 threads: int) -> None:
+                 threads: int, folder: str) -> None:
         from transformers.utils import logging as hf_logging
 
         from engine.config import EngineConfig
-        from engine.runtime.cache_engine import CacheEngine
-        from engine.runtime.model_runner import ModelRunner
         from engine.runtime.models import load_model, resolve_device
         from engine.tp.shard import check_tp_size, shard_model
 
@@ -140,53 +147,110 @@ class _Worker:
         check_tp_size(size, loaded.num_q_heads, loaded.num_kv_heads, cfg.model)
         reducer = _Reducer(store, rank, size, device)
         shard_model(loaded, rank, size, reducer.sum)
-        cache = CacheEngine(loaded, cfg.num_gpu_blocks, cfg.block_size, cfg.num_cpu_blocks,
-                            device=device, dtype=loaded.dtype)
-        if cfg.num_gpu_blocks is None:  # every rank must index the same block ids: the smallest
-            blocks = reducer.min(torch.tensor([cache.num_gpu_blocks], device=device))
-            if int(blocks.item()) < cache.num_gpu_blocks:
-                note = f"{int(blocks.item())} blocks: the smallest pool of the {size} ranks"
-                del cache
-                cache = CacheEngine(loaded, int(blocks.item()), cfg.block_size,
-                                    cfg.num_cpu_blocks, device=device, dtype=loaded.dtype)
-                cache.sizing_note = note
-        # CUDA graphs stay off: an all-reduce inside a captured graph needs NCCL's graph
-        # support set up per communicator, which this lab does not do.
-        self.runner = ModelRunner(loaded, cache, max_batch=min(cfg.max_num_seqs, 256),
-                                  use_graphs=False)
-        self.cache = cache
+        self.cache = _pool(cfg, loaded, device, reducer, size)
+        self.runner = _runner(cfg, loaded, self.cache, rank)
+        self.steps = StepRunner(self.runner, rank, keep_picks=cfg.async_scheduling,
+                                timing=os.environ.get("PAGEDLAB_TP_TIMING", "0") == "1")
+        ctl, replies = ring_paths(folder, size)
+        self.ctl, self.reply = ShmRing(ctl, rank), ShmRing(replies[rank])
+        # a GPU step answers in about a millisecond: spin for the next message, don't nap
+        self.wait = Waiter(spin_s=1.0 if device.type == "cuda" else 0.0, max_nap_s=0.001)
+        self._pending: PendingReply | None = None  # rank 0: a reply whose picks are landing
         store.set(f"ready/{rank}", "1")
-        self.ctl = gloo_group(store, "ctl", rank + 1, size + 1, WORKER_TIMEOUT_S)
-        self.reply = gloo_group(store, f"reply{rank}", 1, 2, WORKER_TIMEOUT_S)
         if rank == 0:
-            broadcast_object(self.reply, _describe(loaded, cache, self.runner, full), 1, 1)
+            hello = _describe(loaded, self.cache, self.runner, full)
+            self._answer(pickle.dumps(hello, protocol=pickle.HIGHEST_PROTOCOL))
 
     def serve(self) -> None:
         while True:
-            msg, _ = broadcast_object(self.ctl, None, 0, self.rank + 1)
-            for op, pairs in msg.get("cache_ops", ()):
+            raw = self._next_message()
+            received = time.perf_counter()
+            msg = decode(raw)
+            step = isinstance(msg, DeviceStep)
+            for op, pairs in (msg.cache_ops if step else msg.get("cache_ops", ())):
                 getattr(self.cache, op)(pairs)  # copy_blocks / swap_out / swap_in, in order
+            if step:
+                self._answer(self.steps.device_step(msg, received))
+                continue
             cmd = msg["cmd"]
             if cmd == "stop":
                 return
             if cmd == "execute":
-                self._execute(msg["items"])
+                self._answer(self.steps.general_step(msg["items"], msg.get("feed")))
             elif cmd == "logits" and self.rank == 0:  # the last step's, for a request that samples
-                logits = self.last.logits[: self.last_rows].to("cpu", torch.float32).contiguous()
-                self.reply.broadcast(logits, 1).wait()
+                self._answer(self.steps.logits())
+            elif cmd == "stats" and self.rank == 0:
+                self._answer(pickle.dumps(self.steps.stats()))
             elif cmd == "read_block" and self.rank in msg["ranks"]:
                 k, v = self.cache.read_block(msg["layer"], msg["block"])
-                self.reply.broadcast(torch.stack([k, v]).contiguous(), 1).wait()
+                self._answer(torch.stack([k, v]).to(torch.float32).contiguous().numpy().tobytes())
 
-    def _execute(self, items: list[StepItem]) -> None:
-        scores = self.runner.execute_scores(items)
-        if self.rank == 0:
-            # The greedy pick of every row is all most steps need: 16 bytes a row instead of the
-            # vocabulary's logits; those stay here until the engine asks ("logits").
-            rows = sum(it.num_logits for it in items)
-            self.last, self.last_rows = scores, rows
-            picks = torch.tensor([scores.greedy(i) for i in range(rows)], dtype=torch.float64)
-            self.reply.broadcast(picks, 1).wait()
+    def _next_message(self) -> bytes:
+        """The engine's next message; a reply still on its way to the host is written as soon
+        as it lands, unless a message comes first (then that step is launched first)."""
+        pending = self._pending
+        if pending is not None:
+            self.wait.until(lambda: pending.ready() or self.ctl.ready())
+            if pending.ready():
+                self._flush()
+        return self.ctl.read(self.wait)
+
+    def _answer(self, payload: bytes | PendingReply | None) -> None:
+        """Replies go in order: one still landing is written before the next."""
+        if payload is None:
+            return
+        self._flush()
+        if isinstance(payload, PendingReply):
+            self._pending = payload
+        else:
+            self.reply.write(payload, self.wait)
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.reply.write(pending.payload(), self.wait)
+
+
+def _pool(cfg: Any, loaded: Any, device: torch.device, reducer: Any, size: int) -> Any:
+    """This rank's slice of the KV pool; every rank must index the same block ids, so a pool
+    sized from memory takes the smallest rank's count."""
+    from engine.runtime.cache_engine import CacheEngine
+
+    cache = CacheEngine(loaded, cfg.num_gpu_blocks, cfg.block_size, cfg.num_cpu_blocks,
+                        device=device, dtype=loaded.dtype)
+    if cfg.num_gpu_blocks is None:
+        blocks = int(reducer.min(torch.tensor([cache.num_gpu_blocks], device=device)).item())
+        if blocks < cache.num_gpu_blocks:
+            note = f"{blocks} blocks: the smallest pool of the {size} ranks"
+            del cache
+            cache = CacheEngine(loaded, blocks, cfg.block_size, cfg.num_cpu_blocks,
+                                device=device, dtype=loaded.dtype)
+            cache.sizing_note = note
+    return cache
+
+
+def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
+    """The shard's ModelRunner. On a GPU its decode and verification steps are CUDA graphs with
+    the all-reduces captured inside them (NCCL supports capture; every rank captures the same
+    graphs in the same order, so the collectives inside them pair up), captured at start like
+    a one-process engine's. PAGEDLAB_TP_GRAPHS=0 keeps them eager (the bench's comparison);
+    PAGEDLAB_TP_STATIC_QUERIES=1 has a CPU run drafts and short prompt rests from the decode
+    buffers too, padded, as a GPU does (the tests' way to that path without a GPU)."""
+    from engine.runtime.model_runner import ModelRunner
+
+    drafts = cfg.num_speculative_tokens if cfg.speculative_method else 0
+    graphs = cache.device.type == "cuda" and os.environ.get("PAGEDLAB_TP_GRAPHS", "1") != "0"
+    static = os.environ.get("PAGEDLAB_TP_STATIC_QUERIES", "0") == "1"
+    runner = ModelRunner(loaded, cache, max_batch=min(cfg.max_num_seqs, 512), use_graphs=graphs,
+                         max_query=1 + drafts, static_queries=static)
+    runner.warm_up_seconds = 0.0
+    if graphs and os.environ.get("PAGEDLAB_WARMUP", "1") != "0":
+        runner.warm_up_seconds = runner.warm_up(_log if rank == 0 else None)
+    return runner
+
+
+def _log(line: str) -> None:
+    print(line.replace("[pagedlab]", "[pagedlab tp rank 0]"), file=sys.stderr, flush=True)
 
 
 class _Reducer:
@@ -239,7 +303,8 @@ def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dic
         "bytes_per_block_rank": cache.bytes_per_block,
         "weight_bytes_rank": sum(p.numel() * p.element_size()
                                  for p in loaded.model.parameters()),
-        "load_seconds": loaded.load_seconds,
+        "load_seconds": loaded.load_seconds, "warm_up_seconds": runner.warm_up_seconds,
+        "graphs": GraphSpec.of(runner),
         # what this rank's GPU holds once weights and pool are in (None on a CPU)
         "device_bytes_allocated": (torch.cuda.memory_allocated(loaded.device)
                                    if loaded.device.type == "cuda" else None),

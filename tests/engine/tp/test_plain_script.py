@@ -32,7 +32,7 @@ eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_si
                              num_gpu_blocks=16, device="cpu", dtype="float32"))
 pids = eng.engine_info()["worker pids"]
 out = eng.generate(["Hello there"], SamplingParams(max_tokens=4, ignore_eos=True))
-folder = eng.runtime._w.folder
+folder = eng.runtime.folder
 eng.close()
 eng.close()  # idempotent
 print(json.dumps({"pids": pids, "tokens": list(out[0].outputs[0].token_ids),

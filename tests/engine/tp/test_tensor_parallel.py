@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.tp.models import TINY_KV2, save_random_llama
 from engine.tp.runtime import TensorParallelError
 from viz.shards_figure import shards_figure
 
@@ -48,11 +47,6 @@ def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
             return []
         time.sleep(0.05)
     return [p for p in pids if _alive(p)]
-
-
-@pytest.fixture(scope="module")
-def kv2_path(tmp_path_factory) -> str:
-    return str(save_random_llama(tmp_path_factory.mktemp("tp") / "llama-kv2", TINY_KV2))
 
 
 def _kv2_config(path: str, tp: int) -> EngineConfig:
@@ -133,6 +127,33 @@ def test_tp3_default_greedy_matches_one_process(tp3_default, default_model):
     assert info["tensor_parallel_size"] == 3 and info["kv heads per rank"] == 1
     assert sum(info["kv_bytes_per_rank"]) == one.engine_info()["kv_bytes_per_rank"][0]
     assert info["tp last step: all-reduces"] == 2 * 30
+
+
+def _decode_message_bytes(eng: LLMEngine, prompt: list[int], steps: int) -> list[int]:
+    """The message of each decode step of one request after its prefill (the engine -> workers
+    bytes of a step the workers run from their decode buffers)."""
+    eng.add_request(prompt, SamplingParams(max_tokens=steps + 1, ignore_eos=True))
+    sizes = []
+    while eng.has_pending_work():
+        result = eng.step()
+        info = eng.engine_info()
+        if result.num_decodes and not result.num_prefills:
+            assert info["tp last step: from the decode buffers"]
+            sizes.append(info["tp last step: message bytes"])
+    return sizes
+
+
+def test_tp3_decode_message_does_not_grow_with_the_table(tp3_default):
+    """Issue 43: a decode step sends its tokens, positions and the table entries that changed,
+    not the table. A 1-block and a 20-block table cost the same bytes a step, once the first
+    step has sent the row (which alone grows with the table)."""
+    short = _decode_message_bytes(tp3_default, list(range(100, 104)), 20)
+    long = _decode_message_bytes(tp3_default, list(range(100, 420)), 20)
+    assert short[0] < long[0]  # the row's whole table, once
+    assert sorted(set(short[1:])) == sorted(set(long[1:])) == [28, 36]  # + a new block's entry
+    # the first step: header, token and position (28), the row (the first time: 4), then the
+    # table's entries, 8 bytes each: 1 block, then 21 (320 + 1 tokens) in the same row
+    assert short[0] == 28 + 4 + 8 and long[0] == 28 + 8 * 21
 
 
 def test_tp3_speculative_greedy_matches_one_process_without_drafts(default_model):
@@ -216,7 +237,7 @@ def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
     with pytest.raises(TensorParallelError, match=rf"rank 1 \(pid {pids[1]}\) exited with code -9"):
         tp2.append(seq, n=2)
     assert _wait_gone(pids) == []
-    assert not Path(tp2.runtime._w.folder).exists()  # the store's private folder went with them
+    assert not Path(tp2.runtime.folder).exists()  # the store's private folder went with them
     tp2.check_invariants()
     tp2.close()  # idempotent
     with pytest.raises(TensorParallelError, match="workers are stopped"):
@@ -230,7 +251,7 @@ if __name__ == "__main__":
     eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_size=4,
                                  num_gpu_blocks=8, device="cpu"))
     print(*eng.engine_info()["worker pids"], flush=True)
-    print(eng.runtime._w.folder, flush=True)
+    print(eng.runtime.folder, flush=True)
     time.sleep(600)
 """
 
@@ -251,16 +272,22 @@ def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
     assert not Path(folder).exists()
 
 
-def test_bench_smoke_runs_tp2_against_tp1(tmp_path):
-    out = tmp_path / "tp.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--smoke",
-                           "--out", str(out), "--model-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_bench_smoke_runs_the_two_gpu_script_on_a_cpu(tmp_path):
+    """bench/tp_gpu.py, the one run issue 43 makes on two GPUs, on the CPU (gloo, the two-layer
+    model): its float32 part runs TP = 1, TP = 2 and TP = 2 async, and the table says whether
+    their tokens are equal; the worker 0 timings and wire totals come back in the JSON."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tp_gpu.py"), "--smoke",
+                           "--only", "equal", "--out", str(tmp_path), "--model-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads(out.read_text())
-    eq = result["tp2_vs_tp1_greedy_float32"]
-    assert eq["identical"] == eq["of"] == result["requests"]
-    tp2 = result["tp2"]
+    result = json.loads((tmp_path / "tp_gpu.json").read_text())
+    assert result["figures"]["float32_tp2_sync_equal"] == "4 of 4"
+    assert result["figures"]["float32_tp2_async_equal"] == "4 of 4"
+    runs = result["parts"]["equal"]["runs"]
+    tp2 = runs["tp2_sync"]
     assert tp2["tokens_per_s"] > 0 and tp2["decode_steps"] > 0 and len(tp2["per_gpu"]) == 2
-    assert tp2["per_gpu"][0]["kv_pool_bytes"] * 2 == result["tp1"]["per_gpu"][0]["kv_pool_bytes"]
-    assert tp2["wire_per_decode_step"]["all-reduces"] == 2 * result["model"]["shape"]["num_hidden_layers"]
+    assert tp2["per_gpu"][0]["kv_pool_bytes"] * 2 == runs["tp1"]["per_gpu"][0]["kv_pool_bytes"]
+    assert tp2["wire_totals"]["device_steps"] >= tp2["decode_steps"]
+    # 4 decodes a step: 20 + 4 x 8 bytes, and a new block's entry now and then
+    assert tp2["message_bytes_per_decode_step"]["median"] == 20 + 4 * 8
+    assert "float32 greedy TP=2 = TP=1" in proc.stdout.splitlines()[-3]

@@ -1,0 +1,203 @@
+"""Issue 43 on two GPUs in one run: the TP tests on the GPUs, then the issue's table.
+
+    python bench/tp_gpu.py --out "$OUT"                 # 2 GPUs (H100s): ~6 minutes, < 9
+    python bench/tp_gpu.py --smoke --out /tmp/tp_gpu     # CPU, gloo: the script runs
+
+Parts, each its own process with its own time budget (a part that fails, hangs or runs out loses
+only its own numbers; its JSON is written after every engine run):
+
+- `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed
+  (sync and async scheduling), TP = 2 graphed (sync, async) and TP = 2 eager: decode step,
+  tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
+- `big`: Llama-3-8B's shape (untied LM head), 64 requests of 256 + 64 tokens, bf16: tokens/s of
+  TP = 2 against TP = 1, async then sync scheduling;
+- `pytest`: tests/engine/tp/test_tp_gpu.py (float32 TP = 2 equals TP = 1, graphs on and off,
+  async, beams, sampling, swaps, prefix hits, drafts);
+- `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (sync, async) against TP = 1.
+
+Writes under --out: tp_gpu.json (every part and the table's figures), tp_gpu.log (the parts'
+output), pytest.log, part_small.json, part_big.json, part_equal.json. Prints the table last.
+The random models are drawn on the GPU into --model-dir (default /tmp/pagedlab-tp-models). The
+default model's tokenizer is found as the engine finds it (PAGEDLAB_CACHE; a `.gpu_carry`
+folder at the repository's root is used when the variable is unset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+# (part, seconds it may take at most on two H100s); the sum stays under 9 minutes
+PARTS = [("small", 160), ("big", 200), ("pytest", 90), ("equal", 60)]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               TRANSFORMERS_VERBOSITY="error", PYTHONPATH=str(ROOT), **SAFE_ENV)
+    # a hung start (a capture that never ends) or step fails in time for the part's next run
+    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "150")
+    env.setdefault("PAGEDLAB_TP_STEP_TIMEOUT_S", "60")
+    carried = ROOT / ".gpu_carry"
+    if "PAGEDLAB_CACHE" not in env and carried.is_dir():
+        env["PAGEDLAB_CACHE"] = str(carried)
+    return env
+
+
+def run_part(name: str, budget: float, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    """One part in its own process group, killed (workers included) past its budget."""
+    out = Path(args.out)
+    if name == "pytest":
+        cmd = [sys.executable, "-m", "pytest", "tests/engine/tp/test_tp_gpu.py", "-q", "-rs",
+               "-p", "no:cacheprovider"]
+        sink = open(out / "pytest.log", "w")  # noqa: SIM115 - closed below
+    else:
+        cmd = [sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--part", name,
+               "--json", str(out / f"part_{name}.json"), "--model-dir", args.model_dir,
+               "--deadline", str(time.time() + budget - 15)]
+        cmd += ["--smoke"] if args.smoke else []
+        sink = log
+    log.write(f"\n==== part {name} (budget {budget:.0f} s): {' '.join(cmd)}\n")
+    log.flush()
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        code = proc.wait(timeout=budget)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        code = "timeout"
+    finally:
+        if sink is not log:
+            sink.close()
+    seconds = round(time.perf_counter() - start, 1)
+    log.write(f"==== part {name}: exit {code} after {seconds} s\n")
+    log.flush()
+    result: dict[str, Any] = {"exit": code, "seconds": seconds}
+    if name == "pytest":
+        lines = (out / "pytest.log").read_text(errors="replace").strip().splitlines()
+        result["summary"] = lines[-1] if lines else ""
+    elif (out / f"part_{name}.json").is_file():
+        result |= json.loads((out / f"part_{name}.json").read_text())
+    return result
+
+
+def _get(d: dict[str, Any], *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return round(a / b, 3) if isinstance(a, int | float) and isinstance(b, int | float) and b \
+        else None
+
+
+def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's table from the parts' runs (None where a run is missing)."""
+    small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
+    step = "median_decode_step_ms"
+    f: dict[str, Any] = {}
+    for mode in ("sync", "async"):
+        f[f"small_tp2_over_tp1_decode_step_{mode}"] = _ratio(_get(small, f"tp2_{mode}", step),
+                                                             _get(small, f"tp1_{mode}", step))
+        f[f"big_tp2_over_tp1_tokens_per_s_{mode}"] = _ratio(
+            _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"))
+    for name, runs in (("small", small), ("big", big)):
+        r = runs.get("tp2_sync") or {}
+        f[f"{name}_tp2_sync_host_ms"] = {
+            "engine": r.get("median_engine_host_ms"),
+            "worker0_to_launch": _get(r, "worker0", "median_host_to_launch_ms"),
+            "graph_gpu": _get(r, "worker0", "median_graph_gpu_ms"),
+            "step": r.get(step), "tp1_graph_gpu": _get(runs, "tp1_sync", "graph_gpu_ms")}
+    eq = parts.get("equal", {}).get("runs", {})
+    for mode in ("sync", "async"):
+        a, b = _get(eq, "tp1", "outputs"), _get(eq, f"tp2_{mode}", "outputs")
+        f[f"float32_tp2_{mode}_equal"] = (f"{sum(x == y for x, y in zip(a, b, strict=True))} of "
+                                          f"{len(a)}") if a and b else None
+    for mode in ("sync", "async"):
+        a, b = _get(small, f"tp1_{mode}", "outputs"), _get(small, f"tp2_{mode}", "outputs")
+        f[f"bf16_small_tp2_{mode}_equal"] = (f"{sum(x == y for x, y in zip(a, b, strict=True))}"
+                                             f" of {len(a)}") if a and b else None
+    f["pytest"] = parts.get("pytest", {}).get("summary")
+    return f
+
+
+def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
+    small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
+
+    def ms(runs: dict, name: str) -> str:
+        return f"{_get(runs, name, 'median_decode_step_ms')} ms"
+
+    def tps(runs: dict, name: str) -> str:
+        return f"{_get(runs, name, 'tokens_per_s')} tok/s"
+
+    hs = f["small_tp2_sync_host_ms"]
+    rows = [
+        ("1.1B, 32 seqs: TP=2 / TP=1 graphed decode step, sync (goal <= 1.0)",
+         f"{f['small_tp2_over_tp1_decode_step_sync']} ({ms(small, 'tp2_sync')} / "
+         f"{ms(small, 'tp1_sync')})"),
+        ("1.1B, 32 seqs: the same, async scheduling",
+         f"{f['small_tp2_over_tp1_decode_step_async']} ({ms(small, 'tp2_async')} / "
+         f"{ms(small, 'tp1_async')})"),
+        ("1.1B: TP=2 eager decode step (graphs off)", ms(small, "tp2_eager_sync")),
+        ("8B, 64 x 256+64: TP=2 / TP=1 tokens/s, async (goal >= 1.5)",
+         f"{f['big_tp2_over_tp1_tokens_per_s_async']} ({tps(big, 'tp2_async')} / "
+         f"{tps(big, 'tp1_async')})"),
+        ("8B: the same, sync",
+         f"{f['big_tp2_over_tp1_tokens_per_s_sync']} ({tps(big, 'tp2_sync')} / "
+         f"{tps(big, 'tp1_sync')})"),
+        ("1.1B TP=2 sync step: engine host + worker 0 to launch vs graph GPU (ms)",
+         f"{hs['engine']} + {hs['worker0_to_launch']} vs {hs['graph_gpu']} "
+         f"(step {hs['step']}; TP=1 graph {hs['tp1_graph_gpu']})"),
+        ("8B TP=2 sync step: the same (ms)",
+         "{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph "
+         "{tp1_graph_gpu})".format(**f["big_tp2_sync_host_ms"])),
+        ("float32 greedy TP=2 = TP=1 (1.1B, 8 x 32 tokens), sync / async",
+         f"{f['float32_tp2_sync_equal']} / {f['float32_tp2_async_equal']}"),
+        ("bf16 greedy TP=2 = TP=1 (1.1B, 32 x 128), sync / async",
+         f"{f['bf16_small_tp2_sync_equal']} / {f['bf16_small_tp2_async_equal']}"),
+        ("GPU tests (tests/engine/tp/test_tp_gpu.py)", str(f["pytest"])),
+    ]
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/tp_gpu"))
+    ap.add_argument("--smoke", action="store_true", help="CPU, gloo, a two-layer model")
+    ap.add_argument("--model-dir", default="/tmp/pagedlab-tp-models")
+    ap.add_argument("--only", default=None, help="parts to run, comma-separated")
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    parts: dict[str, dict[str, Any]] = {}
+    with open(Path(args.out) / "tp_gpu.log", "w") as log:
+        for name, budget in PARTS:
+            if args.only and name not in args.only.split(","):
+                continue
+            parts[name] = run_part(name, budget * (3 if args.smoke else 1), args, log)
+    f = figures(parts)
+    result = {"figures": f, "parts": parts, "seconds": round(time.perf_counter() - start, 1)}
+    (Path(args.out) / "tp_gpu.json").write_text(json.dumps(result, indent=1))
+    print(f"bench/tp_gpu.py: {result['seconds']} s; files in {args.out}")
+    for name, p in parts.items():
+        print(f"  part {name}: exit {p['exit']} after {p['seconds']} s")
+    print(table(f, parts))
+
+
+if __name__ == "__main__":
+    main()
