@@ -41,7 +41,7 @@ from engine.tp.device_batch import DeviceBatch, GraphSpec
 from engine.tp.link import START_TIMEOUT_S, TensorParallelError, start_link
 from engine.tp.remote_scores import RemoteScores, StepReply, WorkerTokens
 from engine.tp.shard import check_tp_size
-from engine.tp.step_message import encode_device_step, encode_object
+from engine.tp.step_message import check_tail, encode_device_step, encode_object
 
 __all__ = ["TPRuntime", "TensorParallelError", "WireStats"]
 
@@ -139,18 +139,19 @@ class TPRuntime:
             plan.feed = [v for pair in fed for v in pair]
             plan.cache_ops, self._pending = self._pending, []
             payload = encode_device_step(plan)
+            checked = len(check_tail(plan))  # the tests' oracle rides along: not the wire's
         else:  # plain ints for the pickle
             items = [StepItem(list(map(int, it.token_ids)), int(it.num_computed),
                               _ids(it.block_table), int(it.num_logits),
                               tuple(map(_ids, it.group_tables)), it.key) for it in items]
             payload = encode_object({"cmd": "execute", "items": items, "feed": fed or None,
                                      "cache_ops": self._pending})
-            self._pending = []
+            self._pending, checked = [], 0
         rows = sum(it.num_logits for it in items)
         self._link.call(self._link.send, payload)
         self._steps += 1
         step = self._steps
-        self._count(len(payload), 16 * rows, sum(len(it.token_ids) for it in items),
+        self._count(len(payload) - checked, 16 * rows, sum(len(it.token_ids) for it in items),
                     plan is not None)
         return RemoteScores(StepReply(lambda: self._reply_of(step)), rows, self._fetch_logits,
                             step, overlap=self._async)

@@ -64,8 +64,12 @@ def encode_device_step(s: DeviceStep) -> bytes:
     parts += [s.index, s.value, s.feed, ops]
     body = np.concatenate([np.asarray(p, dtype=np.int32).ravel() for p in parts]).tobytes()
     head = _HEADER.pack(DEVICE_STEP, flags, s.q, s.n, len(s.index), len(s.feed) // 2, len(ops))
-    tail = pickle.dumps(s.check, protocol=pickle.HIGHEST_PROTOCOL) if s.check is not None else b""
-    return head + body + tail
+    return head + body + check_tail(s)
+
+
+def check_tail(s: DeviceStep) -> bytes:
+    """The tests' full tables after a step's message (none on the product's path)."""
+    return pickle.dumps(s.check, protocol=pickle.HIGHEST_PROTOCOL) if s.check is not None else b""
 
 
 def encode_object(obj: dict[str, Any]) -> bytes:
