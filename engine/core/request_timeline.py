@@ -237,8 +237,8 @@ class RunRecorder:
                 decoded = e.block_ids  # the event's own tuple: nothing built per sequence
             elif kind == "prefill":
                 resumed, final, whole, _, _, new, _, rest = e.facts
-                detail = "recompute" if resumed else ("" if whole else
-                                                      "last chunk" if final else f"{rest} to go")
+                chunk = "" if whole else "last chunk" if final else f"{rest} to go"
+                detail = ", ".join(filter(None, ("recompute" if resumed else "", chunk)))
                 seqs[e.seq_id] = Cell("prefill", new, 0, detail)
             elif kind == "draft" and e.form == "draft_kept":
                 k = len(e.token_ids)
