@@ -388,9 +388,12 @@ class Room:
         }
         events = tuple(eng.last_step.events) if eng.last_step else ()
         reserved = self._reserve.block_ids(eng)
-        if eng.last_step is not None and (not self._memory or
-                                          self._memory[-1].step != eng.last_step.step):
-            self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)]
+        # one point per serving step, stamped with that step: the reserve's top-up after it
+        # moves the snapshot's step on, and a later publish (a click) must not add it again
+        step = eng.last_step.step if eng.last_step is not None else None
+        if step is not None and (not self._memory or self._memory[-1].step != step):
+            point = memory_point(snap, events)._replace(step=step)
+            self._memory = self._memory[-MAX_POINTS + 1:] + [point]
         names = {rid - self._id_base: f"{r.student} #{rid}" for rid, r in self.requests.items()}
         self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved,
                              eng.request_timeline(), tuple(self._memory),
