@@ -46,8 +46,10 @@ def extras(events: Sequence[Event], dropped: bool) -> list[str]:
     if dropped:  # some table has an entry a sliding window dropped
         out.append(f"<span style='color:{palette.HATCH}'>▨</span> dropped (left the window)")
     if "draft" in kinds:  # the step verified drafts (speculative decoding)
-        out += [f"<span style='color:{palette.DRAFT}'>⬚</span> draft kept",
-                f"<span style='color:{palette.REJECTED}'><s>abc</s></span> draft rejected"]
+        # the marks as drawn: a solid outline round a kept slot, a dotted one round a struck-out
+        # token in a rolled-back slot (a dotted glyph for "kept" read as the rejected slots')
+        out += [f"<span style='color:{palette.DRAFT}'>▭</span> draft kept",
+                f"<span style='color:{palette.REJECTED}'>⬚<s>abc</s></span> draft rejected"]
     if "offload" in kinds:
         out.append(f"<span style='color:{palette.OFFLOAD}'>⇣</span> offload to the CPU tier")
     if "load" in kinds:

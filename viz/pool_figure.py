@@ -38,7 +38,7 @@ from engine.core.snapshot import SequenceView, Snapshot
 from viz import figure_text, palette
 from viz.bands import Band, bands_below
 from viz.block_tables import TableRow, group_words, links, row_labels, table_rows, table_traces
-from viz.draft_marks import draft_marks
+from viz.draft_marks import draft_marks, rolled_back
 from viz.figure_text import FONT
 from viz.fit import (
     MAX_ROWS,
@@ -165,6 +165,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         hidden = len(seqs) - shown
         rows = table_rows(snap, seqs[:shown])
     pending = _pending_slots(rows, bs, token_text)
+    gone = rolled_back(events, snap)  # a rolled-back slot shows its struck-out draft this step
+    pending = {b: p for b, p in pending.items() if (b, p[0]) not in gone}
     keep = set(range(snap.num_blocks)) if every_block else _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool

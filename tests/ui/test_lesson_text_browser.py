@@ -1,0 +1,105 @@
+"""What a class sees agrees with what it reads (issue 42), in a real browser at 1280 x 720 in
+presenter mode: lesson 12's pages that roll draft slots back strike out every token the text
+names, each in a dotted "rejected" outline and none in a "kept" one, and show no pending token
+in a rolled-back slot. Every wait is on a condition that is false (never an error) while the
+page renders."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+
+import pytest
+
+from tests.ui.test_browser import IDLE
+from tests.ui.test_slides_browser import FITTED, PROGRESS
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+SLIDE = (1280, 720)
+
+# the picture as seen: the struck-out texts of its scatter layer and the pending marks of its
+# cells, each with its centre in page pixels, and the outlines of the kept and rejected draft
+# slots as page-pixel boxes; null while the picture renders
+DRAFTS_SEEN = """() => {
+  const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const drag = gd?.querySelector('.nsewdrag');
+  if (!gd?._fullLayout?.xaxis || !drag) return null;
+  const area = drag.getBoundingClientRect(), xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const centre = (e) => { const b = e.getBoundingClientRect();
+    return [(b.left + b.right) / 2, (b.top + b.bottom) / 2]; };
+  const struck = [...gd.querySelectorAll('.scatterlayer text')].filter((t) =>
+    [...t.querySelectorAll('tspan')].some((s) => /line-through/.test(s.getAttribute('style') ?? '')))
+    .map((t) => ({text: t.textContent, at: centre(t)}));
+  const pending = [...gd.querySelectorAll('.heatmaplayer text, .textlayer text, .main-svg text')]
+    .filter((t) => t.textContent.startsWith('▸') && !t.closest('.infolayer'))
+    .map((t) => ({text: t.textContent, at: centre(t)}));
+  const boxes = (name) => { const t = gd._fullData.find((d) => d.name === name); const out = [];
+    if (!t) return out; let xs = [], ys = [];
+    t.x.forEach((x, i) => { if (x === null) { out.push([
+        area.left + xa.l2p(Math.min(...xs)), area.top + ya.l2p(Math.max(...ys)),
+        area.left + xa.l2p(Math.max(...xs)), area.top + ya.l2p(Math.min(...ys))]); xs = []; ys = []; }
+      else { xs.push(x); ys.push(t.y[i]); } });
+    return out; };
+  const dash = (name) => gd._fullData.find((d) => d.name === name)?.line?.dash ?? null;
+  return {struck, pending, kept: boxes('draft kept'), rejected: boxes('draft rejected'),
+          keptDash: dash('draft kept'), legend: gd.layout.title?.text ?? ''};
+}"""
+TOKENS = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _inside(point: list[float], box: list[float]) -> bool:
+    return box[0] - 1 <= point[0] <= box[2] + 1 and box[1] - 1 <= point[1] <= box[3] + 1
+
+
+def _open(browser, url: str, lesson: str, step: int):
+    pg = browser.new_page(viewport={"width": SLIDE[0], "height": SLIDE[1]})
+    pg.goto(url + f"?lesson={lesson}&step={step}")
+    pg.wait_for_function(f"(s) => ({PROGRESS})().includes(`page ${{s}} of`) && ({IDLE})()", arg=step,
+                         timeout=300_000)
+    if not pg.evaluate("document.body.classList.contains('pl-presenter')"):
+        pg.click("#presenter")
+    pg.wait_for_function(FITTED, arg=list(SLIDE), timeout=120_000)
+    return pg
+
+
+def _next(pg) -> None:
+    before = pg.evaluate(PROGRESS)
+    pg.click("#lesson-next")
+    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && t !== b "
+                         f"&& ({IDLE})(); }}", arg=before, timeout=180_000)
+    pg.wait_for_function(FITTED, arg=list(SLIDE), timeout=120_000)
+
+
+def _check_rolled_back_slots(pg, where: str) -> None:
+    """The narration's "N slots rolled back ('a' 'b' ...)" against the picture on screen."""
+    text = pg.locator("#lesson-narration").inner_text()
+    said = re.search(r"(\d+) slots? rolled back \(([^)]*)\)", text)
+    assert said, f"{where}: the page names no rolled-back slots: {text}"
+    named = [ast.literal_eval(t).strip() for t in TOKENS.findall(said.group(2))]
+    assert len(named) == int(said.group(1)), said.group(0)
+    pg.wait_for_function(f"() => ({DRAFTS_SEEN})() !== null", timeout=60_000)
+    seen = pg.evaluate(DRAFTS_SEEN)
+    struck = [s["text"].strip() for s in seen["struck"]]
+    assert sorted(struck) == sorted(named), f"{where}: struck out {struck}, the text names {named}"
+    for s in seen["struck"]:  # each in a rejected slot's dotted outline, none in a kept one
+        assert any(_inside(s["at"], b) for b in seen["rejected"]), f"{where}: {s} outside the rejected slots"
+        assert not any(_inside(s["at"], b) for b in seen["kept"]), f"{where}: {s} in a kept slot"
+    for p in seen["pending"]:  # the model's next token is in no rolled-back slot
+        assert not any(_inside(p["at"], b) for b in seen["rejected"]), f"{where}: {p} in a rolled-back slot"
+    # the legend's mark for "kept" is the kept slots' solid outline, not a dotted one
+    assert seen["keptDash"] in (None, "solid") and "⬚</span> draft kept" not in seen["legend"]
+
+
+def test_lesson_12_strikes_out_every_slot_its_text_rolls_back(browser, served_app):
+    pg = _open(browser, served_app, "12_speculative_decoding", 2)
+    try:
+        _check_rolled_back_slots(pg, "page 2")
+        _next(pg)
+        _check_rolled_back_slots(pg, "page 3")
+        pg.screenshot(path="/tmp/lesson12-page3-after.png")
+    finally:
+        pg.close()
