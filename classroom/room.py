@@ -29,6 +29,7 @@ from classroom.reserve import Reserve
 from classroom.settings import RoomError, RoomSettings, check_text
 from engine import LLMEngine, SamplingParams, ops
 from engine.core.memory_use import MemoryPoint, memory_point
+from engine.requests import chat_prompt
 
 #: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
 #: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing
@@ -122,8 +123,9 @@ class Room:
         """The engine's prompt: the model's chat template with the shared system prompt first
         (one identical prefix for the whole class), or plain text in the dry mode."""
         system = self.settings.system_prompt
-        if getattr(getattr(self._tokenizer, "hf", None), "chat_template", None):
-            return self._tokenizer.apply_chat_template(prompt, system)
+        ids = chat_prompt(self._tokenizer, prompt, system)
+        if ids is not None:
+            return ids
         return f"{system}\n\n{prompt}" if system else prompt
 
     def _label(self, student_key: str, name: str) -> str:
