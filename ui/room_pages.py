@@ -258,14 +258,19 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
         """The open question's name: its lesson and step (None: no question open)."""
         return None if pv is None or pv.question is None else f"{pv.lesson}:{pv.question['step']}"
 
+    def key_of(pv, said):  # what the widgets show: redrawn when it changes
+        return (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
+
     def on_poll(c, mine, last):
         pv = current(c)
         said = mine.get(asked(pv), "")
         before = "" if pv is None or pv.reveal is None else mine.get(f"{pv.lesson}:{pv.reveal.step}", "")
-        key = (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
+        key = key_of(pv, said)
         if key == last:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), last
-        return (*student_poll(pv, said, before), key)
+        # a question the widgets have not shown before starts with an empty box
+        fresh = not (last and last[0] and last[0][2] == asked(pv))
+        return (*student_poll(pv, said, before, fresh), key)
 
     @room_errors
     def on_answer(c, n, typed, picked, mine, request: gr.Request):
@@ -274,7 +279,8 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
         choice = pv is not None and pv.question is not None and pv.question["kind"] == "choice"
         said = room.answer(student_key(request), picked if choice else typed, n)
         mine = {**mine, asked(pv): said}
-        return (mine, *student_poll(pv, said), None)  # the next tick redraws what changed since
+        # the box keeps what the student typed; the next tick redraws what changed since
+        return (mine, *student_poll(pv, said), key_of(pv, said))
 
     outs = [sp.text, sp.answer, sp.pick, sp.send]
     poll_timer.tick(on_poll, [code, answered, shown], [*outs, shown], show_progress="hidden")
