@@ -23,9 +23,10 @@ CSS = """
 #pool-plot .nsewdrag { cursor: pointer !important }
 /* busy: while an operation runs (the status line's tracker shows "processing | 0.8s"), the
    picture dims after 0.3 s, so a slow step reads as under way, never as frozen; Back / Next
-   (recorded views) end before it shows */
+   (recorded views) end before it shows. A refused action leaves the tracker showing "Error"
+   (with an .error child): nothing runs then, and the picture is as it was */
 #pool-plot { transition: opacity .15s }
-body:has(#status [data-testid=status-tracker]:not(.hide)) #pool-plot {
+body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #pool-plot {
   opacity: .55; transition: opacity .2s .3s }
 /* zoom tools: the picture is fixed */
 #pool-plot .modebar-container, #room-plot .modebar-container { display: none !important }
