@@ -36,9 +36,10 @@ class LessonSession:
 
 def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
     """The lesson's picture on screen, fitted to `box`. While the page asks which block, every
-    block is drawn (a free run folded away could not be clicked) where the box still shows their
-    slots; where it does not, the free runs fold as usual and the learner types the block's id
-    (a cell per block would hide the slots the question is about)."""
+    block can be clicked: a run of free blocks folds into rows of their id cells, not one
+    labelled row (viz/pool_layout.py); where even so the box shows no slots, the free runs fold
+    as usual and the learner types the block's id (a cell per block would hide the slots the
+    question is about)."""
     run = ls.run
     step = run.current
     if lesson_ask.asks_block(run):

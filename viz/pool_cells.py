@@ -135,6 +135,30 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
         name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)
 
 
+def fold_id_cells(layout: PoolLayout, block_size: int, scale: float = 1.0) -> list[go.Heatmap]:
+    """Folded runs of free blocks as rows of id cells, one per block (a page that asks which
+    block: each can be clicked, as "free blocks", with its id in customdata[0]); none where the
+    folds are labelled rows."""
+    if not layout.fold_cells or not layout.folds:
+        return []
+    n = layout.fold_cells
+    z: list[list] = [[None] * n for _ in range(layout.rows)]
+    text = [[""] * n for _ in range(layout.rows)]
+    custom: list[list] = [[None] * n for _ in range(layout.rows)]
+    for row, first, last in layout.folds:
+        for b in range(first, last + 1):
+            z[row][b - first] = FREE
+            text[row][b - first] = str(b)
+            custom[row][b - first] = [b, f"block {b} · free · 0/{block_size}"]
+    cell = layout.width / n
+    return [go.Heatmap(**FAST,
+        z=z, x=[layout.x0 + i * cell for i in range(n + 1)], y=[layout.y0 - r for r in range(layout.rows)],
+        text=text, texttemplate="%{text}", textfont={"size": 11 * scale, "color": palette.MUTED},
+        customdata=custom, zmin=-0.5, zmax=len(COLOURS) - 0.5, colorscale=colourscale(),
+        showscale=False, xgap=3, ygap=4, name="free blocks",
+        hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)]
+
+
 def block_label(blk: BlockView, prefix: str = "", mark: str = "") -> str:
     return f"{prefix}{blk.block_id}{mark}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
 

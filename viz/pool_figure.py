@@ -52,7 +52,7 @@ from viz.fit import (
     title_px,
 )
 from viz.overlays import change_overlays, rects, reserved_region
-from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
+from viz.pool_cells import FAST, block_ids, fold_id_cells, pool_heatmap, tier_heatmap
 from viz.pool_layout import cpu_layout
 from viz.text_width import text_px
 
@@ -114,9 +114,10 @@ def _table_texts(snap: Snapshot, rows: Sequence[TableRow], token_text: Callable[
 
 def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], keep: set[int],
            pending: dict, token_text: Callable[[int], str], labels: list[str], block_level: bool,
-           large: bool, box: tuple[float, float] | None, bands: int = 0) -> Sizes:
+           large: bool, box: tuple[float, float] | None, bands: int = 0,
+           id_folds: bool = False) -> Sizes:
     if not box or not box[0]:
-        return laptop_sizes(snap.num_blocks, snap.block_size, block_level, keep, large)
+        return laptop_sizes(snap.num_blocks, snap.block_size, block_level, keep, large, id_folds)
     slots, ids = content_of(snap.blocks, keep, pending, token_text, snap.num_blocks, snap.block_size)
     ex = figure_text.extras(events, any(None in r.table for r in rows))
     head = 1 if figure_text.groups_title(snap) else 0
@@ -125,7 +126,7 @@ def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], ke
                       len(snap.tier_blocks), any(not s.block_table for s in snap.sequences.values()),
                       any(e.kind in ("free", "reject", "drop") for e in events),
                       lambda chars: head + len(figure_text.legend(chars, ex)), bands,
-                      re.sub("<[^>]*>", "", figure_text.title(snap, box[0] < PHONE_PX)))
+                      re.sub("<[^>]*>", "", figure_text.title(snap, box[0] < PHONE_PX)), id_folds)
     return fitted_sizes(content, box, large)
 
 
@@ -143,7 +144,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes. `bands`: labelled
     rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation).
     `lit`: blocks outlined as one request's (a request selected in the timeline).
-    `every_block`: no run of free blocks folds away (a lesson asks which block: any may be clicked)."""
+    `every_block`: every block can be clicked (a lesson asks which block): a folded run of free
+    blocks is drawn as rows of their id cells."""
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -167,13 +169,13 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     pending = _pending_slots(rows, bs, token_text)
     gone = rolled_back(events, snap)  # a rolled-back slot shows its struck-out draft this step
     pending = {b: p for b, p in pending.items() if (b, p[0]) not in gone}
-    keep = set(range(snap.num_blocks)) if every_block else _keep(snap, events, selected_block)
+    keep = _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
     sz = _sizes(snap, events, rows, keep, pending, token_text,
                 ["▶ " + re.sub("<[^>]*>", "", n["text"]) for n in plain], block_level, large, box,
-                len(bands))
+                len(bands), every_block)
     k, kt, gpu = sz.k, sz.kt, sz.gpu
     small = max(k, 14 / 11) if large else k  # 11 px text (the CPU bands): 14 px and up presenting
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
@@ -192,6 +194,7 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
     ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
     traces += [ids] if ids is not None else []
+    traces += fold_id_cells(gpu, snap.block_size, kt)
     if cpu is not None:
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=small,
                                    plot_px=sz.plot_px, groups=words))
@@ -254,7 +257,7 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
         notes.append(dict(x=0, y=top + 0.55, xanchor="left", yanchor="bottom", showarrow=False,
                           text=fitting(lambda n: figure_text.tables_header(
                               len(snap.kv_cache_groups) > 1, n or bool(hidden)) + more), font=font))
-    for row, first, last in gpu.folds:
+    for row, first, last in () if gpu.fold_cells else gpu.folds:  # id cells say it themselves
         notes.append(dict(x=gpu.width / 2, y=gpu.y0 - row, showarrow=False, font=font,
                           text=f"blocks {first}–{last} free ({last - first + 1} blocks)"))
     waiting = [s for s in snap.sequences.values() if not s.block_table]

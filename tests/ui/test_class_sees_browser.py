@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 
+from tests.helpers import BLOCK_XY, click_until
 from tests.ui.test_browser import IDLE
 from tests.ui.test_slides_browser import FITTED, PROGRESS
 
@@ -125,5 +126,28 @@ def test_a_refused_next_leaves_the_picture_as_it_was(browser, served_app):
         pg.wait_for_function("() => document.querySelector('#pool-plot').getAnimations().length === 0",
                              timeout=30_000)
         assert pg.evaluate(OPACITY) == "1", f"the picture stays at opacity {pg.evaluate(OPACITY)}"
+    finally:
+        pg.close()
+
+
+ANSWER = "#lesson-answer input, #lesson-answer textarea"
+
+
+def test_every_block_can_be_clicked_when_a_page_asks_which(browser, served_app):
+    """Issue 42, item 3: lesson 3 asks which block the copy will go to, "Click it"; at 1280 x 720
+    the free blocks were folded into one row ("blocks 2-23 free") and a click on it did nothing.
+    Every block a learner may name is in the picture, and a click on it answers."""
+    pg = _open(browser, served_app, "03_fork_cow", 2)
+    try:
+        pg.wait_for_function("() => document.querySelector('#lesson-question')?.innerText"
+                             ".includes('Which block')", timeout=60_000)
+        num_blocks = 24
+        pg.wait_for_function(f"() => ({BLOCK_XY})(0) !== null && ({IDLE})()", timeout=60_000)
+        missing = [b for b in range(num_blocks) if pg.evaluate(f"({BLOCK_XY})({b})") is None]
+        assert not missing, f"blocks that cannot be clicked: {missing}"
+        click_until(pg, BLOCK_XY, 2, f"() => document.querySelector('{ANSWER}')?.value === 'block 2'")
+        pg.screenshot(path="/tmp/lesson3-block-question.png")
+        _next(pg)
+        assert "You predicted block 2: right" in pg.locator("#lesson-narration").inner_text()
     finally:
         pg.close()
