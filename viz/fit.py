@@ -175,7 +175,7 @@ def _span(c: Content, gpu: PoolLayout) -> float:
     """The picture's height in rows: what pool_figure lays out (tables above the pool, headers,
     the pool's rows and folds, the freed label, the CPU bands, the waiting line)."""
     top = 2.0 + max(c.table_rows, 1) - 1
-    bottom = -gpu.rows + 0.4 - (0.7 if c.freed else 0.0)
+    bottom = -gpu.rows + 0.4 - (0.85 if c.freed else 0.0)
     below = gpu
     for n in (c.has_cpu, c.has_tier):
         if n:

@@ -271,7 +271,7 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     notes.append(dict(x=0, y=0.55, xanchor="left", yanchor="bottom", showarrow=False, font=font,
                       text=fitting(lambda n: figure_text.pool_header(gpu.token_level, marks,
                                                                      len(reserved), n))))
-    bottom = -gpu.rows + 0.4 - (0.7 if freed else 0.0)  # the freed label sits under the pool
+    bottom = -gpu.rows + 0.4 - (0.85 if freed else 0.0)  # the freed label sits under the pool
     for band, name in ((cpu, lambda n: "CPU swap space"),
                        (tier, lambda n: "CPU tier of the prefix cache" + (
                            "" if n else ": evicted blocks kept by hash (LRU)"))):

@@ -151,3 +151,41 @@ def test_every_block_can_be_clicked_when_a_page_asks_which(browser, served_app):
         assert "You predicted block 2: right" in pg.locator("#lesson-narration").inner_text()
     finally:
         pg.close()
+
+
+# the page box of a scatter trace of the picture, by its name (null while it renders)
+TRACE_BOX = """(name) => {
+  const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const scatter = (gd?.data ?? []).filter((t) => (t.type || 'scatter') === 'scatter');
+  const k = scatter.findIndex((t) => t.name === name);
+  const node = k < 0 ? null : gd.querySelectorAll('.scatterlayer > .trace')[k];
+  const r = node?.getBoundingClientRect();
+  return r && r.width ? {left: r.left, top: r.top, right: r.right, bottom: r.bottom} : null;
+}"""
+
+
+def test_a_copy_reads_as_an_arrow(browser, served_app):
+    """Issue 42, item 10: lesson 3's copy-on-write arrow (block 1 to block 2, one column) was a
+    bracket of about 15 px at the picture's far left."""
+    pg = _open(browser, served_app, "03_fork_cow", 3)
+    try:
+        pg.wait_for_function(f"() => ({TRACE_BOX})('copy-on-write') !== null", timeout=60_000)
+        arrow = pg.evaluate(f"({TRACE_BOX})('copy-on-write')")
+        assert arrow["right"] - arrow["left"] >= 30 and arrow["bottom"] - arrow["top"] >= 30, arrow
+    finally:
+        pg.close()
+
+
+def test_the_freed_label_is_clear_of_the_outlines(browser, served_app):
+    """Issue 42, item 10: lesson 5's last page put "4 blocks freed (dotted)" where block 11's
+    outline crossed it."""
+    pg = _open(browser, served_app, "05_prefix_caching", 6)
+    try:
+        pg.wait_for_function(f"() => ({TRACE_BOX})('freed label') !== null", timeout=60_000)
+        label = pg.evaluate(f"({TRACE_BOX})('freed label')")
+        for name in ("new block", "evicted", "freed", "prefix hit"):
+            mark = pg.evaluate(f"({TRACE_BOX})('{name}')")  # its lines' box, their width included
+            if mark and mark["left"] < label["right"] and label["left"] < mark["right"]:
+                assert label["top"] >= mark["bottom"] - 0.5, (name, mark, label)
+    finally:
+        pg.close()
