@@ -145,7 +145,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             try:
                 return registry.get(c).control(s, action, value)
             except RoomError as err:
-                return f"**Not done:** {err}"
+                return _not_done(err, s)
         return room_errors(on_control)
 
     for action, btn in buttons.items():
@@ -156,7 +156,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             try:
                 return registry.get(c).lesson_control(s, action, name)
             except RoomError as err:
-                return f"**Not done:** {err}"
+                return _not_done(err, s)
         return room_errors(on_lesson)
 
     for action, btn in poll.buttons.items():
@@ -200,6 +200,18 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
     demo.load(on_load, None, [joined, qr, warning, code, open_box])
+
+
+def _not_done(err: RoomError, secret: Any) -> str:
+    """A refused teacher's action, in words: on the line under the controls, and as a note that
+    the projector view (which hides that line and the secret's box) shows too. A page that
+    opened the room by its code has no secret: it says where to type it."""
+    why = str(err)
+    if not secret:
+        why = ("this page has no teacher secret (a room opened elsewhere, projected by its code): "
+               "untick projector view and type it in the teacher secret box to control the room here")
+    gr.Warning(why, duration=15)
+    return f"**Not done:** {why}"
 
 
 def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:

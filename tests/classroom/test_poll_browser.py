@@ -55,3 +55,29 @@ def test_after_a_reveal_the_next_questions_box_is_empty(served_app, browser):
     finally:
         teacher.close()
         phone.close()
+
+
+TOAST = "() => [...document.querySelectorAll('[data-testid=toast-body]')].map((t) => t.innerText).join(' | ')"
+
+
+def test_a_projector_opened_by_its_code_says_why_next_does_nothing(served_app, browser):
+    """Issue 42, item 10: a projector that opened the room by its code (no secret) pressed Next:
+    nothing happened and nothing was said (the refusal went to a line the projector view hides)."""
+    teacher = browser.new_page(viewport={"width": 1280, "height": 720})
+    projector = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        code = open_room_page(teacher, served_app)
+        _play(teacher, "2. Paging: blocks and tables")
+        projector.goto(served_app + f"class?code={code}")
+        projector.wait_for_function(f"() => ({POLL})().includes('page 1 of')", timeout=120_000)
+        projector.click("#room-projector")
+        projector.wait_for_function("() => document.body.classList.contains('pl-projector')",
+                                    timeout=30_000)
+        projector.click("#room-lesson-next")
+        projector.wait_for_function(f"() => /secret/i.test(({TOAST})())", timeout=60_000)
+        said = projector.evaluate(TOAST)
+        assert "projector view" in said, said  # where to type it: the box the view hides
+        assert "page 1 of" in projector.evaluate(POLL)  # nothing moved
+    finally:
+        teacher.close()
+        projector.close()
