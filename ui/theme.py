@@ -140,6 +140,10 @@ body.pl-lesson #inspector:has(> .label-wrap.open) { position: absolute !importan
   left: 0; right: 0; z-index: 30; max-height: calc(100% - 46px); overflow-y: auto;
   box-shadow: 0 4px 18px rgba(15,23,42,.25); background: var(--block-background-fill, #fff) }
 body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 88vh }
+/* on a slide the column is the page's key sentence, its question and Next: the inspector opens
+   over the lower part of the picture instead, until it is closed */
+body.pl-presenter.pl-lesson #inspector:has(> .label-wrap.open) { position: fixed !important;
+  top: auto; bottom: 6px; left: 34px; right: auto; width: min(58vw, 900px); max-height: 52vh }
 #top-bar .gap, #top-bar .form { gap: 2px }
 #landing p { margin: 2px 0 0 0; color: #334155 }
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import BLOCK_XY, click_until
+from tests.helpers import BLOCK_XY, box_of, click_until
 from tests.ui.test_browser import IDLE
 from tests.ui.test_slides_browser import FITTED, PROGRESS
 
@@ -187,5 +187,30 @@ def test_the_freed_label_is_clear_of_the_outlines(browser, served_app):
             mark = pg.evaluate(f"({TRACE_BOX})('{name}')")  # its lines' box, their width included
             if mark and mark["left"] < label["right"] and label["left"] < mark["right"]:
                 assert label["top"] >= mark["bottom"] - 0.5, (name, mark, label)
+    finally:
+        pg.close()
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def test_the_inspector_leaves_the_key_sentence_question_and_next_in_view(browser, served_app):
+    """Issue 42, item 10: in presenter mode the block inspector opened over the column beside
+    the picture, covering the page's key sentence and its question."""
+    pg = _open(browser, served_app, "03_fork_cow", 4)
+    try:
+        pg.wait_for_function(f"() => ({BLOCK_XY})(1) !== null && ({IDLE})()", timeout=60_000)
+        click_until(pg, BLOCK_XY, 1, "() => (document.querySelector('#inspector-note')?.innerText ?? '')"
+                                     ".includes('Block 1')")
+        pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout",
+                             timeout=60_000)
+        inspector = box_of(pg, "#inspector")
+        for sel in ("#lesson-narration blockquote", "#lesson-question", "#lesson-next"):
+            if pg.evaluate("(s) => !!document.querySelector(s)?.offsetParent", sel):
+                assert not _overlap(inspector, box_of(pg, sel)), (sel, inspector)
+        assert inspector["y"] + inspector["height"] <= SLIDE[1] + 1  # on the slide
+        pg.screenshot(path="/tmp/presenter-inspector.png")
     finally:
         pg.close()
