@@ -99,6 +99,11 @@
       if (!gd.on || !gd._fullLayout) return;
       if (gd.__plEvents !== gd._ev) {
         gd.on('plotly_click', onClick);
+        // a sequence's name left of its table row (viz/block_tables.py names it "seq:<id>")
+        gd.on('plotly_clickannotation', (ev) => {
+          const m = /^seq:(\d+)$/.exec((ev && ev.annotation && ev.annotation.name) || '');
+          if (m) send('seq:' + m[1]);
+        });
         gd.__plEvents = gd._ev;
       }
       // Gradio may draw a redraw of the same step (a selection, presenter mode) into a new

@@ -100,17 +100,22 @@ def token_lines(table: Sequence[int | None], blocks: Sequence, token_text, width
 
     lines: list[str] = []
     line = ""
+
+    def add(piece: str, sep: str) -> None:  # a piece on this line, or the next if it is full
+        nonlocal line
+        joined = f"{line}{sep}{piece}" if line else piece
+        if line and text_px(joined, font_px) > width_px:
+            lines.append(line)
+            joined = piece
+        line = joined
+
     for b in table:
         if b is None:
             continue
-        words = "|".join((token_text(t).replace("\n", "⏎").strip() or "␣")
-                         for t in blocks[b].token_ids)
-        part = f"#{b}: {words}"
-        joined = f"{line}   {part}" if line else part
-        if line and text_px(joined, font_px) > width_px:
-            lines.append(line)
-            joined = part
-        line = joined
+        words = [(token_text(t).replace("\n", "⏎").strip() or "␣") for t in blocks[b].token_ids]
+        add(f"#{b}: {words[0]}" if words else f"#{b}:", "   ")
+        for w in words[1:]:  # a block longer than a line goes on over the next (a phone)
+            add(w, "|")
     if line:
         lines.append(line)
     return [ln.replace("&", "&amp;").replace("<", "&lt;") for ln in lines]

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from engine.core.snapshot import BlockView
 from viz import palette
 from viz.pool_layout import PoolLayout
+from viz.text_width import text_px
 
 FAST = {"_validate": False}  # traces built here are fixed in code; tests validate the JSON
 MAX_TEXT_BLOCKS = 512  # block level: ref counts printed in cells up to this pool size
@@ -164,13 +165,19 @@ def block_label(blk: BlockView, prefix: str = "", mark: str = "") -> str:
 
 
 def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.0,
-              blank: Collection[int] = (), marks: Mapping[str, str] | None = None) -> go.Scatter | None:
+              blank: Collection[int] = (), marks: Mapping[str, str] | None = None,
+              cell_px: float | None = None) -> go.Scatter | None:
     """Each drawn block's id (and ref count when shared) in its label cell, as text of its own
     trace: 11 px on a laptop, 18 on a projector, and still drawn on a phone, where the slots'
     token text (10 px) is hidden for being wider than the slots. `marks`: group name -> a mark
-    after the id of a block holding that group's K/V (a hybrid model's "ˢ" for sliding)."""
+    after the id of a block holding that group's K/V (a hybrid model's "ˢ" for sliding).
+    `cell_px`: the label cell's width in pixels (a fitted picture): an id and ref count wider
+    than it show the id alone (a phone's "0 ×4" was clipped to "×4"; the hover says ×4)."""
     if not layout.token_level:
         return None
+
+    def fits(label: str) -> bool:
+        return cell_px is None or text_px(label, 11 * scale) <= cell_px - 2
     xs, ys, texts, colours = [], [], [], []
     for blk in blocks:
         at = layout.where(blk.block_id)
@@ -180,7 +187,8 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         xs.append(left + layout.label_w / 2)  # the middle of the label cell
         ys.append(y)
         mark = (marks or {}).get(blk.group, "") if blk.state != "free" else ""  # a free page serves none
-        texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark))
+        label = block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark)
+        texts.append(label if fits(label) else block_label(blk._replace(ref_count=0), mark=mark))
         fill = palette.FREE if blk.block_id in blank else COLOURS[category(blk)]
         colours.append(palette.text_on(fill))  # readable on the block's own colour
     return go.Scatter(**FAST, x=xs, y=ys, mode="text", text=texts, name="block ids",

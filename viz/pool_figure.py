@@ -192,7 +192,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                                  plot_px=sz.plot_px, blank=reserved, groups=words, chars=chars,
                                  fits=sz.fits if sz.fitted else None)]
     marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
-    ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
+    unit = sz.plot_px / (gpu.width + 0.6) if sz.fitted else None  # pixels per plot unit
+    ids = block_ids(snap.blocks, gpu, kt, reserved, marks, unit and gpu.label_w * unit)
     traces += [ids] if ids is not None else []
     traces += fold_id_cells(gpu, snap.block_size, kt)
     if cpu is not None:
@@ -246,10 +247,11 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     """The headers and notes over and under the tables and the pool, added to `notes`; returns
     the picture's (top, bottom) in rows."""
     font = {"size": sz.note_px, "color": palette.MUTED}
+    room = _note_room(sz)
 
     def fitting(words: Callable[[bool], str]) -> str:  # the short words where the long run out
         long = words(sz.narrow)
-        wide = text_px(long, sz.note_px) * 1.08 > sz.plot_px - 16  # a margin for the browser's hinting
+        wide = text_px(long, sz.note_px) * 1.08 > room - 16  # a margin for the browser's hinting
         return words(True) if sz.fitted and wide else long
 
     if rows:
@@ -262,11 +264,8 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
                           text=f"blocks {first}–{last} free ({last - first + 1} blocks)"))
     waiting = [s for s in snap.sequences.values() if not s.block_table]
     if waiting:  # a request added but not scheduled yet holds no block: say it is there
-        names = " · ".join((seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
-                           for s in waiting[:6])
-        more = f" · +{len(waiting) - 6} more" if len(waiting) > 6 else ""
         notes.append(dict(x=0, y=top + (1.5 if seqs else 1.2), xanchor="left", yanchor="bottom",
-                          showarrow=False, text=f"waiting, no blocks yet: {names}{more}",
+                          showarrow=False, text=_waiting_line(waiting, seq_labels, sz, room),
                           font={"size": sz.note_px, "color": palette.INK}))
     notes.append(dict(x=0, y=0.55, xanchor="left", yanchor="bottom", showarrow=False, font=font,
                       text=fitting(lambda n: figure_text.pool_header(gpu.token_level, marks,
@@ -285,6 +284,24 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     return top + (1.0 if waiting else 0.0), bottom  # room for the waiting line
 
 
+def _note_room(sz: Sizes) -> float:
+    """The pixels a line of notes may take: the plot's width, and on a phone the left margin
+    too (_frame starts the picture's lines at its left edge there: they were cut at the right)."""
+    return sz.plot_px + (sz.margin_l - 8 if sz.fitted and sz.narrow and sz.margin_l else 0.0)
+
+
+def _waiting_line(waiting: list, seq_labels: Mapping[int, str] | None, sz: Sizes,
+                  room: float) -> str:
+    """"waiting, no blocks yet: a · b · +2 more": as many names as the line holds."""
+    names = [(seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}" for s in waiting]
+    for n in range(min(6, len(names)), 0, -1):
+        more = f" · +{len(names) - n} more" if len(names) > n else ""
+        line = f"waiting, no blocks yet: {' · '.join(names[:n])}{more}"
+        if not sz.fitted or text_px(line, sz.note_px) * 1.08 <= room - 8:
+            return line
+    return f"waiting, no blocks yet: {len(names)}"
+
+
 def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: int | None,
            sz: Sizes, token_text: Callable[[int], str], bottom: float) -> float:
     """A narrow picture (a phone) whose slots cannot hold their tokens lists the selected
@@ -292,7 +309,7 @@ def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: 
     if not (sz.fitted and sz.narrow and sz.chars is not None and rows):
         return bottom
     row = next((r for r in rows if r.seq.seq_id == selected_seq), rows[-1])
-    lines = figure_text.token_lines(row.table, snap.blocks, token_text, sz.plot_px - 4, sz.note_px)
+    lines = figure_text.token_lines(row.table, snap.blocks, token_text, _note_room(sz) - 8, sz.note_px)
     if not lines:
         return bottom
     y = bottom - 0.6
@@ -334,6 +351,11 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         height = int(min(2000, max(320, (84 + (ROW_PX if span <= 30 else 21) * span) * k + grown)))
         y_range = [bottom - 0.2, top + 1.3]
         margin_l = max(78, 8 + 8 * widest) * k
+    if sz.fitted and sz.narrow:  # a phone: the lines of notes start at the picture's left edge
+        edge = -(margin_l - 4) / max(sz.plot_px, 1.0)
+        for n in notes:
+            if n.get("x") == 0 and n.get("xanchor") == "left":
+                n.update(xref="paper", x=edge)
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=height, margin={"l": margin_l, "r": 8, "t": margin_t, "b": margin_b},

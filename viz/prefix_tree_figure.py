@@ -65,15 +65,17 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
     z = [[None] * cols for _ in range(rows)]
     text = [[""] * cols for _ in range(rows)]
     custom = [[[-1, -1, ""]] * cols for _ in range(rows)]
+    starts = _distinct_starts(placed.cells, decode)
     for p in placed.cells:
         z[p.y][p.x] = p.kind
-        text[p.y][p.x] = _label(p, decode, cell_px, sz, two_lines)
+        text[p.y][p.x] = _label(p, decode, cell_px, sz, two_lines, starts)
         custom[p.y][p.x] = _custom(p, decode, tree)
+    # a phone: a tap selects the block (the picture shows it); a tooltip there covered the tree
+    hover = {"hoverinfo": "none"} if sz.phone else {"hovertemplate": "%{customdata[2]}<extra></extra>"}
     heat = go.Heatmap(**FAST, z=z, x=list(range(cols)), y=list(range(rows)), zmin=-0.5,
                       zmax=len(KINDS) - 0.5, colorscale=SCALE, showscale=False, xgap=14, ygap=6,
                       text=text, texttemplate="%{text}", textfont={"size": sz.font},
-                      customdata=custom, name="prefix tree", hoverongaps=False,
-                      hovertemplate="%{customdata[2]}<extra></extra>")
+                      customdata=custom, name="prefix tree", hoverongaps=False, **hover)
     outlines = _outlines(placed, events, selected_block)
     fig = go.Figure([heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *outlines], **FAST)
     height = sz.height or int(top + rows * row_px + 12)
@@ -146,11 +148,43 @@ def _where(n: TreeNode) -> str:
     return " ".join(parts)
 
 
-def _label(p: Placed, decode, cell_px: float, sz: ViewSizes, two_lines: bool) -> str:
+def _distinct_starts(cells: Sequence[Placed], decode) -> dict[int, int]:
+    """block hash -> where its label starts: siblings whose tokens begin alike (the students'
+    questions after a system prompt's last words) start at the word where they part, so that
+    their cells can be told apart ("…What is paging?", not each "in one sentence. ‹|i…")."""
+    kids: dict[int | None, list[TreeNode]] = {}
+    for p in cells:
+        if p.node is not None:
+            kids.setdefault(p.node.parent, []).append(p.node)
+    out: dict[int, int] = {}
+    for group in kids.values():
+        if len(group) < 2:
+            continue
+        texts = [_tokens(n, decode) for n in group]
+        same = len(_common(texts))
+        # at the start of the word (or line, or after a special token) where they part
+        cut = max(texts[0].rfind(c, 0, same + 1) for c in " ⏎›") if same > 3 else -1
+        if cut > 0:
+            out.update({n.block_hash: cut + 1 for n in group})
+    return out
+
+
+def _common(texts: Sequence[str]) -> str:
+    first = min(texts)
+    last = max(texts)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _label(p: Placed, decode, cell_px: float, sz: ViewSizes, two_lines: bool,
+           starts: dict[int, int] | None = None) -> str:
     room = cell_px - 16
     if p.node is None:
         return _fit(p.words, room, sz.font)
-    tokens = _fit(_tokens(p.node, decode), room, sz.font)
+    start = (starts or {}).get(p.node.block_hash, 0)
+    tokens = _fit(("…" if start else "") + _tokens(p.node, decode)[start:], room, sz.font)
     if not two_lines:
         return tokens
     where = "evicted" if p.kind == GHOST else _where(p.node)

