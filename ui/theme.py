@@ -28,8 +28,9 @@ CSS = """
 #pool-plot { transition: opacity .15s }
 body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #pool-plot {
   opacity: .55; transition: opacity .2s .3s }
-/* zoom tools: the picture is fixed */
-#pool-plot .modebar-container, #room-plot .modebar-container { display: none !important }
+/* zoom tools: the picture is fixed (the inspector's too: on a phone they covered its title) */
+#pool-plot .modebar-container, #room-plot .modebar-container, #kv-plot .modebar-container {
+  display: none !important }
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }

@@ -103,3 +103,41 @@ def test_the_prefix_tree_on_a_phone_tells_branches_apart_and_a_tap_leaves_it_in_
         assert pg.evaluate(TOOLTIP) < 0.2  # no tooltip over the tree (a tap selects the block)
     finally:
         pg.close()
+
+
+# the inspector's K/V figure: its title's box, the modebar's (null: none shown), K's plot area
+# and the boxes of the y labels drawn right of it (V's), in page pixels
+KV_PARTS = """() => { const gd = document.querySelector('#kv-plot .js-plotly-plot');
+  if (!gd?._fullLayout) return null;
+  const box = (e) => { const r = e?.getBoundingClientRect();
+    return r && r.width && e.offsetParent !== null ? [r.left, r.top, r.right, r.bottom] : null; };
+  const kArea = box(gd.querySelector('.xy .nsewdrag, .nsewdrag'));
+  return {title: box(gd.querySelector('.gtitle')), modebar: box(gd.querySelector('.modebar')),
+          kArea, yLabels: [...gd.querySelectorAll('.yaxislayer-above text')]
+            .map(box).filter((b) => b && kArea && b[0] > kArea[0] + 2)}; }"""
+
+
+def _hit(a, b) -> bool:
+    return bool(a and b) and a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_the_inspector_on_a_phone_keeps_its_title_and_heatmaps_apart(browser, served_app):
+    from tests.helpers import click_until
+    from tests.ui.test_browser import CELL_XY
+
+    pg = _phone(browser, served_app)
+    try:
+        pg.click("#new-seq")
+        pg.wait_for_function("() => (document.querySelector('#event-log')?.innerText ?? '')"
+                             ".includes('prefill')", timeout=120_000)
+        pg.wait_for_function(f"() => ({CELL_XY})(['pool', 0]) !== null && ({IDLE})()", timeout=60_000)
+        pg.locator("#pool-plot").scroll_into_view_if_needed()
+        click_until(pg, CELL_XY, ["pool", 0],
+                    "() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout")
+        pg.locator("#kv-plot").scroll_into_view_if_needed()
+        pg.wait_for_function(f"() => ({KV_PARTS})() !== null", timeout=60_000)
+        parts = pg.evaluate(KV_PARTS)
+        assert not _hit(parts["title"], parts["modebar"]), parts  # the toolbar over the title
+        assert not any(_hit(b, parts["kArea"]) for b in parts["yLabels"]), parts  # V's on K
+    finally:
+        pg.close()
