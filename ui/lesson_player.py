@@ -17,7 +17,7 @@ from ui.page import Page
 from ui.picture_split import FitMemo, fit_split
 from ui.refusal import refused
 from ui.render import model_status, token_text
-from ui.run_views import lesson_slide_choice
+from ui.run_views import lesson_slide_choice, lesson_view
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -67,7 +67,15 @@ def lesson_fit(ls: LessonSession, presenter_on: bool) -> tuple[Any, tuple[int, i
     run = ls.run
     key = (id(run), id(run.current), run.index, bool(presenter_on))
     return fit_split(ls.fits, key, ls.box, lesson_slide_choice(ls),
-                     lambda box: lesson_pool(ls, presenter_on, box))
+                     lambda box: lesson_pool(ls, presenter_on, box),
+                     lambda width: _view_height(ls, presenter_on, width))
+
+
+def _view_height(ls: LessonSession, presenter_on: bool, width: int) -> int | None:
+    """The height the view under the picture takes at its natural size (the picture gets the
+    rest of the slide)."""
+    fig = lesson_view(ls, presenter_on, (width, 0))
+    return int(fig.layout.height) if fig is not None and fig.layout.height else None
 
 
 def lesson_figure(ls: LessonSession, presenter_on: bool) -> Any:

@@ -16,7 +16,7 @@ from engine.core.memory_use import MemoryPoint
 from lessons.front_matter import VIEWS  # noqa: F401  (the choices under the picture, for the pages)
 from ui.picture_split import split_box
 from viz.memory import memory_figure
-from viz.prefix_tree_figure import prefix_tree_figure
+from viz.prefix_tree_figure import prefix_tree_figure, sole_owners
 from viz.timeline import timeline_figure
 from viz.view_frame import note_figure
 
@@ -69,7 +69,8 @@ def session_view(session: Any, box: tuple[int, int] | None) -> Any:
         before = session.prefix_tree(previous) if previous is not None else None
         return prefix_tree_figure(session.prefix_tree(view), view.events if session.pos else (),
                                   session.decode, before=before,
-                                  selected_block=session.selected_block, box=box, large=large)
+                                  selected_block=session.selected_block, box=box, large=large,
+                                  owners=sole_owners(view.snapshot))
     if choice == "memory":
         series = session_series(session)
         if not series:
@@ -139,7 +140,7 @@ def lesson_view(ls: Any, large: bool, box: tuple[int, int] | None) -> Any:
         return prefix_tree_figure(eng.prefix_tree(snap), step.events if step is not None else (),
                                   eng.decode, before=eng.prefix_tree(previous) if previous else None,
                                   selected_block=getattr(ls, "inspected", None), box=box,
-                                  large=large)
+                                  large=large, owners=sole_owners(snap))
     at = len(step.trace) if step is not None else 0
     timeline = eng.request_timeline().upto(at)
     if not timeline.steps:
@@ -155,7 +156,7 @@ def room_view(view: Any, choice: str, box: tuple[int, int] | None, large: bool) 
     _, box = split_box(box, choice)
     if choice == "prefix tree":
         return prefix_tree_figure(view.tree, view.events, view.decode, box=box, large=large,
-                                  title="The class's prefix cache")
+                                  title="The class's prefix cache", owners=sole_owners(view.snapshot))
     if choice == "memory":
         if not view.memory:
             return note_figure("Memory over time", "No step yet: the room steps once a student "

@@ -214,3 +214,29 @@ def test_the_inspector_leaves_the_key_sentence_question_and_next_in_view(browser
         pg.screenshot(path="/tmp/presenter-inspector.png")
     finally:
         pg.close()
+
+
+# the pool's share of the slide and the view's empty band: the pixels between the lowest text or
+# cell the view draws and the slide's bottom (null while they render)
+SPLIT = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const v = document.querySelector('#view-plot .js-plotly-plot');
+  if (!gd?._fullLayout || !v?._fullLayout) return null;
+  const p = gd.getBoundingClientRect();
+  const drawn = [...v.querySelectorAll('.main-svg text, .heatmaplayer image, .scatterlayer path')]
+    .map((e) => e.getBoundingClientRect()).filter((r) => r.height > 0);
+  const low = Math.max(...drawn.map((r) => r.bottom));
+  return {pool: p.width * p.height / innerWidth / innerHeight, band: innerHeight - low,
+          token_px: gd.layout.meta.fit.token_px}; }"""
+
+
+@pytest.mark.parametrize("lesson,page", [("05_prefix_caching", 3), ("12_speculative_decoding", 3)])
+def test_a_view_under_the_picture_takes_what_it_needs(browser, served_app, lesson, page):
+    """Issue 42, item 8: with a view under the picture (lesson 5's prefix tree, lesson 12's
+    timeline) the pool fell to 31-36% of the slide, its tokens at 14-15 px, over an empty band."""
+    pg = _open(browser, served_app, lesson, page)
+    try:
+        pg.wait_for_function(f"() => ({SPLIT})() !== null && ({IDLE})()", timeout=60_000)
+        split = pg.evaluate(SPLIT)
+        assert split["pool"] >= 0.37 and split["band"] <= 90, split
+    finally:
+        pg.close()
