@@ -141,3 +141,22 @@ def test_the_inspector_on_a_phone_keeps_its_title_and_heatmaps_apart(browser, se
         assert not any(_hit(b, parts["kArea"]) for b in parts["yLabels"]), parts  # V's on K
     finally:
         pg.close()
+
+
+def test_the_preemption_workload_on_a_phone_cuts_no_line(browser, served_app):
+    """The lines under and over a phone's picture ("waiting…", "seq N, block by block", "GPU
+    pool…") stay inside it at every step of a run that preempts (issue 42, item 9)."""
+    pg = _phone(browser, served_app)
+    try:
+        _workload(pg, "preemption (a pool too small)")
+        seen = ""
+        for _ in range(8):
+            _back(pg, 5)
+            pg.wait_for_function(f"() => ({CUT})('#pool-plot') !== null", timeout=60_000)
+            assert pg.evaluate(CUT, "#pool-plot") == [], pg.evaluate("document.querySelector('#status')"
+                                                                    "?.innerText")
+            seen += pg.evaluate("() => [...document.querySelectorAll('#pool-plot .main-svg text')]"
+                                ".map((t) => t.textContent).join(' ')")
+        assert "waiting" in seen and "block by block" in seen  # the lines were drawn, and whole
+    finally:
+        pg.close()
