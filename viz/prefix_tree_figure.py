@@ -47,8 +47,10 @@ def sole_owners(snap: object) -> dict[int, int]:
 
 
 def _colour_of(p: Placed, owners: Mapping[int, int] | None) -> int:
-    seq = (owners or {}).get(p.node.block_id) if p.kind == USED and p.node is not None else None
-    k = (seq or 0) % len(palette.OWNERS)
+    """The cell's colour: its kind's, or for a block one sequence holds, that sequence's."""
+    if p.kind != USED or p.node is None:
+        return p.kind
+    k = (owners or {}).get(p.node.block_id, 0) % len(palette.OWNERS)
     return USED if k == 0 else len(KINDS) + k - 1
 #: the step's marks: words -> outline colour
 MARKS = {"prefix hit": palette.PREFIX_HIT, "new hash": palette.NEW,

@@ -143,6 +143,7 @@ def test_the_tree_colours_blocks_as_the_pool_and_shows_siblings_it_has_room_for(
 
     eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40))
     seqs = [eng.add_sequence("You are a kind tutor. Question " + q) for q in "ABCD"]
+    eng.free(eng.add_sequence("You are a kind tutor. Question E, which no one holds now"))
     snap = eng.snapshot()
     colours = {round(lo * (len(SCALE) // 2)): c for (lo, c), _ in zip(SCALE[::2], SCALE[1::2], strict=True)}
     fig = prefix_tree_figure(eng.prefix_tree(snap), (), eng.decode, box=(760, 250), large=True,
@@ -153,4 +154,7 @@ def test_the_tree_colours_blocks_as_the_pool_and_shows_siblings_it_has_room_for(
             block = snap.blocks[cd[0]] if cd[0] >= 0 else None
             if block is not None and block.ref_count == 1:
                 assert colours[z] == palette.owner_colour(block.owners[0]), (cd, z)
+            elif block is not None:  # shared or cached: the kind's colour, as in the pool
+                want = palette.SHARED if block.ref_count > 1 else palette.CACHED
+                assert colours[z] == want, (cd, z)
     assert len(seqs) == 4 and not [t for row in heat.text for t in row if t.startswith("+")]
