@@ -124,9 +124,7 @@ class Room:
         (one identical prefix for the whole class), or plain text in the dry mode."""
         system = self.settings.system_prompt
         ids = chat_prompt(self._tokenizer, prompt, system)
-        if ids is not None:
-            return ids
-        return f"{system}\n\n{prompt}" if system else prompt
+        return ids if ids is not None else (f"{system}\n\n{prompt}" if system else prompt)
 
     def _label(self, student_key: str, name: str) -> str:
         """The student's label, made (or changed to the name they typed now); under the lock."""
@@ -394,8 +392,7 @@ class Room:
         # moves the snapshot's step on, and a later publish (a click) must not add it again
         step = eng.last_step.step if eng.last_step is not None else None
         if step is not None and (not self._memory or self._memory[-1].step != step):
-            point = memory_point(snap, events)._replace(step=step)
-            self._memory = self._memory[-MAX_POINTS + 1:] + [point]
+            self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)._replace(step=step)]
         names = {rid - self._id_base: f"{r.student} #{rid}" for rid, r in self.requests.items()}
         self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved,
                              eng.request_timeline(), tuple(self._memory),
