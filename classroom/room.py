@@ -29,6 +29,7 @@ from classroom.reserve import Reserve
 from classroom.settings import RoomError, RoomSettings, check_text
 from engine import LLMEngine, SamplingParams, ops
 from engine.describe.memory_use import MemoryPoint, memory_point
+from engine.requests import chat_prompt
 
 #: the teacher's actions: room verbs (pause, resume, clear, shrink, restore, close) and engine
 #: operations of engine/ops.py (step, prefix caching on / off); Room.control maps each to its doing
@@ -122,9 +123,8 @@ class Room:
         """The engine's prompt: the model's chat template with the shared system prompt first
         (one identical prefix for the whole class), or plain text in the dry mode."""
         system = self.settings.system_prompt
-        if getattr(getattr(self._tokenizer, "hf", None), "chat_template", None):
-            return self._tokenizer.apply_chat_template(prompt, system)
-        return f"{system}\n\n{prompt}" if system else prompt
+        ids = chat_prompt(self._tokenizer, prompt, system)
+        return ids if ids is not None else (f"{system}\n\n{prompt}" if system else prompt)
 
     def _label(self, student_key: str, name: str) -> str:
         """The student's label, made (or changed to the name they typed now); under the lock."""
@@ -388,9 +388,11 @@ class Room:
         }
         events = tuple(eng.last_step.events) if eng.last_step else ()
         reserved = self._reserve.block_ids(eng)
-        if eng.last_step is not None and (not self._memory or
-                                          self._memory[-1].step != eng.last_step.step):
-            self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)]
+        # one point per serving step, stamped with that step: the reserve's top-up after it
+        # moves the snapshot's step on, and a later publish (a click) must not add it again
+        step = eng.last_step.step if eng.last_step is not None else None
+        if step is not None and (not self._memory or self._memory[-1].step != step):
+            self._memory = self._memory[-MAX_POINTS + 1:] + [memory_point(snap, events)._replace(step=step)]
         names = {rid - self._id_base: f"{r.student} #{rid}" for rid, r in self.requests.items()}
         self.view = RoomView(state, snap, events, labels, self._tokenizer.decode, reserved,
                              eng.request_timeline(), tuple(self._memory),

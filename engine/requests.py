@@ -45,3 +45,12 @@ def check_request_fits(tokens: list[int], params: SamplingParams, max_model_len:
     if -(-len(tokens) // block_size) > num_blocks:
         raise ValueError(f"the prompt needs {-(-len(tokens) // block_size)} blocks but the pool "
                          f"has {num_blocks}")
+
+
+def chat_prompt(tokenizer: Any, message: str, system: str = "") -> list[int] | None:
+    """A user message as a chat model takes it: the token ids of its chat template (after
+    `system`, if given), or None where the tokenizer has none (the dry mode's bytes). On the
+    bare text of an instruction SmolLM2 answers its end-of-turn token at once."""
+    if not getattr(getattr(tokenizer, "hf", None), "chat_template", None):
+        return None
+    return list(tokenizer.apply_chat_template(message, system))

@@ -186,5 +186,5 @@ def _prefill_event(p: PrefillItem, step: int) -> Event:
     seq = p.seq
     whole = p.final and p.start == seq.num_cached_tokens
     return Event("prefill", step, seq.seq_id, tuple(seq.block_table), facts=Prefilled(
-        p.resumed, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
+        p.recompute, p.final, whole, p.start, seq.num_tokens, p.num_new_tokens,
         seq.num_cached_tokens, len(seq.prefill_rest)))

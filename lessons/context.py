@@ -11,6 +11,7 @@ from typing import Any
 from engine import Event, LLMEngine
 from engine.describe import narrate
 from engine.describe.snapshot import Snapshot
+from engine.requests import chat_prompt
 from lessons import helpers
 from lessons.safe_eval import Evaluator
 from lessons.verbs import PlayState, seq_id
@@ -80,6 +81,12 @@ def _helpers(eng: LLMEngine, snap: Snapshot, st: PlayState) -> dict[str, Callabl
     def encode(text: str) -> list[int]:
         return eng.encode(text)
 
+    def chat(text: str) -> list[int] | str:
+        """An instruction as the chat model takes it (its template's token ids): on the bare
+        text SmolLM2 answers its end-of-turn token at once. The text itself in the dry mode."""
+        ids = chat_prompt(eng.tokenizer, text)
+        return text if ids is None else ids
+
     h: dict[str, Callable[..., Any]] = {
         "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "round": round, "sorted": sorted,
         "range": _range, "list": list, "str": str, "int": int, "float": float, "any": any, "all": all,
@@ -92,7 +99,7 @@ def _helpers(eng: LLMEngine, snap: Snapshot, st: PlayState) -> dict[str, Callabl
         "count": count, "events_of": events_of, "narrate": narrate, "output": output,
         "same_kv": same_kv,
         "request_seqs": request_seqs, "decode": decode, "shared_blocks": shared_blocks, "waste": waste,
-        "encode": encode, "live": lambda s: seq_id(s) in snap.sequences,
+        "encode": encode, "chat": chat, "live": lambda s: seq_id(s) in snap.sequences,
         "reservation_fit": helpers.reservation_fit,
     }
     h.update(helpers.PURE_HELPERS)
@@ -148,7 +155,7 @@ KNOWN_NAMES: set[str] = {
     "len", "sum", "min", "max", "abs", "round", "sorted", "range", "list", "str", "int", "float", "any",
     "all",
     "set", "join", "show", "seq", "table", "tokens", "text", "block", "ref", "count", "events_of",
-    "narrate", "output",
-    "same_kv", "request_seqs", "decode", "shared_blocks", "waste", "encode", "live", "reservation_fit",
+    "narrate", "output", "same_kv", "request_seqs", "decode", "shared_blocks", "waste", "encode",
+    "chat", "live", "reservation_fit",
     "tables", "held",
 } | set(helpers.PURE_HELPERS)

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.describe.narration import plural
-
 #: the kinds of question a lesson may ask (`kind:` in a ```question block; lessons/README.md)
 KINDS = ("number", "choice", "block")
 MAX_CHOICES = 6  # a phone shows them as one column of buttons
@@ -64,8 +62,9 @@ class Score:
     def sentence(self) -> str:
         if not self.questions:
             return ""
-        if not self.answered:
-            return f"you predicted none of the {plural(self.questions, 'question')}"
+        if not self.answered:  # "none of the 1 question" read as a slip
+            return ("you did not predict its question" if self.questions == 1 else
+                    f"you predicted none of its {self.questions} questions")
         return (f"you predicted {self.right} of {self.answered} right"
                 + (f" ({self.questions - self.answered} not answered)"
                    if self.answered < self.questions else ""))

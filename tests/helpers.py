@@ -63,3 +63,35 @@ def box_of(pg: Any, selector: str) -> dict:
     return pg.wait_for_function("""(sel) => { const r = document.querySelector(sel)?.getBoundingClientRect();
       return r && r.width > 0 ? {x: r.x, y: r.y, width: r.width, height: r.height} : null; }""",
                                 arg=selector, timeout=60_000).json_value()
+
+
+# the page position of block `want`'s cell in the picture: a strip's label cell ("pool") or a
+# folded free block's id cell ("free blocks"); null until drawn
+BLOCK_XY = """(want) => {
+  const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const drag = gd?.querySelector('.nsewdrag');
+  if (!gd?._fullLayout?.xaxis || !drag) return null;
+  const area = drag.getBoundingClientRect(), xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  for (const t of gd.data.filter((d) => d.name === 'pool' || d.name === 'free blocks')) {
+    for (let r = 0; r < t.z.length; r++) for (let c = 0; c < t.z[r].length; c++) {
+      if (t.customdata[r]?.[c]?.[0] === want) {
+        return [area.left + xa.l2p((t.x[c] + t.x[c + 1]) / 2), area.top + ya.l2p(t.y[r])];
+      }
+    }
+  }
+  return null;
+}"""
+
+
+def click_until(pg: Any, where: str, arg: Any, done: str, tries: int = 5) -> None:
+    """Click the page point the JS function `where(arg)` gives until the JS condition `done`
+    holds: a click that lands while the page redraws (not bound yet) is clicked again."""
+    for attempt in range(tries):
+        x, y = pg.evaluate(f"({where})", arg)
+        pg.mouse.click(x, y)
+        try:
+            pg.wait_for_function(done, timeout=10_000)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise

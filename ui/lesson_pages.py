@@ -12,7 +12,7 @@ from lessons.page_text import keyed_markdown, page_markdown
 from ui import lesson_ask
 from ui.picture_split import FitMemo, fit_split
 from ui.render import model_status, token_text
-from ui.run_views import lesson_slide_choice
+from ui.run_views import lesson_slide_choice, lesson_view
 from viz import event_log_markdown, metrics_html, pool_figure, sequences_html
 
 
@@ -47,9 +47,10 @@ class LessonSession:
 
 def lesson_pool(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> Any:
     """The lesson's picture on screen, fitted to `box`. While the page asks which block, every
-    block is drawn (a free run folded away could not be clicked) where the box still shows their
-    slots; where it does not, the free runs fold as usual and the learner types the block's id
-    (a cell per block would hide the slots the question is about)."""
+    block can be clicked: a run of free blocks folds into rows of their id cells, not one
+    labelled row (viz/pool_layout.py); where even so the box shows no slots, the free runs fold
+    as usual and the learner types the block's id (a cell per block would hide the slots the
+    question is about)."""
     run = ls.run
     step = run.current
     if lesson_ask.asks_block(run):
@@ -78,7 +79,15 @@ def lesson_fit(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | Non
     run = ls.run
     key = (id(run), id(run.current), run.index, bool(presenter_on))
     return fit_split(ls.fits, key, box, lesson_slide_choice(ls, box),
-                     lambda b: lesson_pool(ls, presenter_on, b))
+                     lambda b: lesson_pool(ls, presenter_on, b),
+                     lambda width: _view_height(ls, presenter_on, width))
+
+
+def _view_height(ls: LessonSession, presenter_on: bool, width: int) -> int | None:
+    """The height the view under the picture takes at its natural size (the picture gets the
+    rest of the slide)."""
+    fig = lesson_view(ls, presenter_on, (width, 0))
+    return int(fig.layout.height) if fig is not None and fig.layout.height else None
 
 
 def lesson_values(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | None) -> tuple:

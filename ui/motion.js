@@ -38,8 +38,10 @@
       cd = pt.data.customdata[pt.pointIndex[0]][pt.pointIndex[1]];
     }
     if (!cd) return;
-    if (pt.data.name === 'pool' && pickBlock(cd[0])) return;
-    if (pt.data.name === 'pool') send('block:' + cd[0]);
+    // 'free blocks': a folded run's id cells, drawn while a lesson asks which block
+    const block = pt.data.name === 'pool' || pt.data.name === 'free blocks';
+    if (block && pickBlock(cd[0])) return;
+    if (block) send('block:' + cd[0]);
     else if (pt.data.name === 'block tables') send('seq:' + cd[0]);
     else if (pt.data.name === 'cpu pool') send('cpu:' + cd[0]);
     else if (pt.data.name === 'cpu tier') send('tier:' + cd[0]);
@@ -97,6 +99,11 @@
       if (!gd.on || !gd._fullLayout) return;
       if (gd.__plEvents !== gd._ev) {
         gd.on('plotly_click', onClick);
+        // a sequence's name left of its table row (viz/block_tables.py names it "seq:<id>")
+        gd.on('plotly_clickannotation', (ev) => {
+          const m = /^seq:(\d+)$/.exec((ev && ev.annotation && ev.annotation.name) || '');
+          if (m) send('seq:' + m[1]);
+        });
         gd.__plEvents = gd._ev;
       }
       // Gradio may draw a redraw of the same step (a selection, presenter mode) into a new

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 SHARES = (0.56, 0.66)  # a view given less than a third of a slide is left off (no room for its lanes)
+MOST = 0.8  # the picture's largest share, where the view needs little (one lane, a short tree)
 GAP = 22  # the plots' own padding between the picture and the view
 KEEP = 12  # pictures kept (the last few positions a page showed)
 
@@ -85,9 +86,12 @@ def _whole(fig: Any, slots: bool = False) -> bool:
 
 
 def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
-              draw: Callable[[Box | None], Any]) -> tuple[Any, Box | None]:
+              draw: Callable[[Box | None], Any],
+              need: Callable[[int], int | None] | None = None) -> tuple[Any, Box | None]:
     """(the picture, the view's box or None: no view on this slide); `draw(box)` draws the
-    picture in a box, `key` names everything else it depends on, `memo` keeps the choice."""
+    picture in a box, `key` names everything else it depends on, `memo` keeps the choice.
+    `need(width)`: the height the view takes at its natural size (None: unknown); the view
+    then gets that much and the picture the rest, as large as it comes."""
     memo_key = (key, None if box is None else tuple(box), choice)
     if box is None or choice == "none" or not box[1]:
         pool, view = split_box(box, choice)
@@ -98,7 +102,7 @@ def fit_split(memo: FitMemo, key: Hashable, box: Box | None, choice: str,
         return _with_view(fig, view if choice != "none" else None)
     hit = memo.get(memo_key)
     if hit is None:
-        hit = _choose(box, draw)
+        hit = _choose(box, draw, need)
         memo.put(memo_key, hit)
     share, fig = hit
     return _with_view(fig, None if share is None else split_box(box, choice, share)[1])
@@ -114,13 +118,22 @@ def _with_view(fig: Any, view: Box | None) -> tuple[Any, Box | None]:
     return fig, view
 
 
-def _choose(box: Box, draw: Callable[[Box | None], Any]) -> tuple[float | None, Any]:
-    """The smallest share at which the picture is drawn as well as in the whole box: whole, and
-    its tokens in their slots where the whole box has room for them (a lesson about slots must
-    not lose them to the view under it)."""
+def _choose(box: Box, draw: Callable[[Box | None], Any],
+            need: Callable[[int], int | None] | None = None) -> tuple[float | None, Any]:
+    """The share that leaves the view what it needs, if the picture is whole there; else the
+    smallest share at which the picture is drawn as well as in the whole box: whole, and its
+    tokens in their slots where the whole box has room for them (a lesson about slots must not
+    lose them to the view under it). A fixed share gave a one-lane timeline half the slide and
+    left the pool at a third of it, its tokens at 14 px over an empty band."""
     w, h = box
     full = draw(box)
     slots = _whole(full, slots=True)
+    want = need(w) if need is not None else None
+    if want:
+        share = min(MOST, max(SHARES[0], 1 - (want + GAP) / h))
+        fig = draw((w, int(h * share)))
+        if _whole(fig, slots):
+            return share, drawn_for(fig, box)
     first = None
     for share in SHARES:
         fig = draw((w, int(h * share)))

@@ -145,7 +145,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             try:
                 return registry.get(c).control(s, action, value)
             except RoomError as err:
-                return f"**Not done:** {err}"
+                return _not_done(err, s)
         return room_errors(on_control)
 
     for action, btn in buttons.items():
@@ -156,7 +156,7 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             try:
                 return registry.get(c).lesson_control(s, action, name)
             except RoomError as err:
-                return f"**Not done:** {err}"
+                return _not_done(err, s)
         return room_errors(on_lesson)
 
     for action, btn in poll.buttons.items():
@@ -200,6 +200,18 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
                show_progress="hidden")
     code.change(lambda: -1, None, [shown_step])
     demo.load(on_load, None, [joined, qr, warning, code, open_box])
+
+
+def _not_done(err: RoomError, secret: Any) -> str:
+    """A refused teacher's action, in words: on the line under the controls, and as a note that
+    the projector view (which hides that line and the secret's box) shows too. A page that
+    opened the room by its code has no secret: it says where to type it."""
+    why = str(err)
+    if not secret:
+        why = ("this page has no teacher secret (a room opened elsewhere, projected by its code): "
+               "untick projector view and type it in the teacher secret box to control the room here")
+    gr.Warning(why, duration=15)
+    return f"**Not done:** {why}"
 
 
 def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
@@ -258,14 +270,19 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
         """The open question's name: its lesson and step (None: no question open)."""
         return None if pv is None or pv.question is None else f"{pv.lesson}:{pv.question['step']}"
 
+    def key_of(pv, said):  # what the widgets show: redrawn when it changes
+        return (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
+
     def on_poll(c, mine, last):
         pv = current(c)
         said = mine.get(asked(pv), "")
         before = "" if pv is None or pv.reveal is None else mine.get(f"{pv.lesson}:{pv.reveal.step}", "")
-        key = (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
+        key = key_of(pv, said)
         if key == last:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), last
-        return (*student_poll(pv, said, before), key)
+        # a question the widgets have not shown before starts with an empty box
+        fresh = not (last and last[0] and last[0][2] == asked(pv))
+        return (*student_poll(pv, said, before, fresh), key)
 
     @room_errors
     def on_answer(c, n, typed, picked, mine, request: gr.Request):
@@ -274,7 +291,8 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
         choice = pv is not None and pv.question is not None and pv.question["kind"] == "choice"
         said = room.answer(student_key(request), picked if choice else typed, n)
         mine = {**mine, asked(pv): said}
-        return (mine, *student_poll(pv, said), None)  # the next tick redraws what changed since
+        # the box keeps what the student typed; the next tick redraws what changed since
+        return (mine, *student_poll(pv, said), key_of(pv, said))
 
     outs = [sp.text, sp.answer, sp.pick, sp.send]
     poll_timer.tick(on_poll, [code, answered, shown], [*outs, shown], show_progress="hidden")

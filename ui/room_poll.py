@@ -11,12 +11,14 @@ or block id typed, or a choice picked), their answer until the reveal, then the 
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
 from classroom.poll import LESSON_NAMES, PollView
+from lessons import load_all
 from lessons.page_text import split_key
 from lessons.questions import unit_words
 from ui.lesson_pages import page_picture
@@ -39,7 +41,9 @@ class TeacherPoll:
 def teacher_part() -> TeacherPoll:
     """The lesson row and the poll's panels (inside the teacher's page)."""
     with gr.Row(elem_id="room-lesson-row"):
-        lesson = gr.Dropdown(list(LESSON_NAMES), value=LESSON_NAMES[0], label="play a lesson in the room",
+        # a class reads the lessons' titles; the room plays a lesson by its file name
+        titles = [(lesson.title, lesson.name) for lesson in load_all() if lesson.name in LESSON_NAMES]
+        lesson = gr.Dropdown(titles, value=LESSON_NAMES[0], label="play a lesson in the room",
                              elem_id="room-lesson", scale=3)
         buttons = {a: gr.Button(label, elem_id=f"room-lesson-{a}", size="sm", min_width=70,
                                 variant="primary" if a == "next" else "secondary")
@@ -119,9 +123,12 @@ def student_part() -> StudentPoll:
     return StudentPoll(text, answer, pick, send)
 
 
-def student_poll(poll: PollView | None, mine: str, before: str = "") -> tuple[str, Any, Any, Any]:
+def student_poll(poll: PollView | None, mine: str, before: str = "", fresh: bool = False
+                 ) -> tuple[str, Any, Any, Any]:
     """(the text, the answer box, the choices, the button) for a student, who answered `mine`
-    to the open question ("" not yet) and `before` to the one the page revealed."""
+    to the open question ("" not yet) and `before` to the one the page revealed. `fresh`: the
+    widgets show this question for the first time, so they start empty (they held the answer to
+    the question before, which one press of Answer sent again)."""
     hide = gr.update(visible=False)
     if poll is None:
         return "", hide, hide, hide
@@ -137,13 +144,26 @@ def student_poll(poll: PollView | None, mine: str, before: str = "") -> tuple[st
     if q is None:
         parts.append("_The end of the lesson._" if poll.done else "_Wait for the teacher's next question._")
         return "\n\n".join(parts), hide, hide, hide
-    parts.append(f"**Predict:** {q['text']}")
+    parts.append(f"**Predict:** {_phone_question(q)}")
     if mine:
         parts.append(f"Your answer: **{html.escape(mine)}** (change it until the teacher presses Next)")
     text = "\n\n".join(parts)
+    empty = {"value": None} if fresh else {}
     if q["kind"] == "choice":
-        return text, hide, gr.update(choices=q["choices"], visible=True), gr.update(visible=True)
-    return text, gr.update(visible=True, label=_answer_label(q)), hide, gr.update(visible=True)
+        return text, hide, gr.update(choices=q["choices"], visible=True, **empty), gr.update(visible=True)
+    empty = {"value": ""} if fresh else {}
+    return (text, gr.update(visible=True, label=_answer_label(q), **empty), hide,
+            gr.update(visible=True))
+
+
+def _phone_question(q: dict) -> str:
+    """The question as a phone asks it: a phone shows no picture, so a block question's "click
+    it" becomes "type its id" (the projector shows the blocks)."""
+    text = q["text"]
+    if q["kind"] != "block":
+        return text
+    text = re.sub(r"\s*Click it\b[^.?!]*[.?!]?", "", text).rstrip()
+    return f"{text} Type its block id (the projector shows the blocks)."
 
 
 def _answer_label(q: dict) -> str:

@@ -16,7 +16,7 @@ from engine.describe.memory_use import MemoryPoint
 from lessons.front_matter import VIEWS  # noqa: F401  (the choices under the picture, for the pages)
 from ui.picture_split import split_box
 from viz.memory import memory_figure
-from viz.prefix_tree_figure import prefix_tree_figure
+from viz.prefix_tree_figure import prefix_tree_figure, sole_owners
 from viz.timeline import timeline_figure
 from viz.view_frame import note_figure
 
@@ -69,7 +69,8 @@ def session_view(session: Any, box: tuple[int, int] | None) -> Any:
         before = session.prefix_tree(previous) if previous is not None else None
         return prefix_tree_figure(session.prefix_tree(view), view.events if session.pos else (),
                                   session.decode, before=before,
-                                  selected_block=session.selected_block, box=box, large=large)
+                                  selected_block=session.selected_block, box=box, large=large,
+                                  owners=sole_owners(view.snapshot))
     if choice == "memory":
         series = session_series(session)
         if not series:
@@ -126,7 +127,8 @@ def lesson_view(ls: Any, large: bool, box: tuple[int, int] | None) -> Any:
         history = run.history
         return prefix_tree_figure(history.prefix_tree(frame), step.events if step is not None else (),
                                   run.decode, before=history.prefix_tree(previous) if previous else None,
-                                  selected_block=ls.inspected, box=box, large=large)
+                                  selected_block=ls.inspected, box=box, large=large,
+                                  owners=sole_owners(frame.snapshot))
     timeline = frame.timeline
     if timeline is None or not timeline.steps:
         return note_figure("Requests over time", "The lesson has run no serving step yet: press "
@@ -141,7 +143,7 @@ def room_view(view: Any, choice: str, box: tuple[int, int] | None, large: bool) 
     _, box = split_box(box, choice)
     if choice == "prefix tree":
         return prefix_tree_figure(view.tree, view.events, view.decode, box=box, large=large,
-                                  title="The class's prefix cache")
+                                  title="The class's prefix cache", owners=sole_owners(view.snapshot))
     if choice == "memory":
         if not view.memory:
             return note_figure("Memory over time", "No step yet: the room steps once a student "

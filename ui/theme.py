@@ -23,12 +23,14 @@ CSS = """
 #pool-plot .nsewdrag { cursor: pointer !important }
 /* busy: while an operation runs (the status line's tracker shows "processing | 0.8s"), the
    picture dims after 0.3 s, so a slow step reads as under way, never as frozen; Back / Next
-   (recorded views) end before it shows */
+   (recorded views) end before it shows. A refused action leaves the tracker showing "Error"
+   (with an .error child): nothing runs then, and the picture is as it was */
 #pool-plot { transition: opacity .15s }
-body:has(#status [data-testid=status-tracker]:not(.hide)) #pool-plot {
+body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #pool-plot {
   opacity: .55; transition: opacity .2s .3s }
-/* zoom tools: the picture is fixed */
-#pool-plot .modebar-container, #room-plot .modebar-container { display: none !important }
+/* zoom tools: the picture is fixed (the inspector's too: on a phone they covered its title) */
+#pool-plot .modebar-container, #room-plot .modebar-container, #kv-plot .modebar-container {
+  display: none !important }
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
@@ -144,6 +146,10 @@ body.pl-lesson #inspector:has(> .label-wrap.open) { position: absolute !importan
   left: 0; right: 0; z-index: 30; max-height: calc(100% - 46px); overflow-y: auto;
   box-shadow: 0 4px 18px rgba(15,23,42,.25); background: var(--block-background-fill, #fff) }
 body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 88vh }
+/* on a slide the column is the page's key sentence, its question and Next: the inspector opens
+   over the lower part of the picture instead, until it is closed */
+body.pl-presenter.pl-lesson #inspector:has(> .label-wrap.open) { position: fixed !important;
+  top: auto; bottom: 6px; left: 34px; right: auto; width: min(58vw, 900px); max-height: 52vh }
 #top-bar .gap, #top-bar .form { gap: 2px }
 #landing p { margin: 2px 0 0 0; color: #334155 }
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;

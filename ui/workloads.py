@@ -3,7 +3,8 @@ session on the current model and block size, an engine setting or two, and its r
 (not yet stepped: Step or Run to the end shows them go).
 
 - preemption: four requests in a pool that holds under two of them at full length, swap space
-  for about one: some are preempted by swap, some by recompute when swap space is full;
+  for about one: some are preempted by swap, some by recompute when swap space is full (the
+  requests are instructions: each goes in the model's chat template);
 - a shared prefix: four students' questions after one system prompt (the model's chat template,
   as a served chat model sees them): prefix hits, one trunk in the prefix tree;
 - beams and samples: a beam search of width 3 beside 4 parallel samples: forks, copy-on-write,
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from engine import EngineConfig, SamplingParams, ops
+from engine.requests import chat_prompt
 from ui import limits
 from ui.session import Session, UserError
 
@@ -33,6 +35,7 @@ class Workload(NamedTuple):
     requests: tuple[tuple[str, SamplingParams], ...]
     settings: Callable[[EngineConfig, int], dict[str, Any]]  # (config, blocks a request needs)
     system: str = ""  # a system prompt every request starts with (the model's chat template)
+    chat: bool = False  # instructions: each in the model's chat template (so with a system)
 
 
 def _preempting(config: EngineConfig, need: int) -> dict[str, Any]:
@@ -55,11 +58,11 @@ WORKLOADS: dict[str, Workload] = {
     "preemption (a pool too small)": Workload(tuple(
         (f"Tell a short story about {topic}.", SamplingParams(max_tokens=40, ignore_eos=True))
         for topic in ("a lighthouse", "a lost key", "a paper boat", "the first snow")),
-        _preempting),
+        _preempting, chat=True),
     "a shared prefix (a class's system prompt)": Workload(tuple(
         (q, SamplingParams(max_tokens=12))
         for q in ("What is paging?", "Why fixed-size blocks?", "What does a page table map?",
-                  "When is a block copied?")), _roomy, SYSTEM),
+                  "When is a block copied?")), _roomy, SYSTEM, chat=True),
     "beams and samples": Workload((
         ("The best way to learn a language is", SamplingParams(max_tokens=12, beam_width=3)),
         ("Once upon a time", SamplingParams(max_tokens=12, n=4, temperature=0.8, seed=7))),
@@ -76,7 +79,7 @@ def load(name: str, session: Session) -> Session:
     if work is None:
         raise UserError(f"choose a workload: {'; '.join(WORKLOADS)}")
     base = session.config
-    prompts = [_prompt(work.system, text, session.engine) for text, _ in work.requests]
+    prompts = [_prompt(work, text, session.engine) for text, _ in work.requests]
     lengths = [len(p) if isinstance(p, tuple) else len(session.engine.encode(p)) for p in prompts]
     bs = base.block_size
     need = max(-(-(n + sp.max_tokens) // bs) for n, (_, sp) in zip(lengths, work.requests, strict=True))
@@ -93,10 +96,10 @@ def load(name: str, session: Session) -> Session:
     return new
 
 
-def _prompt(system: str, text: str, engine: Any) -> str | tuple[int, ...]:
-    """A request's prompt: after a system prompt, the model's chat template's tokens (what a
-    served chat model sees: on the raw text SmolLM2 answers the end-of-text token at once), or
-    the text itself (and in the dry mode, which has no template)."""
-    if system and not engine.config.dry:
-        return tuple(engine.tokenizer.apply_chat_template(text, system))
-    return system + text
+def _prompt(work: Workload, text: str, engine: Any) -> str | tuple[int, ...]:
+    """A request's prompt: an instruction in the model's chat template (what a served chat model
+    sees: on the bare text SmolLM2 answers its end-of-turn token at once, and every output began
+    with it), after the workload's system prompt; a completion, or the dry mode's (which has no
+    template), as text."""
+    ids = chat_prompt(engine.tokenizer, text, work.system) if work.chat else None
+    return work.system + text if ids is None else tuple(ids)

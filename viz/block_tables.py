@@ -85,9 +85,10 @@ def row_labels(rows: Sequence[TableRow], top: float, k: float, seq_labels: Mappi
             label = f"<b>▶ {label}</b>"
         elif selected_block is not None and row.seq.status != "swapped" and selected_block in row.table:
             label = f"<b>{label}</b>"
+        # a tap on the name selects the sequence, as one on its row does (ui/motion.js)
         notes.append(dict(x=-0.3, y=top - i, text=label, xanchor="right", showarrow=False,
                           font={"color": palette.readable_on_white(palette.owner_colour(sid)),
-                                "size": 14 * k}))
+                                "size": 14 * k}, name=f"seq:{sid}", captureevents=True))
     return notes, widest
 
 

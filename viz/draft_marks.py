@@ -1,11 +1,13 @@
 """Speculative decoding in the picture: the step's draft slots.
 
-A draft's kept tokens are ordinary tokens now; their slots get a dashed outline for the step that
+A draft's kept tokens are ordinary tokens now; their slots get a solid outline for the step that
 kept them. The rejected ones' slots are empty again (a block that held only rejected tokens went
-back to the pool, drawn as freed); each shows its rejected token struck out, and an invisible
-twin that the page fades out (ui/motion.js: "rejected ghost"), so the guess visibly clears. A
-hybrid model writes a draft token into the same slot of each KV cache group's block: each is
-marked.
+back to the pool, drawn as freed); each shows its rejected token struck out in a dotted outline,
+and an invisible twin that the page fades out (ui/motion.js: "rejected ghost"), so the guess
+visibly clears. Every rolled-back slot shows its struck-out token, the first one too, where the
+model's own pick (the pending token) goes next: the pool leaves the pending mark out of such a
+slot for this step (`rolled_back`), and the table row still shows the pending token. A hybrid
+model writes a draft token into the same slot of each KV cache group's block: each is marked.
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def draft_slots(events: Sequence[Event], snap: Snapshot) -> tuple[list, list]:
     return kept, rejected
 
 
+def rolled_back(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, int]]:
+    """(block, slot) of every slot the step's rejected drafts gave back."""
+    if not any(e.kind == "reject" for e in events):
+        return set()
+    return {(b, s) for b, s, _ in draft_slots(events, snap)[1]}
+
+
 def _tables_during_step(snap: Snapshot, tables: Mapping[str, Sequence[int | None]],
                         reject: Event | None) -> list[list[int | None]]:
     """Each group's table as it was while the draft was verified: the blocks the reject gave
@@ -63,31 +72,15 @@ def draft_marks(events: Sequence[Event], snap: Snapshot, gpu: PoolLayout,
     kept, rejected = draft_slots(events, snap)
     kept = [s for s in kept if gpu.where(s[0]) is not None]
     rejected = [s for s in rejected if gpu.where(s[0]) is not None]
-    out = _outline(gpu, kept, "draft kept", palette.DRAFT, "dash")
+    out = _outline(gpu, kept, "draft kept", palette.DRAFT, None)
     out += _outline(gpu, rejected, "draft rejected", palette.REJECTED, "dot")
-    if rejected:
+    if rejected:  # every rolled-back slot shows its token struck out (the pool leaves it blank)
         out += _outline(gpu, rejected, "rejected ghost", palette.REJECTED, None, fill=True)
-    # struck-out text, except in the first rejected slot: the pending token is drawn there
-    gone = [(b, s, t) for b, s, t in rejected if (b, s) not in _pending_slots(events, snap)]
-    if gone:
-        xs, ys = zip(*(_centre(gpu, b, s) for b, s, _ in gone), strict=True)
+        xs, ys = zip(*(_centre(gpu, b, s) for b, s, _ in rejected), strict=True)
         out.append(go.Scatter(**FAST, x=xs, y=ys, mode="text", name="rejected tokens",
-                              text=[f"<s>{token_text(t)}</s>" for _, _, t in gone],
+                              text=[f"<s>{token_text(t)}</s>" for _, _, t in rejected],
                               textfont={"color": palette.REJECTED, "size": 10 * scale},
                               hoverinfo="skip", showlegend=False))
-    return out
-
-
-def _pending_slots(events: Sequence[Event], snap: Snapshot) -> set[tuple[int, int]]:
-    """(block, slot) where a drafting sequence's pending token now waits."""
-    bs = snap.block_size
-    out = set()
-    for e in events:
-        seq = snap.sequences.get(e.seq_id) if e.kind == "reject" else None
-        if seq is not None and seq.num_tokens % bs:
-            for table in seq.block_tables.values():
-                if table and table[-1] is not None:
-                    out.add((table[-1], seq.num_tokens % bs))
     return out
 
 

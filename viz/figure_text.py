@@ -46,8 +46,10 @@ def extras(events: Sequence[Event], dropped: bool) -> list[str]:
     if dropped:  # some table has an entry a sliding window dropped
         out.append(f"<span style='color:{palette.HATCH}'>▨</span> dropped (left the window)")
     if "draft" in kinds:  # the step verified drafts (speculative decoding)
-        out += [f"<span style='color:{palette.DRAFT}'>⬚</span> draft kept",
-                f"<span style='color:{palette.REJECTED}'><s>abc</s></span> draft rejected"]
+        # the marks as drawn: a solid outline round a kept slot, a dotted one round a struck-out
+        # token in a rolled-back slot (a dotted glyph for "kept" read as the rejected slots')
+        out += [f"<span style='color:{palette.DRAFT}'>▭</span> draft kept",
+                f"<span style='color:{palette.REJECTED}'>⬚<s>abc</s></span> draft rejected"]
     if "offload" in kinds:
         out.append(f"<span style='color:{palette.OFFLOAD}'>⇣</span> offload to the CPU tier")
     if "load" in kinds:
@@ -98,17 +100,22 @@ def token_lines(table: Sequence[int | None], blocks: Sequence, token_text, width
 
     lines: list[str] = []
     line = ""
+
+    def add(piece: str, sep: str) -> None:  # a piece on this line, or the next if it is full
+        nonlocal line
+        joined = f"{line}{sep}{piece}" if line else piece
+        if line and text_px(joined, font_px) > width_px:
+            lines.append(line)
+            joined = piece
+        line = joined
+
     for b in table:
         if b is None:
             continue
-        words = "|".join((token_text(t).replace("\n", "⏎").strip() or "␣")
-                         for t in blocks[b].token_ids)
-        part = f"#{b}: {words}"
-        joined = f"{line}   {part}" if line else part
-        if line and text_px(joined, font_px) > width_px:
-            lines.append(line)
-            joined = part
-        line = joined
+        words = [(token_text(t).replace("\n", "⏎").strip() or "␣") for t in blocks[b].token_ids]
+        add(f"#{b}: {words[0]}" if words else f"#{b}:", "   ")
+        for w in words[1:]:  # a block longer than a line goes on over the next (a phone)
+            add(w, "|")
     if line:
         lines.append(line)
     return [ln.replace("&", "&amp;").replace("<", "&lt;") for ln in lines]

@@ -61,11 +61,12 @@ class Sizes:
 
 
 def laptop_sizes(num_blocks: int, block_size: int, block_level: bool, keep: Collection[int],
-                 large: bool) -> Sizes:
+                 large: bool, id_folds: bool = False) -> Sizes:
     """The fixed sizes of a picture drawn without a measured box."""
     k, kt = (1.35, 1.8) if large else (1.0, 1.0)
     plot_px = PRESENTER_PLOT_PX if large else PLOT_PX
-    gpu = gpu_layout(num_blocks, block_size, block_level, keep, plot_px, SLOT_PX * kt)
+    gpu = gpu_layout(num_blocks, block_size, block_level, keep, plot_px, SLOT_PX * kt,
+                     id_folds=id_folds)
     return Sizes(k, kt, plot_px, gpu)
 
 
@@ -89,6 +90,7 @@ class Content:
     legend_lines: Callable[[int], int] = lambda chars: 2  # lines of the legend at a line budget
     bands: int = 0  # labelled bands under the pool (viz/bands.py)
     title: str = ""  # the title's first line, as drawn (its tags take no room)
+    id_folds: bool = False  # folded free runs drawn as id cells (a page that asks which block)
 
 
 def fitted_sizes(content: Content, box: tuple[float, float], large: bool) -> Sizes:
@@ -125,7 +127,7 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     margin_l = max([text_px(s, 12 * k) for s in c.row_labels] + [0]) + 12 * k
     plot_px = max(60.0, width - margin_l - 8)
     gpu = gpu_layout(c.num_blocks, c.block_size, c.block_level, c.keep, plot_px - 0.6 * slot_px,
-                     slot_px, label_w, narrower=False, fold=fold)
+                     slot_px, label_w, narrower=False, fold=fold, id_folds=c.id_folds)
     unit = plot_px / (gpu.width + 0.6)  # pixels per plot unit across
     whole = not gpu.token_level or (unit >= slot_px - 0.5 and gpu.label_w * unit >= label_px - 0.5)
     chars = None if whole else max(1, int(unit / (0.63 * t)))
@@ -173,7 +175,7 @@ def _span(c: Content, gpu: PoolLayout) -> float:
     """The picture's height in rows: what pool_figure lays out (tables above the pool, headers,
     the pool's rows and folds, the freed label, the CPU bands, the waiting line)."""
     top = 2.0 + max(c.table_rows, 1) - 1
-    bottom = -gpu.rows + 0.4 - (0.7 if c.freed else 0.0)
+    bottom = -gpu.rows + 0.4 - (0.85 if c.freed else 0.0)
     below = gpu
     for n in (c.has_cpu, c.has_tier):
         if n:

@@ -19,12 +19,15 @@ def kv_figure(k, v, token_labels: Sequence[str], title: str) -> go.Figure:
     k2 = k[:rows].reshape(rows, -1).tolist()
     v2 = v[:rows].reshape(rows, -1).tolist()
     labels = [f"{i}: {t}" for i, t in enumerate(token_labels)]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("K", "V"), horizontal_spacing=0.08)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("K", "V"), horizontal_spacing=0.04)
     for col, data in ((1, k2), (2, v2)):
         fig.add_trace(go.Heatmap(z=data, y=labels, colorscale="RdBu", zmid=0, showscale=col == 2,
                                  hovertemplate="slot %{y}<br>feature %{x}<br>%{z:.4f}<extra></extra>"),
                       row=1, col=col)
     fig.update_yaxes(autorange="reversed")
+    # the slots' labels once, left of K: V's rows are the same slots (on a phone V's labels
+    # lay over K's heatmap)
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=150 + 20 * max(rows, 4),
                       margin={"l": 10, "r": 10, "t": 60, "b": 10})
     return fig

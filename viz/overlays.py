@@ -23,6 +23,7 @@ from viz.pool_cells import FAST
 from viz.pool_layout import PoolLayout
 
 HALF_H = 0.47  # half the height of a drawn row around a block
+FREED_GAP = 0.15  # rows between the pool's last row and the freed blocks' label under it
 
 
 def rects(layout: PoolLayout, ids: Iterable[int], name: str, colour: str, width: float = 3.0,
@@ -122,7 +123,8 @@ def _freed(freed: Sequence[int], gpu: PoolLayout, windowed: set[int] | None = No
     words = [f"{what}{how} freed (dotted)"]
     boxes = [gpu.box(b) for b in range(gpu.num_blocks)]
     # under the pool's bottom right: the pool's header line (top left) may run the whole width
-    xy = [(max(r for _, r, _ in boxes), min(y for _, _, y in boxes) - HALF_H)]
+    # clear of the outlines round the last row (their lines are 3-4 px wide): it was clipped
+    xy = [(max(r for _, r, _ in boxes), min(y for _, _, y in boxes) - HALF_H - FREED_GAP)]
     marks.append(go.Scatter(**FAST, x=[x for x, _ in xy], y=[y for _, y in xy], mode="text",
                             text=words, textposition="bottom left", name="freed label",
                             textfont={"color": palette.FREED, "size": label_px}, hoverinfo="skip",
@@ -158,8 +160,10 @@ def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
         if abs(y_src - y_dst) < 1e-9:  # one row: over the top edge
             path = [_label_end(gpu, src, True, at), _label_end(gpu, dst, True, at)]
         elif gpu.token_level and abs(l0 - l1) < 1e-9:  # one column: down the gutter
-            gutter = l0 - 0.12 - 0.1 * i / max(1, len(pairs) - 1)
-            path = [(l0, y_src), (gutter, y_src), (gutter, y_dst), (l1, y_dst)]
+            # as far out as the gutter goes (the plot's margin, or the gap between strips), so
+            # the arrow reads as one on a projector (it was a 15 px bracket by the strips)
+            gutter = l0 - 0.27 + 0.12 * i / max(1, len(pairs) - 1)
+            path = [(l0 + 0.05, y_src), (gutter, y_src), (gutter, y_dst), (l1 + 0.05, y_dst)]
         else:
             path = [_label_end(gpu, src, y_dst > y_src, at), _label_end(gpu, dst, y_dst < y_src, at)]
         xs += [p[0] for p in path] + [None]
@@ -168,7 +172,7 @@ def _arrows(pairs: Sequence[tuple[int, ...]], gpu: PoolLayout) -> list:
     if not xs:
         return []
     return [go.Scatter(**FAST, x=xs, y=ys, mode="lines+markers", name="copy-on-write",
-                       line={"color": palette.COW, "width": 3},
+                       line={"color": palette.COW, "width": 4},
                        marker={"symbol": "arrow", "size": 16, "angleref": "previous",
                                "color": palette.COW, "opacity": heads},
                        hoverinfo="name", showlegend=False)]

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from engine.describe.snapshot import BlockView
 from viz import palette
 from viz.pool_layout import PoolLayout
+from viz.text_width import text_px
 
 FAST = {"_validate": False}  # traces built here are fixed in code; tests validate the JSON
 MAX_TEXT_BLOCKS = 512  # block level: ref counts printed in cells up to this pool size
@@ -135,18 +136,48 @@ def pool_heatmap(blocks: Sequence[BlockView], layout: PoolLayout, token_text: Ca
         name=name, hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)
 
 
+def fold_id_cells(layout: PoolLayout, block_size: int, scale: float = 1.0) -> list[go.Heatmap]:
+    """Folded runs of free blocks as rows of id cells, one per block (a page that asks which
+    block: each can be clicked, as "free blocks", with its id in customdata[0]); none where the
+    folds are labelled rows."""
+    if not layout.fold_cells or not layout.folds:
+        return []
+    n = layout.fold_cells
+    z: list[list] = [[None] * n for _ in range(layout.rows)]
+    text = [[""] * n for _ in range(layout.rows)]
+    custom: list[list] = [[None] * n for _ in range(layout.rows)]
+    for row, first, last in layout.folds:
+        for b in range(first, last + 1):
+            z[row][b - first] = FREE
+            text[row][b - first] = str(b)
+            custom[row][b - first] = [b, f"block {b} · free · 0/{block_size}"]
+    cell = layout.width / n
+    return [go.Heatmap(**FAST,
+        z=z, x=[layout.x0 + i * cell for i in range(n + 1)], y=[layout.y0 - r for r in range(layout.rows)],
+        text=text, texttemplate="%{text}", textfont={"size": 11 * scale, "color": palette.MUTED},
+        customdata=custom, zmin=-0.5, zmax=len(COLOURS) - 0.5, colorscale=colourscale(),
+        showscale=False, xgap=3, ygap=4, name="free blocks",
+        hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)]
+
+
 def block_label(blk: BlockView, prefix: str = "", mark: str = "") -> str:
     return f"{prefix}{blk.block_id}{mark}" + (f" ×{blk.ref_count}" if blk.ref_count > 1 else "")
 
 
 def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.0,
-              blank: Collection[int] = (), marks: Mapping[str, str] | None = None) -> go.Scatter | None:
+              blank: Collection[int] = (), marks: Mapping[str, str] | None = None,
+              cell_px: float | None = None) -> go.Scatter | None:
     """Each drawn block's id (and ref count when shared) in its label cell, as text of its own
     trace: 11 px on a laptop, 18 on a projector, and still drawn on a phone, where the slots'
     token text (10 px) is hidden for being wider than the slots. `marks`: group name -> a mark
-    after the id of a block holding that group's K/V (a hybrid model's "ˢ" for sliding)."""
+    after the id of a block holding that group's K/V (a hybrid model's "ˢ" for sliding).
+    `cell_px`: the label cell's width in pixels (a fitted picture): an id and ref count wider
+    than it show the id alone (a phone's "0 ×4" was clipped to "×4"; the hover says ×4)."""
     if not layout.token_level:
         return None
+
+    def fits(label: str) -> bool:
+        return cell_px is None or text_px(label, 11 * scale) <= cell_px - 2
     xs, ys, texts, colours = [], [], [], []
     for blk in blocks:
         at = layout.where(blk.block_id)
@@ -156,7 +187,8 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
         xs.append(left + layout.label_w / 2)  # the middle of the label cell
         ys.append(y)
         mark = (marks or {}).get(blk.group, "") if blk.state != "free" else ""  # a free page serves none
-        texts.append(block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark))
+        label = block_label(blk._replace(ref_count=0) if blk.block_id in blank else blk, mark=mark)
+        texts.append(label if fits(label) else block_label(blk._replace(ref_count=0), mark=mark))
         fill = palette.FREE if blk.block_id in blank else COLOURS[category(blk)]
         colours.append(palette.text_on(fill))  # readable on the block's own colour
     return go.Scatter(**FAST, x=xs, y=ys, mode="text", text=texts, name="block ids",

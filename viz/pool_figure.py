@@ -38,7 +38,7 @@ from engine.describe.snapshot import SequenceView, Snapshot
 from viz import figure_text, palette
 from viz.bands import Band, bands_below
 from viz.block_tables import TableRow, group_words, links, row_labels, table_rows, table_traces
-from viz.draft_marks import draft_marks
+from viz.draft_marks import draft_marks, rolled_back
 from viz.figure_text import FONT
 from viz.fit import (
     MAX_ROWS,
@@ -52,7 +52,7 @@ from viz.fit import (
     title_px,
 )
 from viz.overlays import change_overlays, rects, reserved_region
-from viz.pool_cells import FAST, block_ids, pool_heatmap, tier_heatmap
+from viz.pool_cells import FAST, block_ids, fold_id_cells, pool_heatmap, tier_heatmap
 from viz.pool_layout import cpu_layout
 from viz.text_width import text_px
 
@@ -114,9 +114,10 @@ def _table_texts(snap: Snapshot, rows: Sequence[TableRow], token_text: Callable[
 
 def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], keep: set[int],
            pending: dict, token_text: Callable[[int], str], labels: list[str], block_level: bool,
-           large: bool, box: tuple[float, float] | None, bands: int = 0) -> Sizes:
+           large: bool, box: tuple[float, float] | None, bands: int = 0,
+           id_folds: bool = False) -> Sizes:
     if not box or not box[0]:
-        return laptop_sizes(snap.num_blocks, snap.block_size, block_level, keep, large)
+        return laptop_sizes(snap.num_blocks, snap.block_size, block_level, keep, large, id_folds)
     slots, ids = content_of(snap.blocks, keep, pending, token_text, snap.num_blocks, snap.block_size)
     ex = figure_text.extras(events, any(None in r.table for r in rows))
     head = 1 if figure_text.groups_title(snap) else 0
@@ -125,7 +126,7 @@ def _sizes(snap: Snapshot, events: Sequence[Event], rows: Sequence[TableRow], ke
                       len(snap.tier_blocks), any(not s.block_table for s in snap.sequences.values()),
                       any(e.kind in ("free", "reject", "drop") for e in events),
                       lambda chars: head + len(figure_text.legend(chars, ex)), bands,
-                      re.sub("<[^>]*>", "", figure_text.title(snap, box[0] < PHONE_PX)))
+                      re.sub("<[^>]*>", "", figure_text.title(snap, box[0] < PHONE_PX)), id_folds)
     return fitted_sizes(content, box, large)
 
 
@@ -143,7 +144,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     picture is fitted to it (viz/fit.py); without it, the laptop's fixed sizes. `bands`: labelled
     rows under the pool that a lesson page asks for (viz/bands.py: a hash chain, a reservation).
     `lit`: blocks outlined as one request's (a request selected in the timeline).
-    `every_block`: no run of free blocks folds away (a lesson asks which block: any may be clicked)."""
+    `every_block`: every block can be clicked (a lesson asks which block): a folded run of free
+    blocks is drawn as rows of their id cells."""
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     memo: dict[int, str] = {}
 
@@ -165,13 +167,15 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         hidden = len(seqs) - shown
         rows = table_rows(snap, seqs[:shown])
     pending = _pending_slots(rows, bs, token_text)
-    keep = set(range(snap.num_blocks)) if every_block else _keep(snap, events, selected_block)
+    gone = rolled_back(events, snap)  # a rolled-back slot shows its struck-out draft this step
+    pending = {b: p for b, p in pending.items() if (b, p[0]) not in gone}
+    keep = _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
     top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
     sz = _sizes(snap, events, rows, keep, pending, token_text,
                 ["▶ " + re.sub("<[^>]*>", "", n["text"]) for n in plain], block_level, large, box,
-                len(bands))
+                len(bands), every_block)
     k, kt, gpu = sz.k, sz.kt, sz.gpu
     small = max(k, 14 / 11) if large else k  # 11 px text (the CPU bands): 14 px and up presenting
     cpu = cpu_layout(len(snap.cpu_blocks), bs, gpu) if snap.cpu_blocks else None
@@ -188,8 +192,10 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
                                  plot_px=sz.plot_px, blank=reserved, groups=words, chars=chars,
                                  fits=sz.fits if sz.fitted else None)]
     marks = {g.name: "ˢ" for g in groups if g.sliding} if len(groups) > 1 else None
-    ids = block_ids(snap.blocks, gpu, kt, reserved, marks)
+    unit = sz.plot_px / (gpu.width + 0.6) if sz.fitted else None  # pixels per plot unit
+    ids = block_ids(snap.blocks, gpu, kt, reserved, marks, unit and gpu.label_w * unit)
     traces += [ids] if ids is not None else []
+    traces += fold_id_cells(gpu, snap.block_size, kt)
     if cpu is not None:
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=small,
                                    plot_px=sz.plot_px, groups=words))
@@ -241,10 +247,11 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     """The headers and notes over and under the tables and the pool, added to `notes`; returns
     the picture's (top, bottom) in rows."""
     font = {"size": sz.note_px, "color": palette.MUTED}
+    room = _note_room(sz)
 
     def fitting(words: Callable[[bool], str]) -> str:  # the short words where the long run out
         long = words(sz.narrow)
-        wide = text_px(long, sz.note_px) * 1.08 > sz.plot_px - 16  # a margin for the browser's hinting
+        wide = text_px(long, sz.note_px) * 1.08 > room - 16  # a margin for the browser's hinting
         return words(True) if sz.fitted and wide else long
 
     if rows:
@@ -252,21 +259,18 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
         notes.append(dict(x=0, y=top + 0.55, xanchor="left", yanchor="bottom", showarrow=False,
                           text=fitting(lambda n: figure_text.tables_header(
                               len(snap.kv_cache_groups) > 1, n or bool(hidden)) + more), font=font))
-    for row, first, last in gpu.folds:
+    for row, first, last in () if gpu.fold_cells else gpu.folds:  # id cells say it themselves
         notes.append(dict(x=gpu.width / 2, y=gpu.y0 - row, showarrow=False, font=font,
                           text=f"blocks {first}–{last} free ({last - first + 1} blocks)"))
     waiting = [s for s in snap.sequences.values() if not s.block_table]
     if waiting:  # a request added but not scheduled yet holds no block: say it is there
-        names = " · ".join((seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}"
-                           for s in waiting[:6])
-        more = f" · +{len(waiting) - 6} more" if len(waiting) > 6 else ""
         notes.append(dict(x=0, y=top + (1.5 if seqs else 1.2), xanchor="left", yanchor="bottom",
-                          showarrow=False, text=f"waiting, no blocks yet: {names}{more}",
+                          showarrow=False, text=_waiting_line(waiting, seq_labels, sz, room),
                           font={"size": sz.note_px, "color": palette.INK}))
     notes.append(dict(x=0, y=0.55, xanchor="left", yanchor="bottom", showarrow=False, font=font,
                       text=fitting(lambda n: figure_text.pool_header(gpu.token_level, marks,
                                                                      len(reserved), n))))
-    bottom = -gpu.rows + 0.4 - (0.7 if freed else 0.0)  # the freed label sits under the pool
+    bottom = -gpu.rows + 0.4 - (0.85 if freed else 0.0)  # the freed label sits under the pool
     for band, name in ((cpu, lambda n: "CPU swap space"),
                        (tier, lambda n: "CPU tier of the prefix cache" + (
                            "" if n else ": evicted blocks kept by hash (LRU)"))):
@@ -280,6 +284,24 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     return top + (1.0 if waiting else 0.0), bottom  # room for the waiting line
 
 
+def _note_room(sz: Sizes) -> float:
+    """The pixels a line of notes may take: the plot's width, and on a phone the left margin
+    too (_frame starts the picture's lines at its left edge there: they were cut at the right)."""
+    return sz.plot_px + (sz.margin_l - 8 if sz.fitted and sz.narrow and sz.margin_l else 0.0)
+
+
+def _waiting_line(waiting: list, seq_labels: Mapping[int, str] | None, sz: Sizes,
+                  room: float) -> str:
+    """"waiting, no blocks yet: a · b · +2 more": as many names as the line holds."""
+    names = [(seq_labels or {}).get(s.seq_id) or f"seq {s.seq_id}" for s in waiting]
+    for n in range(min(6, len(names)), 0, -1):
+        more = f" · +{len(names) - n} more" if len(names) > n else ""
+        line = f"waiting, no blocks yet: {' · '.join(names[:n])}{more}"
+        if not sz.fitted or text_px(line, sz.note_px) * 1.08 <= room - 8:
+            return line
+    return f"waiting, no blocks yet: {len(names)}"
+
+
 def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: int | None,
            sz: Sizes, token_text: Callable[[int], str], bottom: float) -> float:
     """A narrow picture (a phone) whose slots cannot hold their tokens lists the selected
@@ -287,7 +309,7 @@ def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: 
     if not (sz.fitted and sz.narrow and sz.chars is not None and rows):
         return bottom
     row = next((r for r in rows if r.seq.seq_id == selected_seq), rows[-1])
-    lines = figure_text.token_lines(row.table, snap.blocks, token_text, sz.plot_px - 4, sz.note_px)
+    lines = figure_text.token_lines(row.table, snap.blocks, token_text, _note_room(sz) - 8, sz.note_px)
     if not lines:
         return bottom
     y = bottom - 0.6
@@ -329,6 +351,11 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         height = int(min(2000, max(320, (84 + (ROW_PX if span <= 30 else 21) * span) * k + grown)))
         y_range = [bottom - 0.2, top + 1.3]
         margin_l = max(78, 8 + 8 * widest) * k
+    if sz.fitted and sz.narrow:  # a phone: the lines of notes start at the picture's left edge
+        edge = -(margin_l - 4) / max(sz.plot_px, 1.0)
+        for n in notes:
+            if n.get("x") == 0 and n.get("xanchor") == "left":
+                n.update(xref="paper", x=edge)
     fig.update_layout(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=height, margin={"l": margin_l, "r": 8, "t": margin_t, "b": margin_b},

@@ -38,6 +38,9 @@ class PoolLayout:
     folds: tuple[tuple[int, int, int], ...] = ()
     num_rows: int | None = None
     label_w: float = LABEL_W  # token level: the block-id cell's width, in slots
+    # a page that asks which block (every block must be clickable): a folded run is drawn as
+    # rows of this many id cells, one per free block, instead of one labelled row (0: labelled)
+    fold_cells: int = 0
 
     @property
     def rows(self) -> int:
@@ -71,6 +74,10 @@ class PoolLayout:
         if at is None:
             fold = self.fold_of(block_id)
             r = fold[0] if fold else 0
+            if fold and self.fold_cells:  # its own id cell in the fold's row
+                cell = self.width / self.fold_cells
+                left = self.x0 + (block_id - fold[1]) * cell
+                return left, left + cell, self.y0 - r
             return self.x0, self.x0 + self.width, self.y0 - r
         r, c = at
         left = self.x0 + c * self.stride
@@ -105,13 +112,14 @@ class PoolLayout:
 def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False,
                keep: Iterable[int] | None = None, plot_px: float = PLOT_PX,
                slot_px: float = SLOT_PX, label_w: float = LABEL_W,
-               narrower: bool = True, fold: bool = True) -> PoolLayout:
+               narrower: bool = True, fold: bool = True, id_folds: bool = False) -> PoolLayout:
     """The pool's layout for a picture `plot_px` wide. keep: the blocks that must be drawn (those
     holding data, those the step changed, the selected one); the others may fold. Slots as wide
     as `slot_px` where the picture stays within FOLD_ROWS rows (folded), else narrower ones
     (`narrower=False`: never narrower, and free runs fold only with `fold`: a picture sized to
     fit its box checks its height itself).
-    `label_w`: the block-id cell's width in slots."""
+    `label_w`: the block-id cell's width in slots. `id_folds`: a folded run is rows of id cells,
+    one per block (a page that asks which block: each can be clicked)."""
     strip = label_w + block_size + GAP_W
     widest = max(1, int(plot_px / slot_px / strip))  # slots that hold a 6-character token
     narrowest = max(widest, round(TARGET_WIDTH / strip))
@@ -121,9 +129,10 @@ def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False
             per_row = min(widest, max(1, num_blocks))
             if not fold:
                 return PoolLayout(num_blocks, block_size, True, per_row, label_w=label_w)
-            return _token_layout(num_blocks, block_size, per_row, keep, label_w, always_fold=True)
+            return _token_layout(num_blocks, block_size, per_row, keep, label_w, always_fold=True,
+                                 id_folds=id_folds)
         for per_row in range(min(widest, max(1, num_blocks)), narrowest + 1):
-            layout = _token_layout(num_blocks, block_size, per_row, keep, label_w)
+            layout = _token_layout(num_blocks, block_size, per_row, keep, label_w, id_folds=id_folds)
             if layout.rows <= FOLD_ROWS:
                 return layout
             if fallback is None and layout.rows <= MAX_TOKEN_ROWS:
@@ -136,20 +145,22 @@ def gpu_layout(num_blocks: int, block_size: int, force_block_level: bool = False
 
 def _token_layout(num_blocks: int, block_size: int, per_row: int,
                   keep: Iterable[int] | None, label_w: float = LABEL_W,
-                  always_fold: bool = False) -> PoolLayout:
+                  always_fold: bool = False, id_folds: bool = False) -> PoolLayout:
     plain = PoolLayout(num_blocks, block_size, True, per_row, label_w=label_w)
     if (plain.rows <= FOLD_ROWS and not always_fold) or keep is None:
         return plain
-    folded = _fold(num_blocks, block_size, per_row, set(keep), label_w)
+    folded = _fold(num_blocks, block_size, per_row, set(keep), label_w, id_folds)
     return folded if folded.rows < plain.rows else plain
 
 
 def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int],
-          label_w: float = LABEL_W) -> PoolLayout:
+          label_w: float = LABEL_W, id_folds: bool = False) -> PoolLayout:
     """Blocks in id order, per_row to a row; a run of at least two rows' worth of blocks not
-    kept becomes one row of its own, labelled by the picture."""
+    kept becomes one row of its own, labelled by the picture (`id_folds`: rows of id cells, as
+    many as a row's width in slots, so each folded block can still be clicked)."""
     place: dict[int, tuple[int, int]] = {}
     folds: list[tuple[int, int, int]] = []
+    cells = max(1, int(per_row * (label_w + block_size + GAP_W) - GAP_W)) if id_folds else 0
     row, col, b = 0, 0, 0
     while b < num_blocks:
         run = b
@@ -158,8 +169,10 @@ def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int],
         if run - b >= 2 * per_row:
             if col:
                 row, col = row + 1, 0
-            folds.append((row, b, run - 1))
-            row, b = row + 1, run
+            for first in range(b, run, cells or run - b):  # one row, or rows of id cells
+                folds.append((row, first, min(run, first + (cells or run - b)) - 1))
+                row += 1
+            b = run
             continue
         place[b] = (row, col)
         col += 1
@@ -168,7 +181,7 @@ def _fold(num_blocks: int, block_size: int, per_row: int, keep: set[int],
         b += 1
     rows = row + (1 if col else 0)
     return PoolLayout(num_blocks, block_size, True, per_row, place=place, folds=tuple(folds),
-                      num_rows=rows, label_w=label_w)
+                      num_rows=rows, label_w=label_w, fold_cells=cells)
 
 
 def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayout:

@@ -18,6 +18,7 @@ CPU tier slot or -1, ...] in its customdata (a click selects that block in the p
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -35,7 +36,25 @@ KINDS = (("used by one sequence", palette.OWNERS[0]), ("shared", palette.SHARED)
          ("folded", palette.BORDER), ("evicted this step", "#ffffff"),
          ("in vLLM's cache", palette.CACHED))
 assert (USED, SHARED, CACHED, TIER, FOLD, GHOST, EVENTS) == tuple(range(len(KINDS)))
-SCALE = discrete_scale([c for _, c in KINDS])
+# a block one sequence holds takes that sequence's colour, as in the pool (USED is the first
+# owner's): the other owners' colours come after the kinds
+SCALE = discrete_scale([c for _, c in KINDS] + list(palette.OWNERS[1:]))
+
+
+def sole_owners(snap: object) -> dict[int, int]:
+    """block id -> the sequence holding it, for the blocks one sequence holds (from a snapshot):
+    the tree colours them as the pool does."""
+    return {b.block_id: b.owners[0] for b in getattr(snap, "blocks", ()) if b.ref_count == 1 and b.owners}
+
+
+def _colour_of(p: Placed, owners: Mapping[int, int] | None) -> int:
+    """The cell's colour: its kind's, or for a block one sequence holds, that sequence's."""
+    if p.kind != USED or p.node is None:
+        return p.kind
+    k = (owners or {}).get(p.node.block_id, 0) % len(palette.OWNERS)
+    return USED if k == 0 else len(KINDS) + k - 1
+
+
 #: the step's marks: words -> outline colour
 MARKS = {"prefix hit": palette.PREFIX_HIT, "new hash": palette.NEW,
          "loaded from the tier": palette.LOAD, "offloaded to the tier": palette.OFFLOAD,
@@ -47,38 +66,40 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
                        before: PrefixTree | None = None, selected_block: int | None = None,
                        box: tuple[float, float] | None = None, large: bool = False,
                        title: str = "The prefix cache as a tree",
-                       hash_marks: Mapping[str, Collection[int]] | None = None) -> go.Figure:
+                       hash_marks: Mapping[str, Collection[int]] | None = None,
+                       owners: Mapping[int, int] | None = None) -> go.Figure:
     """`hash_marks`: outlines by block hash (a watched vLLM's events name hashes, not blocks),
-    words of MARKS -> hashes; "evicted" hashes found in `before` are drawn as ghosts."""
+    words of MARKS -> hashes; "evicted" hashes found in `before` are drawn as ghosts. `owners`:
+    block id -> the sequence holding it alone (sole_owners), for the pool's colours."""
     sz = view_sizes(box, large)
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     hash_marks = {k: set(v) for k, v in (hash_marks or {}).items() if v}
     ghosts = _ghosts(tree, events, before, hash_marks.get("evicted", set()))
     width = (sz.width or 800) - 16
-    two_lines = not sz.phone
-    row_px = sz.font * 1.3 * (2 if two_lines else 1) + 8
     # the key over the tree: the colours of the nodes there are and the marks of the step
     kinds = {kind_of(n) for n in tree.nodes} | ({GHOST} if ghosts else set())
     marked = _marked_words(events, ghosts, selected_block) + list(hash_marks)
     _, key_lines = key_html(_key(kinds, marked), sz, width)
     top = sz.title * 2.2 + key_lines * sz.font * 1.45 + 4
-    avail = (sz.height - top - 10) if sz.height else 14 * row_px
-    placed = place(tree, ghosts, max(2, int(avail // row_px)), max(2, int(width // (sz.font * 6.5))))
+    two_lines, row_px, placed = _placed(tree, ghosts, sz, width, top)
     cols = max([p.x for p in placed.cells] + [0]) + 1
     rows = max([p.y for p in placed.cells] + [0]) + 1
     cell_px = width / cols
     z = [[None] * cols for _ in range(rows)]
     text = [[""] * cols for _ in range(rows)]
     custom = [[[-1, -1, ""]] * cols for _ in range(rows)]
+    starts = _distinct_starts(placed.cells, decode, lambda t: _fit(t, cell_px - 16, sz.font))
     for p in placed.cells:
-        z[p.y][p.x] = p.kind
-        text[p.y][p.x] = _label(p, decode, cell_px, sz, two_lines)
+        z[p.y][p.x] = _colour_of(p, owners)
+        text[p.y][p.x] = _label(p, decode, cell_px, sz, two_lines, starts)
         custom[p.y][p.x] = _custom(p, decode, tree)
+    # a phone: a tap selects the block (the picture shows it); a tooltip there covered the tree
+    hover = {"hoverinfo": "none"} if sz.phone else {"hovertemplate": "%{customdata[2]}<extra></extra>"}
     heat = go.Heatmap(**FAST, z=z, x=list(range(cols)), y=list(range(rows)), zmin=-0.5,
-                      zmax=len(KINDS) - 0.5, colorscale=SCALE, showscale=False, xgap=14, ygap=6,
+                      zmax=len(KINDS) + len(palette.OWNERS) - 1.5, colorscale=SCALE, showscale=False,
+                      xgap=14, ygap=6,
                       text=text, texttemplate="%{text}", textfont={"size": sz.font},
-                      customdata=custom, name="prefix tree", hoverongaps=False,
-                      hovertemplate="%{customdata[2]}<extra></extra>")
+                      customdata=custom, name="prefix tree", hoverongaps=False, **hover)
     outlines = _outlines(placed, events, selected_block, hash_marks)
     fig = go.Figure([heat, _edges(placed, 0.5 - 9 / max(cell_px, 20)), *outlines], **FAST)
     height = sz.height or int(top + rows * row_px + 12)
@@ -100,9 +121,32 @@ def prefix_tree_figure(tree: PrefixTree, events: Sequence[Event] = (),
     return fig
 
 
+def _placed(tree: PrefixTree, ghosts: list, sz: ViewSizes, width: float, top: float
+            ) -> tuple[bool, float, Any]:
+    """(two lines a cell?, a row's pixels, the cells placed): cells of two lines (tokens, then
+    block id, ref count, LRU place) where the height holds every node so, else of one line where
+    that shows more of them (a slide's short view hid siblings behind "+2 more" that one-line
+    rows had room for); one line on a phone."""
+    cols = max(2, int(width // (sz.font * 6.5)))
+    best = None
+    for two in ((True, False) if not sz.phone else (False,)):
+        row_px = sz.font * 1.3 * (2 if two else 1) + 8
+        avail = (sz.height - top - 10) if sz.height else 14 * row_px
+        placed = place(tree, ghosts, max(2, int(avail // row_px)), cols)
+        hidden = sum(int(p.words.split()[0][1:]) for p in placed.cells
+                     if p.node is None and p.words.startswith("+"))
+        if best is None or hidden < best[0]:
+            best = (hidden, two, row_px, placed)
+        if not hidden:
+            break
+    return best[1], best[2], best[3]
+
+
 def _key(kinds: set[int], marks: Sequence[str]) -> list[tuple]:
     """(colour, words) of the key: each kind of cell drawn, then each mark (as an outline)."""
-    out = [(colour, words) for k, (words, colour) in enumerate(KINDS) if k in kinds and k != GHOST]
+    owned = "".join(f"<span style='color:{c}'>■</span>" for c in palette.OWNERS[1:4])
+    out = [(colour, f"{owned} {words}" if k == USED else words) for k, (words, colour)
+           in enumerate(KINDS) if k in kinds and k != GHOST]
     return out + [(MARKS[m], m, "▭") for m in MARKS if m in marks]
 
 
@@ -153,11 +197,46 @@ def _where(n: TreeNode) -> str:
     return " ".join(parts)
 
 
-def _label(p: Placed, decode, cell_px: float, sz: ViewSizes, two_lines: bool) -> str:
+def _distinct_starts(cells: Sequence[Placed], decode, fit: Callable[[str], str]) -> dict[int, int]:
+    """block hash -> where its label starts: siblings whose labels, cut to their cells (`fit`),
+    read alike (the students' questions after a system prompt's last words) start at the word
+    where they part, so that their cells can be told apart ("…What is paging?", not each
+    "in one sentence. ‹|i…")."""
+    kids: dict[int | None, list[TreeNode]] = {}
+    for p in cells:
+        if p.node is not None:
+            kids.setdefault(p.node.parent, []).append(p.node)
+    out: dict[int, int] = {}
+    for group in kids.values():
+        if len(group) < 2:
+            continue
+        texts = [_tokens(n, decode) for n in group]
+        if len({fit(t) for t in texts}) == len(texts):  # told apart as they are
+            continue
+        same = len(_common(texts))
+        # at the start of the word (or line, or after a special token) where they part
+        cut = max(texts[0].rfind(c, 0, same + 1) for c in " ⏎›") if same > 3 else -1
+        if cut > 0:
+            out.update({n.block_hash: cut + 1 for n in group})
+    return out
+
+
+def _common(texts: Sequence[str]) -> str:
+    first = min(texts)
+    last = max(texts)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
+
+
+def _label(p: Placed, decode, cell_px: float, sz: ViewSizes, two_lines: bool,
+           starts: dict[int, int] | None = None) -> str:
     room = cell_px - 16
     if p.node is None:
         return _fit(p.words, room, sz.font)
-    tokens = _fit(_tokens(p.node, decode), room, sz.font)
+    start = (starts or {}).get(p.node.block_hash, 0)
+    tokens = _fit(("…" if start else "") + _tokens(p.node, decode)[start:], room, sz.font)
     if not two_lines:
         return tokens
     where = "evicted" if p.kind == GHOST else _where(p.node)

@@ -9,6 +9,7 @@ than PHONE_PX is a phone's (12 px, short labels).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,7 +97,7 @@ def key_html(entries: Sequence[tuple], sz: ViewSizes, width: float) -> tuple[str
     used = 0.0
     for colour, words, *glyph in entries:
         mark = glyph[0] if glyph else "■"
-        w = text_px(f"{mark} {words}", sz.font) + sz.font
+        w = text_px(re.sub("<[^>]*>", "", f"{mark} {words}"), sz.font) + sz.font  # tags take no room
         if lines[-1] and used + w > width:
             lines.append([])
             used = 0.0

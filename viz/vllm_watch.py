@@ -13,8 +13,8 @@ import html
 from collections.abc import Callable, Collection, Sequence
 
 import plotly.graph_objects as go
-from engine.describe.prefix_tree import PrefixTree
 
+from engine.describe.prefix_tree import PrefixTree
 from engine.vllm.mirror import BatchMark, WatchCounts
 from engine.vllm.watch import CANNOT_SHOW
 from viz import palette

@@ -50,6 +50,12 @@ class PrefillItem:
     def num_new_tokens(self) -> int:
         return self.seq.num_tokens - self.start
 
+    @property
+    def recompute(self) -> bool:
+        """Computes again what a preemption by recompute dropped (also a first prefill cut
+        short by one, which still samples the first token)."""
+        return self.resumed or self.group.recomputed
+
 
 @dataclass
 class ScheduledStep:
@@ -304,6 +310,7 @@ class Scheduler:
                 seq.num_cached_tokens = 0
                 seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(group)
+            group.recomputed = True
             swapped = None  # recomputed; a fallback where swap was asked for and CPU space is full
         fallback = swapped is None and self.config.preemption_mode == "swap"
         out.events.append(Event("preempt", self.kv.step, seqs[0].seq_id, facts=Preempted(

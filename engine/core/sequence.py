@@ -159,6 +159,9 @@ class SequenceGroup:
     seqs: list[Sequence]
     arrival: int  # FCFS order
     prefilled: bool = False  # the first prefill (which samples the first token) has run
+    # preempted by recompute before its first prefill ended: that prefill, run again, is a
+    # recompute (its prompt is counted once, its hits on its own blocks are no prompt's hits)
+    recomputed: bool = False
     finished_beams: list[Any] = field(default_factory=list)  # beam_search.Hypothesis: beams ended
     finished_seqs: list[Sequence] = field(default_factory=list)
     num_preemptions: int = 0

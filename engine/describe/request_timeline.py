@@ -242,8 +242,8 @@ class RunRecorder:
                 decoded = e.block_ids  # the event's own tuple: nothing built per sequence
             elif kind == "prefill":
                 f = e.facts
-                detail = "recompute" if f.resumed else ("" if f.whole else "last chunk" if f.final
-                                                        else f"{f.rest} to go")
+                chunk = "" if f.whole else "last chunk" if f.final else f"{f.rest} to go"
+                detail = ", ".join(filter(None, ("recompute" if f.resumed else "", chunk)))
                 seqs[e.seq_id] = Cell("prefill", f.computed, 0, detail)
             elif kind == "draft" and e.form == "draft_kept":
                 k = len(e.token_ids)

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from engine.core.block_pool import BlockPool
 from engine.core.kv_groups import KVCacheGroup, single_group
 from engine.core.offload_tier import OffloadTier
-from engine.core.sequence import Sequence
+from engine.core.sequence import Sequence, SequenceStatus
 
 
 class BlockView(NamedTuple):  # a NamedTuple: 4096 of them must build in a few ms
@@ -61,7 +61,7 @@ class Metrics:
     used_blocks: int
     cached_blocks: int
     free_blocks: int
-    logical_blocks: int  # sum of block-table lengths: what the tables would take unshared
+    logical_blocks: int  # GPU block-table entries: what the tables would take unshared
     prefix_hit_blocks: int  # cumulative
     cow_copies: int  # cumulative
     evictions: int  # cumulative
@@ -198,8 +198,10 @@ class SnapshotBuilder:
             used_blocks=pool.num_blocks - n_cached - n_free,
             cached_blocks=n_cached,
             free_blocks=n_free,
+            # a swapped-out sequence's table points at CPU blocks: no GPU block backs it
             logical_blocks=sum(len(t) - t.count(None) if sliding else len(t)
-                               for s in sequences for t in s.block_tables),
+                               for s in sequences if s.status is not SequenceStatus.SWAPPED
+                               for t in s.block_tables),
             num_tokens=sum(s.num_tokens for s in sequences),
             extra=MappingProxyType(dict(extra or {})),
             **counters,

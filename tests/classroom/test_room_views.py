@@ -53,3 +53,26 @@ def test_a_rooms_views_are_its_run(registry):
         fig = room_view(view, choice, (860, 620), True)
         assert fig.layout.meta["view"] == key
     assert room_view(view, "none", (860, 620), True) is None
+
+
+def test_shrink_pool_and_clicks_add_no_memory_points(registry):
+    """Issue 42, item 12: while Shrink pool tops up its reserve after a step (operations of its
+    own, which move the snapshot's step on), the point was stamped with the snapshot's step, so
+    every later publish (a teacher's click, a student's answer) added the same serving step's
+    point again: more points than the timeline's columns, and preemptions marked twice."""
+    room = registry.open({**DRY, "num_blocks": 40, "swap_blocks": 4, "max_tokens": 24,
+                          "system_prompt": ""})
+    room.control(room.secret, "pause")
+    for i in range(6):
+        room.submit(f"s{i}", f"prompt {i}")
+    for _ in range(12):  # the class holds most of the pool: the reserve fills as they free
+        room.control(room.secret, "step")
+    room.control(room.secret, "shrink", 12)
+    assert room.view.state["reserved_blocks"] < 28  # the rest comes by top-ups after steps
+    while room.engine.has_pending_work():
+        room.control(room.secret, "step")
+        room.control(room.secret, "pause")  # a click that publishes again, with no step
+    view = room.view
+    assert view.state["preemptions"] > 0
+    assert [p.step for p in view.memory] == list(view.timeline.columns)
+    assert sum(p.preemptions for p in view.memory) == view.state["preemptions"]

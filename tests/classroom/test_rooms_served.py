@@ -253,7 +253,7 @@ def test_a_poll_on_the_projector_and_a_phone(served_app, browser, default_model)
     phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     try:
         code = open_room_page(teacher, served_app)
-        teacher.locator("#room-lesson input").first.fill("02_paging")
+        teacher.locator("#room-lesson input").first.fill("2. Paging: blocks and tables")
         teacher.keyboard.press("Enter")
         teacher.click("#room-lesson-play")
         teacher.wait_for_function("() => (document.querySelector('#room-poll')?.innerText ?? '')"

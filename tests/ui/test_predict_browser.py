@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from tests.ui.test_browser import CELL_XY, IDLE
+from tests.helpers import BLOCK_XY, click_until
+from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
@@ -49,17 +50,8 @@ def test_predictions_are_checked_and_the_lesson_ends_with_the_score(browser, ser
         assert "You predicted yes: not what the engine did" in next_page(pg)
         wait_question(pg, "Which physical block")
         # the block is clicked in the picture: the click writes it into the answer box
-        pg.wait_for_function(f"() => ({CELL_XY})(['pool', 2]) !== null && ({IDLE})()", timeout=60_000)
-        for attempt in range(5):  # a click the page had not bound yet is clicked again
-            x, y = pg.evaluate(f"({CELL_XY})(['pool', 2])")
-            pg.mouse.click(x, y)
-            try:
-                pg.wait_for_function(f"() => document.querySelector('{ANSWER}')?.value === 'block 2'",
-                                     timeout=10_000)
-                break
-            except Exception:
-                if attempt == 4:
-                    raise
+        pg.wait_for_function(f"() => ({BLOCK_XY})(2) !== null && ({IDLE})()", timeout=60_000)
+        click_until(pg, BLOCK_XY, 2, f"() => document.querySelector('{ANSWER}')?.value === 'block 2'")
         assert "You predicted block 2: right" in next_page(pg)
         while "the end" not in pg.evaluate(PROGRESS):  # the last question skipped
             next_page(pg)

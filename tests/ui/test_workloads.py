@@ -42,6 +42,11 @@ def test_a_shared_prefix_hits_and_every_request_answers(default_model) -> None:
 
 
 def test_the_preemption_workload_preempts_by_swap_and_answers_as_alone(default_model) -> None:
-    _, series = _run("preemption (a pool too small)")
+    s, series = _run("preemption (a pool too small)")
     assert sum(p.preemptions for p in series) >= 2
     assert any(p.swapped for p in series)
+    # its stories are instructions: in the chat template the model tells them (issue 42, item
+    # 2: on the bare text every output began with the end of its turn, "<|im_end|>")
+    for out in s.engine.finished_requests():
+        text = out.outputs[0].text
+        assert not text.lstrip().startswith("<|im_end|>") and len(text.split()) >= 10, text

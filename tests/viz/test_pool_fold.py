@@ -77,9 +77,14 @@ def test_a_request_is_in_the_picture_from_the_moment_it_is_added():
 
 def test_a_page_that_asks_which_block_draws_every_block_to_click():
     """A lesson question answered by clicking a block (lessons/README.md: kind: block): no free
-    run folds away, so the block the learner predicts can be clicked whatever it is."""
+    run folds away into a label, so the block the learner predicts can be clicked whatever it
+    is: a folded run is drawn as its blocks' id cells (issue 42, item 3)."""
     eng = playground()
     fig = pool_figure(eng.snapshot(), eng.last_events, decode, every_block=True)
     assert not [a.text for a in fig.layout.annotations if "free (" in (a.text or "")]
-    drawn = {cd[0] for row in pool(fig).customdata for cd in row if cd}
+    drawn = {cd[0] for t in fig.data if t.name in ("pool", "free blocks")
+             for row in t.customdata for cd in row if cd}
     assert drawn == set(range(64))
+    cells = next(t for t in fig.data if t.name == "free blocks")  # each labelled with its id
+    assert all(str(cd[0]) == tx for cr, tr in zip(cells.customdata, cells.text, strict=True)
+               for cd, tx in zip(cr, tr, strict=True) if cd)

@@ -133,3 +133,28 @@ def test_every_views_text_reads_on_its_fill():
         assert palette.contrast(palette.plotly_text_on(fill), fill) >= 4.5, state
     for words, fill in KINDS:
         assert palette.contrast(palette.plotly_text_on(fill), fill) >= 4.5, words
+
+
+def test_the_tree_colours_blocks_as_the_pool_and_shows_siblings_it_has_room_for():
+    """Issue 42, item 8: the tree drew every block one sequence holds in the first sequence's
+    colour (the pool: its owner's), and on a slide's short view hid siblings behind "+2 more"
+    that rows of one line had room for."""
+    from viz.prefix_tree_figure import SCALE, sole_owners
+
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40))
+    seqs = [eng.add_sequence("You are a kind tutor. Question " + q) for q in "ABCD"]
+    eng.free(eng.add_sequence("You are a kind tutor. Question E, which no one holds now"))
+    snap = eng.snapshot()
+    colours = {round(lo * (len(SCALE) // 2)): c for (lo, c), _ in zip(SCALE[::2], SCALE[1::2], strict=True)}
+    fig = prefix_tree_figure(eng.prefix_tree(snap), (), eng.decode, box=(760, 250), large=True,
+                             owners=sole_owners(snap))
+    heat = next(t for t in fig.data if t.name == "prefix tree")
+    for zr, cr in zip(heat.z, heat.customdata, strict=True):
+        for z, cd in zip(zr, cr, strict=True):
+            block = snap.blocks[cd[0]] if cd[0] >= 0 else None
+            if block is not None and block.ref_count == 1:
+                assert colours[z] == palette.owner_colour(block.owners[0]), (cd, z)
+            elif block is not None:  # shared or cached: the kind's colour, as in the pool
+                want = palette.SHARED if block.ref_count > 1 else palette.CACHED
+                assert colours[z] == want, (cd, z)
+    assert len(seqs) == 4 and not [t for row in heat.text for t in row if t.startswith("+")]

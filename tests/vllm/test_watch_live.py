@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from engine.describe.prefix_tree import PrefixTree
 
 from engine import VllmWatch
+from engine.describe.prefix_tree import PrefixTree
 from tests.vllm.conftest import settle
 from tests.vllm.workloads import Req, chat, pagedlab_engine, run_pagedlab
 

@@ -213,3 +213,20 @@ def test_freeing_every_sequence_of_a_running_request_ends_it_and_the_engine_goes
     assert not eng.has_pending_work() and eng.snapshot().metrics.used_blocks == 0
     eng.check_invariants()
     assert LLMEngine.replay(eng.config, eng.trace).snapshot() == eng.snapshot()
+
+
+def test_swapped_out_requests_are_no_sharing_saving():
+    """Issue 42, item 5: a swapped-out request's table points at CPU blocks. Counted among the
+    table entries that GPU blocks back, it showed as "saved by sharing" where nothing is shared.
+    The saving is every GPU block's references beyond the first, at every step."""
+    eng = dry(num_blocks=8, preemption_mode="swap", num_cpu_blocks=16)
+    eng.add_request("a" * 6, SamplingParams(max_tokens=12))
+    eng.add_request("b" * 6, SamplingParams(max_tokens=12))
+    swapped_steps = 0
+    while eng.scheduler.has_work():
+        eng.step()
+        snap = eng.snapshot()
+        shared = sum(b.ref_count - 1 for b in snap.blocks if b.ref_count > 1)
+        swapped_steps += any(s.status == "swapped" for s in snap.sequences.values())
+        assert snap.metrics.shared_saving == shared == 0, snap.step
+    assert swapped_steps  # the run did swap a request out

@@ -169,3 +169,36 @@ def test_the_record_survives_checkpoints_replay_and_pickling():
     assert eng.request_timeline().grid() == first
     assert pickle.loads(pickle.dumps(full)).grid() == full.grid()
     assert all(c is None or c.state in STATES for row in full.grid() for c in row)
+
+
+def test_a_recompute_in_the_middle_of_the_first_prefill_is_a_recompute():
+    """Issue 42, item 12: a request preempted by recompute while its first (chunked) prefill ran
+    came back as a fresh prompt: its prompt was counted twice in memory over time, the hits on
+    its own recomputed blocks counted as the prompt's prefix hits, and neither the timeline nor
+    the narration called that prefill a recompute."""
+    from engine.core.memory_use import memory_point
+
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=11,
+                                 max_num_batched_tokens=8))
+    eng.add_request("x" * 4, SamplingParams(max_tokens=30, ignore_eos=True))
+    eng.step()
+    prompt = "the quick brown fox jumps over the lazy"  # 39 tokens: five chunks of the budget
+    rid = eng.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True))
+    points, prefills, preempted = [], [], False
+    while eng.has_pending_work():
+        result = eng.step()
+        points.append(memory_point(eng.snapshot(), result.events))
+        for e in result.events:
+            preempted |= e.kind == "preempt" and e.facts[0] == rid
+            if e.kind == "prefill" and e.seq_id == 1:
+                prefills.append((result.step, preempted, e.facts[0], e.text))
+    assert preempted and any(done for _, done, _, _ in prefills)  # preempted mid-prefill, then back
+    assert prefills[0][1] is False and prefills[-1][1] is True  # the first prefill had not ended
+    for step, after, recompute, text in prefills:
+        assert recompute is after, (step, text)
+        assert ("recompute" in text) is after, text
+    assert sum(p.prompt_tokens for p in points) == len(prompt)  # the prompt counted once
+    assert sum(p.hit_tokens for p in points) == 0  # nothing of it came from another request
+    cells = {s.step: s.seqs[1] for s in eng.request_timeline().steps if 1 in s.seqs}
+    for step, after, _, _ in prefills:  # each chunk after the preemption, and none before
+        assert cells[step].detail.startswith("recompute") is after, cells[step]
