@@ -176,7 +176,8 @@ def test_a_recompute_in_the_middle_of_the_first_prefill_is_a_recompute():
     came back as a fresh prompt: its prompt was counted twice in memory over time, the hits on
     its own recomputed blocks counted as the prompt's prefix hits, and neither the timeline nor
     the narration called that prefill a recompute."""
-    from engine.core.memory_use import memory_point
+    from engine.describe import narrate
+    from engine.describe.memory_use import memory_point
 
     eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=11,
                                  max_num_batched_tokens=8))
@@ -189,9 +190,9 @@ def test_a_recompute_in_the_middle_of_the_first_prefill_is_a_recompute():
         result = eng.step()
         points.append(memory_point(eng.snapshot(), result.events))
         for e in result.events:
-            preempted |= e.kind == "preempt" and e.facts[0] == rid
+            preempted |= e.kind == "preempt" and e.facts.request_id == rid
             if e.kind == "prefill" and e.seq_id == 1:
-                prefills.append((result.step, preempted, e.facts[0], e.text))
+                prefills.append((result.step, preempted, e.facts.resumed, narrate(e)))
     assert preempted and any(done for _, done, _, _ in prefills)  # preempted mid-prefill, then back
     assert prefills[0][1] is False and prefills[-1][1] is True  # the first prefill had not ended
     for step, after, recompute, text in prefills:
