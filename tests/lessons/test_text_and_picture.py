@@ -15,7 +15,7 @@ import pytest
 from lessons import LessonRun, load_all
 from tests.lessons.page_claims import problems, shown
 from ui.lesson_ask import asks_block
-from ui.lesson_player import page_picture
+from ui.lesson_pages import page_picture
 
 LESSONS = {lesson.name: lesson for lesson in load_all()}
 BOX = (766, 666)  # the picture's box on a 1280 x 720 slide (presenter mode, a lesson in front)
