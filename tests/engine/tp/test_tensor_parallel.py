@@ -107,7 +107,7 @@ def test_tp2_beams_and_swap_match_one_process(tp2, kv2_path):
     assert (k - ko).abs().max() < 1e-5 and (v - vo).abs().max() < 1e-5
     assert (k[:, :1] == k0).all() and (k[:, 1:] == k1).all() and k.abs().sum() > 0
     info = tp2.engine_info()
-    assert info["tensor_parallel_size"] == 2
+    assert info["tensor_parallel_size"] == 2 and info["all-reduce"] == "gloo (CPU)"
     assert info["kv_bytes_per_rank"] == [one.engine_info()["kv_bytes_per_rank"][0] // 2] * 2
     with pytest.raises(ValueError, match="rank must be"):
         tp2.inspect_block(block, 0, rank=2)
