@@ -45,7 +45,7 @@ from engine.tp.worker_steps import PendingReply, StepRunner
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
-SETUP_TIMEOUT_S = 120  # the symmetric-memory set-up's exchanges through the store
+SETUP_TIMEOUT_S = 30  # the symmetric-memory set-up's exchanges (the ranks met at NCCL's start)
 
 
 def main(argv: list[str] | None = None) -> None:
