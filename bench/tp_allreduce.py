@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
     store = dist.FileStore(store_path, WORLD)
+    store.set_timeout(timedelta(seconds=30))  # a rank that fails half-way ends the other's wait
     dist.init_process_group("nccl", store=dist.PrefixStore("ar", store), rank=rank,
                             world_size=WORLD, device_id=device)
     t0 = time.perf_counter()
@@ -98,6 +100,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
     ap.add_argument("--smoke", action="store_true", help="CPU: only say why it does not run")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds the ranks may take")
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -109,20 +112,28 @@ def main() -> None:
     if args.smoke or torch.cuda.device_count() < WORLD:
         out["skipped"] = f"needs {WORLD} GPUs (torch sees {torch.cuda.device_count()})"
     else:
-        out |= _ranks()
+        out |= _ranks(args.timeout)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=1))
     print(json.dumps(out.get("us", out.get("skipped")), indent=1))
 
 
-def _ranks() -> dict[str, Any]:
-    """Start the two ranks, wait for them, and gather what they wrote."""
+def _ranks(timeout_s: float) -> dict[str, Any]:
+    """Start the two ranks, wait for them (`timeout_s` at most), and gather what they wrote."""
     folder = Path(tempfile.mkdtemp(prefix="pagedlab-allreduce-"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), **SAFE_NCCL_ENV)
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--store",
                                str(folder / "store"), "--json", str(folder / f"rank{r}.json")],
                               env=env) for r in range(WORLD)]
-    codes = [p.wait() for p in procs]
+    deadline = time.monotonic() + timeout_s
+    codes: list[Any] = []
+    for p in procs:  # a rank that hangs (a barrier never met) is killed; what it wrote stays
+        try:
+            codes.append(p.wait(max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            codes.append("timeout")
     ranks = [json.loads(f.read_text()) if f.is_file() else None
              for f in (folder / f"rank{r}.json" for r in range(WORLD))]
     return {"exit_codes": codes, "ranks": ranks, "us": (ranks[0] or {}).get("us"),
