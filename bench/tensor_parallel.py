@@ -1,16 +1,19 @@
-"""Tensor parallelism measured: one engine run, and the parts of issue 43's two-GPU table.
+"""Tensor parallelism measured: one engine's runs, and the parts of issue 43's two-GPU table.
 
-`run()` builds one engine (TP = 1 in this process, or TP = N worker processes), runs a greedy
-batch to completion after a short warm-up at the same batch size, and reports tokens/s, every
-pure decode step's wall time, the engine's own host time in it (the step less the time spent
-waiting for worker 0's reply), worker 0's timings of its decode graph (host work from the
-message to the launch, and the graph's GPU time by CUDA events: PAGEDLAB_TP_TIMING=1), the
-bytes on the wire, the bytes each GPU holds, and the outputs. A one-process engine's decode
-graph is timed the same way, replayed after the run.
+`run()` builds one engine (TP = 1 in this process, or TP = N worker processes, with the
+all-reduce PAGEDLAB_TP_ALLREDUCE names), then, in each scheduling mode asked (one start-up for
+both), runs a greedy batch to completion after a short warm-up at the same batch size. It
+reports tokens/s, every pure decode step's wall time, the engine's own host time in it (the step
+less the time spent waiting for worker 0's reply), worker 0's timings of its decode graph (host
+work from the message to the launch, and the graph's GPU time by CUDA events:
+PAGEDLAB_TP_TIMING=1), the all-reduce the workers used, the bytes on the wire, the bytes each
+GPU holds, and the outputs. A one-process engine's decode graph is timed the same way, replayed
+after the run.
 
 Each part (`--part small|equal|big`) is one process: bench/tp_gpu.py starts them with a time
 budget each, so a part that fails or hangs loses only its own numbers. A part writes its JSON
-after every run.
+after every run; a TP engine that fails to start is tried again with NCCL in its graphs, then
+with eager workers, and the rest of the part starts there.
 
     python bench/tensor_parallel.py --part small --json /tmp/small.json          # 2 GPUs
     python bench/tensor_parallel.py --part small --smoke --json /tmp/small.json  # CPU, gloo
@@ -45,6 +48,7 @@ from engine.runtime.models import cache_root  # noqa: E402
 from engine.tp.models import LLAMA_1B, LLAMA_8B, TINY_KV2, save_random_llama  # noqa: E402
 
 Spec = tuple[int, int, int]  # requests, prompt tokens, new tokens
+Modes = tuple[tuple[str, bool], ...]  # (result name, async scheduling) measured on one engine
 
 
 def prompts(eng: LLMEngine, n: int, length: int) -> list[list[int]]:
@@ -58,41 +62,72 @@ def _median_ms(xs: list[float]) -> float | None:
     return round(1e3 * statistics.median(xs), 4) if xs else None
 
 
-def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool = True,
-        async_: bool = False) -> dict[str, Any]:
-    """One engine, one batch: the numbers of issue 43's table and the outputs."""
+def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
+        allreduce: str, modes: Modes, record: Any, deadline: float) -> None:
+    """One engine, then one greedy batch in each of `modes` ((name, async scheduling), in
+    turn); `record(name, result)` after each. The first mode is the engine's own; a later one
+    switches the idle engine's scheduling (`_set_async`): one start-up for both numbers. A TP
+    engine must start async (its workers then keep their picks on the device, which a
+    synchronous step just does not read). `allreduce`: PAGEDLAB_TP_ALLREDUCE for the workers."""
     n, plen, new = spec
+    if tp > 1 and not modes[0][1] and any(a for _, a in modes[1:]):
+        raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
     os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
+    os.environ["PAGEDLAB_TP_ALLREDUCE"] = allreduce
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
                        block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 16,
                        max_num_seqs=n, enable_prefix_caching=False,  # no hits between runs
-                       max_num_batched_tokens=max(2048, n * plen), async_scheduling=async_)
+                       max_num_batched_tokens=max(2048, n * plen), async_scheduling=modes[0][1])
     start = time.perf_counter()
     eng = LLMEngine(cfg)
     try:
-        startup = time.perf_counter() - start
+        startup = round(time.perf_counter() - start, 2)
         if tp == 1 and not graphs:
             eng.runtime.runner.graphs.use_graphs = eng.runtime.runner.graphs.pad = False
-        batch = prompts(eng, n, plen)
-        eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
-        if tp > 1:
-            eng.runtime.step_timings()  # forget the warm-up's
-        timed = _timed(eng, batch, SamplingParams(max_tokens=new, temperature=0.0,
-                                                  ignore_eos=True), tp)
-        out = {"tensor_parallel_size": tp, "graphs": graphs, "async_scheduling": async_,
-               "dtype": dtype, "startup_s": round(startup, 2), **timed,
-               "tokens_per_s": round(n * new / timed["seconds"], 1),
-               "per_gpu": _held(eng, tp, device)}
-        if tp > 1:
-            out["worker0"] = _worker_medians(eng.runtime.step_timings())
-            out["wire_totals"] = dict(eng.runtime.wire.totals)
-            out["decode_steps_on"] = eng.engine_info()["decode steps"]
-        elif device == "cuda" and graphs:
-            out["graph_gpu_ms"] = _replay_ms(eng, n)
-        return out
+        graph_ms = None
+        for i, (name, async_) in enumerate(modes):
+            if i and deadline - time.time() < 20:
+                record(name, {"skipped": f"{deadline - time.time():.0f} s left"})
+                continue
+            _set_async(eng, async_)
+            out = _measure(eng, tp, spec) | {
+                "tensor_parallel_size": tp, "graphs": graphs, "async_scheduling": async_,
+                "dtype": dtype, "startup_s": startup if i == 0 else None,
+                "same_engine_as": modes[0][0] if i else None, "per_gpu": _held(eng, tp, device)}
+            if tp == 1 and device == "cuda" and graphs:
+                graph_ms = graph_ms if graph_ms is not None else _replay_ms(eng, n)
+                out["graph_gpu_ms"] = graph_ms
+            record(name, out)
     finally:
         eng.close()
+
+
+def _set_async(eng: LLMEngine, on: bool) -> None:
+    """The bench's switch of an idle engine's scheduling mode, which is read at every step (the
+    config's flag; a TP runtime's copy of it). Not an engine API."""
+    object.__setattr__(eng.config, "async_scheduling", on)
+    if hasattr(eng.runtime, "_async"):
+        eng.runtime._async = on
+
+
+def _measure(eng: LLMEngine, tp: int, spec: Spec) -> dict[str, Any]:
+    """A warm-up at the batch size, then the timed batch: the numbers of issue 43's table."""
+    n, plen, new = spec
+    batch = prompts(eng, n, plen)
+    eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+    if tp > 1:
+        eng.runtime.step_timings()  # forget the warm-up's
+    timed = _timed(eng, batch, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True),
+                   tp)
+    out = timed | {"tokens_per_s": round(n * new / timed["seconds"], 1)}
+    if tp > 1:
+        out["worker0"] = _worker_medians(eng.runtime.step_timings())
+        out["wire_totals"] = dict(eng.runtime.wire.totals)
+        out["decode_steps_on"] = eng.engine_info()["decode steps"]
+        out["allreduce"] = eng.runtime.model_info["allreduce"] | {
+            "line": eng.engine_info()["all-reduce"]}
+    return out
 
 
 def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: int
@@ -197,28 +232,31 @@ def model_folder(name: str, smoke: bool, root: str) -> str:
                                  device="cuda", tie=tie))
 
 
-# (name, tensor-parallel size, graphs, async scheduling); TP = 1 runs first (then unloaded)
-RUNS = {
-    "small": [("tp1_sync", 1, True, False), ("tp1_async", 1, True, True),
-              ("tp2_sync", 2, True, False), ("tp2_async", 2, True, True),
-              ("tp2_eager_sync", 2, False, False)],
-    "equal": [("tp1", 1, True, False), ("tp2_sync", 2, True, False), ("tp2_async", 2, True, True)],
-    "big": [("tp1_async", 1, True, True), ("tp1_sync", 1, True, False),
-            ("tp2_async", 2, True, True), ("tp2_sync", 2, True, False)],
+# (engine, tensor-parallel size, graphs, PAGEDLAB_TP_ALLREDUCE, modes measured on that engine:
+# (result name, async scheduling)). TP = 1 runs first (then unloaded); a TP engine starts async.
+# The equality part starts a fresh engine for each mode (what it checks is each engine's path).
+RUNS: dict[str, list[tuple[str, int, bool, str, Modes]]] = {
+    "equal": [("tp1", 1, True, "auto", (("tp1", False),)),
+              ("tp2_sync", 2, True, "auto", (("tp2_sync", False),)),
+              ("tp2_async", 2, True, "auto", (("tp2_async", True),))],
+    "small": [("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True))),
+              ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
+              ("tp2_nccl", 2, True, "nccl", (("tp2_nccl_async", True), ("tp2_nccl_sync", False)))],
+    "big": [("tp1", 1, True, "auto", (("tp1_async", True), ("tp1_sync", False))),
+            ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],
 }
 SPECS = {"small": (32, 128, 128), "equal": (8, 64, 32), "big": (64, 256, 64)}
 
 
 def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float) -> None:
-    """Run one part's engines in turn, each guarded; the JSON is rewritten after each."""
+    """Run one part's engines in turn, each guarded; the JSON is rewritten after each run."""
     device = "cpu" if smoke else "cuda"
     dtype = "float32" if smoke or name == "equal" else "bfloat16"
     spec = (4, 16, 8) if smoke else SPECS[name]
+    env = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
     out: dict[str, Any] = {"part": name, "device": device, "dtype": dtype, "spec": spec,
                            "gpus": torch.cuda.device_count(), "torch": torch.__version__,
-                           "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE",
-                                   "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")},
-                           "runs": {}}
+                           "env": {k: os.environ[k] for k in env}, "runs": {}}
     if device == "cuda":
         out["device_name"] = torch.cuda.get_device_name()
     t0 = time.perf_counter()
@@ -226,42 +264,65 @@ def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float)
     out["model"] = {"folder": folder, "build_or_find_s": round(time.perf_counter() - t0, 1),
                     "config": json.loads((Path(folder) / "config.json").read_text())}
     _write(out, out_path)
-    state = {"longest": 0.0, "broken": None}
+    state: dict[str, Any] = {"longest": 0.0, "level": 0, "failures": []}
     unloaded = False
-    for run_name, tp, graphs, async_ in RUNS[name]:
+    for engine, tp, graphs, allreduce, modes in RUNS[name]:
         if tp > 1 and not unloaded:
             drop_loaded_models()
             unloaded = True
-        for attempt in range(2):  # a TP run whose graphs fail is run again with eager workers
-            eager = tp > 1 and bool(state["broken"])
-            retry = _guarded_run(out, run_name, state, deadline, attempt,
-                                 (folder, tp, dtype, device, spec, graphs and not eager, async_))
-            _write(out, out_path)
-            if not retry:
+        for level, (g, ar) in _attempts(tp, graphs, allreduce, state["level"]):
+            state["level"] = level
+            args = (folder, tp, dtype, device, spec, g, ar, modes)
+            if _guarded_run(out, out_path, engine, args, state, deadline) != "failed":
                 break
 
 
-def _guarded_run(out: dict[str, Any], run_name: str, state: dict[str, Any], deadline: float,
-                 attempt: int, args: tuple) -> bool:
-    """One engine run into out["runs"], never raising; True when it should run again with
-    eager workers (its workers' graphs failed)."""
+def _attempts(tp: int, graphs: bool, allreduce: str, level: int) -> list[tuple[int, tuple]]:
+    """What to try for an engine, in order, with its level: as asked; then (TP) NCCL in the
+    graphs; then eager workers. A failure sends the rest of the part to the next level."""
+    if tp == 1:
+        return [(0, (graphs, allreduce))]
+    ladder = [(graphs, allreduce), (graphs, "nccl"), (False, "nccl")]
+    out: list[tuple[int, tuple]] = []
+    for i, c in enumerate(ladder[level:], start=level):
+        if all(c != tried for _, tried in out):
+            out.append((i, c))
+    return out
+
+
+def _guarded_run(out: dict[str, Any], path: str, engine: str, args: tuple,
+                 state: dict[str, Any], deadline: float) -> str:
+    """One engine's runs into out["runs"], never raising: "ok", "skipped", "partial" (failed
+    after a run was recorded) or "failed"."""
+    names = [m for m, _ in args[-1]]
     left = deadline - time.time()
     if left < 1.3 * state["longest"]:
-        out["runs"][run_name] = {"skipped": f"{left:.0f} s left, the longest run took "
-                                            f"{state['longest']:.0f} s"}
-        return False
+        for m in names:
+            out["runs"][m] = {"skipped": f"{left:.0f} s left, the longest engine took "
+                                         f"{state['longest']:.0f} s"}
+        _write(out, path)
+        return "skipped"
+    extra = {"allreduce_asked": args[6], "after_failures": list(state["failures"])}
+    done: list[str] = []
+
+    def record(m: str, result: dict[str, Any]) -> None:
+        out["runs"][m] = result | extra
+        done.append(m)
+        _write(out, path)
+
     r0 = time.perf_counter()
-    tp, graphs = args[1], args[5]
     try:
-        out["runs"][run_name] = run(*args) | {"graphs_failed_earlier": state["broken"]}
-        return False
+        run(*args, record=record, deadline=deadline)
+        return "ok"
     except Exception as err:  # noqa: BLE001 - fail soft: the other runs' numbers stay
         traceback.print_exc()
-        out["runs"][run_name] = {"error": f"{type(err).__name__}: {str(err)[:2000]}"}
-        if tp > 1 and graphs and not attempt:
-            state["broken"] = out["runs"][run_name]["error"]
-            return True
-        return False
+        error = f"{type(err).__name__}: {str(err)[:2000]}"
+        state["failures"].append(f"{engine} (graphs={args[5]}, all-reduce={args[6]}): {error}")
+        for m in names:
+            if m not in done:
+                out["runs"][m] = {"error": error} | extra
+        _write(out, path)
+        return "partial" if done else "failed"  # a run that measured something is not redone
     finally:
         state["longest"] = max(state["longest"], time.perf_counter() - r0)
 

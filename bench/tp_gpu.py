@@ -1,25 +1,32 @@
-"""Issue 43 on two GPUs in one run: the TP tests on the GPUs, then the issue's table.
+"""Issue 43 on two GPUs in one run: the exactness checks first, then the issue's table.
 
-    python bench/tp_gpu.py --out "$OUT"                 # 2 GPUs (H100s): ~6 minutes, < 9
+    python bench/tp_gpu.py --out "$OUT"                 # 2 GPUs (H100s): ~7 minutes, < 8.5
     python bench/tp_gpu.py --smoke --out /tmp/tp_gpu     # CPU, gloo: the script runs
 
 Parts, each its own process with its own time budget (a part that fails, hangs or runs out loses
-only its own numbers; its JSON is written after every engine run):
+only its own numbers; its JSON is written after every engine run). TP = 2 runs use the
+all-reduce PAGEDLAB_TP_ALLREDUCE=auto picks (symmetric memory's one-shot in the graphs where it
+sets up, else NCCL: engine/tp/symm_allreduce.py) unless named NCCL, and the table says which each
+used:
 
-- `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed
-  (sync and async scheduling), TP = 2 graphed (sync, async) and TP = 2 eager: decode step,
-  tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
+- `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (sync, async; an engine
+  each) against TP = 1;
+- `pytest`: tests/engine/tp/test_tp_gpu.py (float32 TP = 2 equals TP = 1, graphs on and off,
+  async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory);
+- `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed,
+  TP = 2 graphed, then TP = 2 with NCCL all-reduces (run 1's), each engine timed sync and async:
+  decode step, tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
 - `big`: Llama-3-8B's shape (untied LM head), 64 requests of 256 + 64 tokens, bf16: tokens/s of
   TP = 2 against TP = 1, async then sync scheduling;
-- `pytest`: tests/engine/tp/test_tp_gpu.py (float32 TP = 2 equals TP = 1, graphs on and off,
-  async, beams, sampling, swaps, prefix hits, drafts);
-- `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (sync, async) against TP = 1.
+- `allreduce`: bench/tp_allreduce.py, the all-reduce alone in a CUDA graph at 16 KiB to 2 MiB:
+  NCCL, one-shot and two-shot.
 
 Writes under --out: tp_gpu.json (every part and the table's figures), tp_gpu.log (the parts'
-output), pytest.log, part_small.json, part_big.json, part_equal.json. Prints the table last.
-The random models are drawn on the GPU into --model-dir (default /tmp/pagedlab-tp-models). The
-default model's tokenizer is found as the engine finds it (PAGEDLAB_CACHE; a `.gpu_carry`
-folder at the repository's root is used when the variable is unset).
+output), pytest.log, part_small.json, part_big.json, part_equal.json, part_allreduce.json.
+Prints the table last. The random models are drawn on the GPU into --model-dir (default
+/tmp/pagedlab-tp-models). The default model's tokenizer is found as the engine finds it
+(PAGEDLAB_CACHE; a `.gpu_carry` folder at the repository's root is used when the variable is
+unset).
 """
 
 from __future__ import annotations
@@ -37,15 +44,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
-# (part, seconds it may take at most on two H100s); the sum stays under 9 minutes
-PARTS = [("small", 160), ("big", 200), ("pytest", 90), ("equal", 60)]
+# (part, seconds it may take at most on two H100s), the exactness checks first; the sum (510 s)
+# fits one ten-minute call with room for the machine's start
+PARTS = [("equal", 100), ("pytest", 140), ("small", 110), ("big", 120), ("allreduce", 40)]
 
 
 def _env() -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                TRANSFORMERS_VERBOSITY="error", PYTHONPATH=str(ROOT), **SAFE_ENV)
     # a hung start (a capture that never ends) or step fails in time for the part's next run
-    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "150")
+    # (run 1's slowest start: 34 s, the 8B's TP = 2)
+    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "90")
     env.setdefault("PAGEDLAB_TP_STEP_TIMEOUT_S", "60")
     carried = ROOT / ".gpu_carry"
     if "PAGEDLAB_CACHE" not in env and carried.is_dir():
@@ -61,9 +70,12 @@ def run_part(name: str, budget: float, args: argparse.Namespace, log: Any) -> di
                "-p", "no:cacheprovider"]
         sink = open(out / "pytest.log", "w")  # noqa: SIM115 - closed below
     else:
-        cmd = [sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--part", name,
-               "--json", str(out / f"part_{name}.json"), "--model-dir", args.model_dir,
-               "--deadline", str(time.time() + budget - 15)]
+        cmd = [sys.executable, str(ROOT / "bench" / "tp_allreduce.py"), "--json",
+               str(out / f"part_{name}.json")]
+        if name != "allreduce":
+            cmd = [sys.executable, str(ROOT / "bench" / "tensor_parallel.py"), "--part", name,
+                   "--json", str(out / f"part_{name}.json"), "--model-dir", args.model_dir,
+                   "--deadline", str(time.time() + budget - 15)]
         cmd += ["--smoke"] if args.smoke else []
         sink = log
     log.write(f"\n==== part {name} (budget {budget:.0f} s): {' '.join(cmd)}\n")
@@ -105,14 +117,33 @@ def _ratio(a: Any, b: Any) -> float | None:
         else None
 
 
+def _equal(a: Any, b: Any) -> str | None:
+    return f"{sum(x == y for x, y in zip(a, b, strict=True))} of {len(a)}" if a and b else None
+
+
+def _allreduce(run: Any) -> str | None:
+    """Which all-reduce a TP run's workers used, in a few words ("symm one-shot", "NCCL", or
+    "NCCL, symm failed: why")."""
+    a = run.get("allreduce") if isinstance(run, dict) else None
+    if not a:
+        return None
+    if a.get("used") == "symm":
+        kinds = "+".join(k.replace("_", "-") for k in sorted(a.get("captured") or {}))
+        return f"symm {kinds or 'set up'}"
+    if a.get("used") == "gloo":
+        return "gloo"
+    asked = a.get("requested")
+    return "NCCL" if asked == "nccl" or not a.get("why") else f"NCCL, {a['why']}"
+
+
 def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The issue's table from the parts' runs (None where a run is missing)."""
     small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
-    step = "median_decode_step_ms"
-    f: dict[str, Any] = {}
+    step, f = "median_decode_step_ms", {}
     for mode in ("sync", "async"):
-        f[f"small_tp2_over_tp1_decode_step_{mode}"] = _ratio(_get(small, f"tp2_{mode}", step),
-                                                             _get(small, f"tp1_{mode}", step))
+        for tp2 in ("tp2", "tp2_nccl"):
+            f[f"small_{tp2}_over_tp1_decode_step_{mode}"] = _ratio(
+                _get(small, f"{tp2}_{mode}", step), _get(small, f"tp1_{mode}", step))
         f[f"big_tp2_over_tp1_tokens_per_s_{mode}"] = _ratio(
             _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"))
     for name, runs in (("small", small), ("big", big)):
@@ -121,17 +152,23 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "engine": r.get("median_engine_host_ms"),
             "worker0_to_launch": _get(r, "worker0", "median_host_to_launch_ms"),
             "graph_gpu": _get(r, "worker0", "median_graph_gpu_ms"),
+            "nccl_graph_gpu": _get(runs, "tp2_nccl_sync", "worker0", "median_graph_gpu_ms"),
             "step": r.get(step), "tp1_graph_gpu": _get(runs, "tp1_sync", "graph_gpu_ms")}
     eq = parts.get("equal", {}).get("runs", {})
     for mode in ("sync", "async"):
-        a, b = _get(eq, "tp1", "outputs"), _get(eq, f"tp2_{mode}", "outputs")
-        f[f"float32_tp2_{mode}_equal"] = (f"{sum(x == y for x, y in zip(a, b, strict=True))} of "
-                                          f"{len(a)}") if a and b else None
-    for mode in ("sync", "async"):
-        a, b = _get(small, f"tp1_{mode}", "outputs"), _get(small, f"tp2_{mode}", "outputs")
-        f[f"bf16_small_tp2_{mode}_equal"] = (f"{sum(x == y for x, y in zip(a, b, strict=True))}"
-                                             f" of {len(a)}") if a and b else None
+        f[f"float32_tp2_{mode}_equal"] = _equal(_get(eq, "tp1", "outputs"),
+                                                _get(eq, f"tp2_{mode}", "outputs"))
+        f[f"bf16_small_tp2_{mode}_equal"] = _equal(_get(small, f"tp1_{mode}", "outputs"),
+                                                   _get(small, f"tp2_{mode}", "outputs"))
+        # two ranks' a + b is the same sum on either all-reduce: the tokens should be too
+        f[f"bf16_small_tp2_{mode}_equals_nccl"] = _equal(
+            _get(small, f"tp2_{mode}", "outputs"), _get(small, f"tp2_nccl_{mode}", "outputs"))
     f["pytest"] = parts.get("pytest", {}).get("summary")
+    f["allreduce_used"] = {f"{p}/{name}": _allreduce(r) for p in ("equal", "small", "big")
+                           for name, r in parts.get(p, {}).get("runs", {}).items()
+                           if name.startswith("tp2")}
+    ar = parts.get("allreduce", {})
+    f["allreduce_us"] = ar.get("us") or ar.get("skipped") or ar.get("symmetric_memory")
     return f
 
 
@@ -144,35 +181,59 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
     def tps(runs: dict, name: str) -> str:
         return f"{_get(runs, name, 'tokens_per_s')} tok/s"
 
-    hs = f["small_tp2_sync_host_ms"]
+    def ar(runs: dict, name: str) -> str:
+        return f"[{_allreduce(runs.get(name))}]"
+
+    hs, hb = f["small_tp2_sync_host_ms"], f["big_tp2_sync_host_ms"]
+    host = "{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph {tp1_graph_gpu})"
     rows = [
         ("1.1B, 32 seqs: TP=2 / TP=1 graphed decode step, sync (goal <= 1.0)",
          f"{f['small_tp2_over_tp1_decode_step_sync']} ({ms(small, 'tp2_sync')} / "
-         f"{ms(small, 'tp1_sync')})"),
+         f"{ms(small, 'tp1_sync')}) {ar(small, 'tp2_sync')}"),
         ("1.1B, 32 seqs: the same, async scheduling",
          f"{f['small_tp2_over_tp1_decode_step_async']} ({ms(small, 'tp2_async')} / "
-         f"{ms(small, 'tp1_async')})"),
-        ("1.1B: TP=2 eager decode step (graphs off)", ms(small, "tp2_eager_sync")),
+         f"{ms(small, 'tp1_async')}) {ar(small, 'tp2_async')}"),
+        ("1.1B: the same with NCCL all-reduces, sync / async",
+         f"{f['small_tp2_nccl_over_tp1_decode_step_sync']} / "
+         f"{f['small_tp2_nccl_over_tp1_decode_step_async']} {ar(small, 'tp2_nccl_sync')}"),
+        ("1.1B TP=2 graph GPU per step (worker 0), this all-reduce / NCCL / TP=1 graph (ms)",
+         f"{hs['graph_gpu']} / {hs['nccl_graph_gpu']} / {hs['tp1_graph_gpu']}"),
         ("8B, 64 x 256+64: TP=2 / TP=1 tokens/s, async (goal >= 1.5)",
          f"{f['big_tp2_over_tp1_tokens_per_s_async']} ({tps(big, 'tp2_async')} / "
-         f"{tps(big, 'tp1_async')})"),
+         f"{tps(big, 'tp1_async')}) {ar(big, 'tp2_async')}"),
         ("8B: the same, sync",
          f"{f['big_tp2_over_tp1_tokens_per_s_sync']} ({tps(big, 'tp2_sync')} / "
-         f"{tps(big, 'tp1_sync')})"),
+         f"{tps(big, 'tp1_sync')}) {ar(big, 'tp2_sync')}"),
         ("1.1B TP=2 sync step: engine host + worker 0 to launch vs graph GPU (ms)",
-         f"{hs['engine']} + {hs['worker0_to_launch']} vs {hs['graph_gpu']} "
-         f"(step {hs['step']}; TP=1 graph {hs['tp1_graph_gpu']})"),
-        ("8B TP=2 sync step: the same (ms)",
-         "{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph "
-         "{tp1_graph_gpu})".format(**f["big_tp2_sync_host_ms"])),
+         host.format(**hs)),
+        ("8B TP=2 sync step: the same (ms)", host.format(**hb)),
         ("float32 greedy TP=2 = TP=1 (1.1B, 8 x 32 tokens), sync / async",
-         f"{f['float32_tp2_sync_equal']} / {f['float32_tp2_async_equal']}"),
+         f"{f['float32_tp2_sync_equal']} / {f['float32_tp2_async_equal']} "
+         f"[{_allreduce(_get(parts, 'equal', 'runs', 'tp2_sync'))}]"),
         ("bf16 greedy TP=2 = TP=1 (1.1B, 32 x 128), sync / async",
          f"{f['bf16_small_tp2_sync_equal']} / {f['bf16_small_tp2_async_equal']}"),
+        ("bf16 greedy TP=2 = TP=2 on NCCL, sync / async",
+         f"{f['bf16_small_tp2_sync_equals_nccl']} / {f['bf16_small_tp2_async_equals_nccl']}"),
         ("GPU tests (tests/engine/tp/test_tp_gpu.py)", str(f["pytest"])),
     ]
+    rows += _allreduce_rows(f)
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{a.ljust(width)}  {b}" for a, b in rows)
+
+
+def _allreduce_rows(f: dict[str, Any]) -> list[tuple[str, str]]:
+    """The part `allreduce` (µs per all-reduce in a graph, by size) and each TP=2 run's."""
+    us = f["allreduce_us"]
+    rows = []
+    if isinstance(us, dict):
+        for size, row in us.items():
+            cells = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in row.items())
+            rows.append((f"all-reduce of {size} bf16 in a graph, 2 GPUs (us)", cells))
+    else:
+        rows.append(("all-reduce alone (part allreduce)", str(us)))
+    used = "; ".join(f"{k} {v}" for k, v in f["allreduce_used"].items())
+    rows.append(("all-reduce of each TP=2 run", used or "None"))
+    return rows
 
 
 def main() -> None:

@@ -29,7 +29,10 @@ STOP_TIMEOUT_S = 5.0  # how long close() lets workers exit on their own before k
 # NVLink multicast stays off in every worker, whatever the caller's environment says: a program
 # that uses it can put a shared host's GPUs out of service (the lab machines require these)
 SAFE_NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                 "NVSHMEM_DISABLE_NVLS": "1"}
+                 "NVSHMEM_DISABLE_NVLS": "1",
+                 # symmetric memory (engine/tp/symm_allreduce.py) on PyTorch's own peer-to-peer
+                 # backend, the one whose multicast the variable above turns off
+                 "TORCH_SYMMMEM": "CUDA"}
 
 
 class WorkerProcess:

@@ -42,6 +42,7 @@ from engine.tp.link import START_TIMEOUT_S, TensorParallelError, start_link
 from engine.tp.remote_scores import RemoteScores, StepReply, WorkerTokens
 from engine.tp.shard import check_tp_size
 from engine.tp.step_message import check_tail, encode_device_step, encode_object
+from engine.tp.symm_allreduce import summary
 
 __all__ = ["TPRuntime", "TensorParallelError", "WireStats"]
 
@@ -325,6 +326,7 @@ class TPRuntime:
             "attention kernel": h["kernel"], "layer path": h["layer_path"],
             "decode steps": ("replayed as CUDA graphs on every rank, all-reduces inside"
                              if graphs else "run eagerly from each rank's decode buffers"),
+            "all-reduce": summary(h["allreduce"]),
             "kv bytes per token": h["kv_bytes_per_token_rank"] * self.size,
             "kv bytes per block": h["bytes_per_block_rank"] * self.size,
             "pool size": h["sizing"],

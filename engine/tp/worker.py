@@ -35,15 +35,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.tp.comm import gloo_group
+from engine.tp.comm import Reducer
 from engine.tp.device_batch import GraphSpec
 from engine.tp.link import ring_paths
 from engine.tp.shm_ring import ShmRing, Waiter
 from engine.tp.step_message import DeviceStep, decode
+from engine.tp.symm_allreduce import buffer_bytes
 from engine.tp.worker_steps import PendingReply, StepRunner
 
 WORKER_TIMEOUT_S = 7 * 24 * 3600  # a worker waits for the next step as long as the engine lives
 ALL_REDUCE_TIMEOUT_S = 300  # a peer that stops answering mid-step ends this worker too
+SETUP_TIMEOUT_S = 30  # the symmetric-memory set-up's exchanges (the ranks met at NCCL's start)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,7 +147,8 @@ class _Worker:
         full = {"q_heads": loaded.num_q_heads, "kv_heads": loaded.num_kv_heads,
                 "intermediate": int(loaded.config.intermediate_size)}
         check_tp_size(size, loaded.num_q_heads, loaded.num_kv_heads, cfg.model)
-        reducer = _Reducer(store, rank, size, device)
+        reducer = Reducer(store, rank, size, device, ALL_REDUCE_TIMEOUT_S)
+        _fast_all_reduce(reducer, store, cfg, loaded, rank)
         shard_model(loaded, rank, size, reducer.sum)
         self.cache = _pool(cfg, loaded, device, reducer, size)
         self.runner = _runner(cfg, loaded, self.cache, rank)
@@ -158,7 +161,8 @@ class _Worker:
         self._pending: PendingReply | None = None  # rank 0: a reply whose picks are landing
         store.set(f"ready/{rank}", "1")
         if rank == 0:
-            hello = _describe(loaded, self.cache, self.runner, full)
+            hello = _describe(loaded, self.cache, self.runner, full) | {
+                "allreduce": reducer.describe()}
             self._answer(pickle.dumps(hello, protocol=pickle.HIGHEST_PROTOCOL))
 
     def serve(self) -> None:
@@ -229,20 +233,45 @@ def _pool(cfg: Any, loaded: Any, device: torch.device, reducer: Any, size: int) 
     return cache
 
 
+def _graphs_on(device: torch.device) -> bool:
+    return device.type == "cuda" and os.environ.get("PAGEDLAB_TP_GRAPHS", "1") != "0"
+
+
+def _max_rows(cfg: Any) -> tuple[int, int]:
+    """The decode buffers' batch and query length: a graph's most sequences and tokens each."""
+    drafts = cfg.num_speculative_tokens if cfg.speculative_method else 0
+    return min(cfg.max_num_seqs, 512), 1 + drafts
+
+
+def _fast_all_reduce(reducer: Reducer, store: Any, cfg: Any, loaded: Any, rank: int) -> None:
+    """The symmetric-memory all-reduce for the graphs' sums (engine/tp/symm_allreduce.py),
+    before any graph is captured; the store answers within SETUP_TIMEOUT_S meanwhile, so a
+    rank that fails half-way cannot leave the others waiting for a week."""
+    batch, query = _max_rows(cfg)
+    nbytes = buffer_bytes(batch * query, int(loaded.config.hidden_size), loaded.dtype)
+    store.set_timeout(timedelta(seconds=SETUP_TIMEOUT_S))
+    try:
+        reducer.use_symmetric_memory(store, nbytes, loaded.dtype, _graphs_on(reducer.device),
+                                     _log if rank == 0 else None)
+    finally:
+        store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
+
+
 def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
     """The shard's ModelRunner. On a GPU its decode and verification steps are CUDA graphs with
-    the all-reduces captured inside them (NCCL supports capture; every rank captures the same
-    graphs in the same order, so the collectives inside them pair up), captured at start like
-    a one-process engine's. PAGEDLAB_TP_GRAPHS=0 keeps them eager (the bench's comparison);
-    PAGEDLAB_TP_STATIC_QUERIES=1 has a CPU run drafts and short prompt rests from the decode
-    buffers too, padded, as a GPU does (the tests' way to that path without a GPU)."""
+    the all-reduces captured inside them (symmetric memory or NCCL: both support capture; every
+    rank captures the same graphs in the same order, so the collectives inside them pair up),
+    captured at start like a one-process engine's. PAGEDLAB_TP_GRAPHS=0 keeps them eager (the
+    bench's comparison); PAGEDLAB_TP_STATIC_QUERIES=1 has a CPU run drafts and short prompt
+    rests from the decode buffers too, padded, as a GPU does (the tests' way to that path
+    without a GPU)."""
     from engine.runtime.model_runner import ModelRunner
 
-    drafts = cfg.num_speculative_tokens if cfg.speculative_method else 0
-    graphs = cache.device.type == "cuda" and os.environ.get("PAGEDLAB_TP_GRAPHS", "1") != "0"
+    graphs = _graphs_on(cache.device)
     static = os.environ.get("PAGEDLAB_TP_STATIC_QUERIES", "0") == "1"
-    runner = ModelRunner(loaded, cache, max_batch=min(cfg.max_num_seqs, 512), use_graphs=graphs,
-                         max_query=1 + drafts, static_queries=static)
+    batch, query = _max_rows(cfg)
+    runner = ModelRunner(loaded, cache, max_batch=batch, use_graphs=graphs, max_query=query,
+                         static_queries=static)
     runner.warm_up_seconds = 0.0
     if graphs and os.environ.get("PAGEDLAB_WARMUP", "1") != "0":
         runner.warm_up_seconds = runner.warm_up(_log if rank == 0 else None)
@@ -251,35 +280,6 @@ def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
 
 def _log(line: str) -> None:
     print(line.replace("[pagedlab]", "[pagedlab tp rank 0]"), file=sys.stderr, flush=True)
-
-
-class _Reducer:
-    """The workers' all-reduce: NCCL between GPUs (the process's default group, one GPU per
-    rank), else a gloo group on the loopback interface."""
-
-    def __init__(self, store: Any, rank: int, size: int, device: torch.device) -> None:
-        self.nccl = device.type == "cuda"
-        if self.nccl:
-            dist.init_process_group("nccl", store=dist.PrefixStore("tp", store), rank=rank,
-                                    world_size=size, device_id=device,
-                                    timeout=timedelta(seconds=ALL_REDUCE_TIMEOUT_S))
-        else:
-            self.group = gloo_group(store, "tp", rank, size, ALL_REDUCE_TIMEOUT_S)
-
-    def sum(self, t: torch.Tensor) -> torch.Tensor:
-        return self._reduce(t, dist.ReduceOp.SUM)
-
-    def min(self, t: torch.Tensor) -> torch.Tensor:
-        return self._reduce(t, dist.ReduceOp.MIN)
-
-    def _reduce(self, t: torch.Tensor, op: Any) -> torch.Tensor:
-        if self.nccl:
-            dist.all_reduce(t, op=op)
-        else:
-            options = dist.AllreduceOptions()
-            options.reduceOp = op
-            self.group.allreduce([t], options).wait()
-        return t
 
 
 def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dict[str, Any]:

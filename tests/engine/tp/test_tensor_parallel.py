@@ -107,7 +107,7 @@ def test_tp2_beams_and_swap_match_one_process(tp2, kv2_path):
     assert (k - ko).abs().max() < 1e-5 and (v - vo).abs().max() < 1e-5
     assert (k[:, :1] == k0).all() and (k[:, 1:] == k1).all() and k.abs().sum() > 0
     info = tp2.engine_info()
-    assert info["tensor_parallel_size"] == 2
+    assert info["tensor_parallel_size"] == 2 and info["all-reduce"] == "gloo (CPU)"
     assert info["kv_bytes_per_rank"] == [one.engine_info()["kv_bytes_per_rank"][0] // 2] * 2
     with pytest.raises(ValueError, match="rank must be"):
         tp2.inspect_block(block, 0, rank=2)
@@ -275,9 +275,11 @@ def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
 def test_bench_smoke_runs_the_two_gpu_script_on_a_cpu(tmp_path):
     """bench/tp_gpu.py, the one run issue 43 makes on two GPUs, on the CPU (gloo, the two-layer
     model): its float32 part runs TP = 1, TP = 2 and TP = 2 async, and the table says whether
-    their tokens are equal; the worker 0 timings and wire totals come back in the JSON."""
+    their tokens are equal and which all-reduce each TP run used; the worker 0 timings and wire
+    totals come back in the JSON. The all-reduce part says why it did not run."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tp_gpu.py"), "--smoke",
-                           "--only", "equal", "--out", str(tmp_path), "--model-dir", str(tmp_path)],
+                           "--only", "equal,allreduce", "--out", str(tmp_path),
+                           "--model-dir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads((tmp_path / "tp_gpu.json").read_text())
@@ -290,4 +292,8 @@ def test_bench_smoke_runs_the_two_gpu_script_on_a_cpu(tmp_path):
     assert tp2["wire_totals"]["device_steps"] >= tp2["decode_steps"]
     # 4 decodes a step: 20 + 4 x 8 bytes, and a new block's entry now and then
     assert tp2["message_bytes_per_decode_step"]["median"] == 20 + 4 * 8
-    assert "float32 greedy TP=2 = TP=1" in proc.stdout.splitlines()[-3]
+    assert result["parts"]["allreduce"]["skipped"].startswith("needs 2 GPUs")
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("float32 greedy TP=2 = TP=1") and "4 of 4 / 4 of 4 [gloo]" in line
+               for line in lines)
+    assert lines[-1].endswith("equal/tp2_sync gloo; equal/tp2_async gloo")

@@ -1,7 +1,7 @@
 """Tensor parallelism on two GPUs (skipped without them): each rank's decode and verification
-steps are CUDA graphs with the NCCL all-reduces captured inside, and the tokens equal one GPU's
-in float32, with graphs on or off, synchronous or async, through beams, sampling, swaps,
-prefix hits and drafts.
+steps are CUDA graphs with the all-reduces captured inside (one-shot on symmetric memory; NCCL
+in eager steps), and the tokens equal one GPU's in float32, with graphs on or off, synchronous
+or async, through beams, sampling, swaps, prefix hits and drafts.
 
 Run by bench/tp_gpu.py on the two-GPU machine (its part "pytest"); NVLink multicast stays off
 in every process (engine/tp/launch.py forces it off for the workers).
@@ -93,6 +93,10 @@ def test_tp2_graphs_float32_equal_one_gpu_through_every_path(model, one_gpu):
         assert eng.runtime.wire.totals["device_steps"] > 0
         assert _serve(eng) == one_gpu["serve"]
         assert eng.scheduler.num_preemptions > 0 and eng.snapshot().metrics.prefix_hit_blocks > 0
+        # the graphs' all-reduces ran one-shot on symmetric memory (PAGEDLAB_TP_ALLREDUCE=auto)
+        assert info["all-reduce"].startswith("symmetric memory"), info["all-reduce"]
+        captured = eng.runtime.model_info["allreduce"]["captured"]
+        assert captured.get("one_shot", 0) > 0 and "nccl" not in captured, captured
     finally:
         eng.close()
 
@@ -102,6 +106,7 @@ def test_tp2_graphs_off_equal_graphs_on(model, one_gpu):
         eng = LLMEngine(_cfg(model, 2))
     try:
         assert "eagerly" in eng.engine_info()["decode steps"]
+        assert "no CUDA graphs" in eng.engine_info()["all-reduce"]  # eager steps: NCCL
         assert _greedy(eng) == one_gpu["greedy"]
     finally:
         eng.close()
