@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.config import EngineConfig
@@ -20,7 +21,7 @@ from engine.dry.dry_runtime import DryRuntime
 from engine.runtime.protocols import HostPicks, ModelRuntime, Picks, Scores, StepItem
 from engine.runtime.runtime import Runtime
 from engine.runtime.sampler import TorchScores
-from engine.tp.remote_scores import RemoteScores
+from engine.tp.remote_scores import RemoteScores, StepReply
 from engine.tp.runtime import TPRuntime
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,9 +29,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _scores() -> list[object]:
     logits = torch.randn(3, 50)
-    greedy = [(int(t), 0.0) for t in logits.argmax(-1).tolist()]
+    greedy = [(float(t), 0.0) for t in logits.argmax(-1).tolist()]
+    reply = StepReply(lambda: np.asarray(greedy, dtype=np.float64).tobytes())  # worker 0's bytes
     return [TorchScores(logits), DryScores(3, random.Random(0)),
-            RemoteScores(greedy, lambda step, rows: logits, 1)]
+            RemoteScores(reply, 3, lambda step, rows: logits, 1)]
 
 
 def test_every_scores_class_implements_the_whole_protocol():
@@ -43,7 +45,7 @@ def test_every_scores_class_implements_the_whole_protocol():
         assert isinstance(scores.can_overlap, bool)
         assert (scores.greedy(0) is None) == (not scores.has_argmax)
         assert len(scores.top_many([0, 2], [2, 3])[1]) == 3
-    assert [type(s).can_overlap for s in _scores()] == [True, True, False]
+    assert [s.can_overlap for s in _scores()] == [True, True, False]  # TP: only when async
     assert isinstance(HostPicks([(1, 0.0)]), Picks)
 
 
