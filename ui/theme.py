@@ -73,12 +73,19 @@ body.pl-presenter #controls-col .tab-container button {
 /* the lesson slide: nothing of the teacher's setup, the page's text large; before a lesson
    starts, on its opening page and at its end (pl-lesson-menu, set by ui/motion.js) the lesson
    list and Start stay on the slide, so a teacher can pick a lesson without leaving presenter
-   mode */
+   mode. They sit in the top bar, one slim line, so that they take none of the slide's height */
 body.pl-presenter.pl-lesson #controls-col .tab-wrapper, body.pl-presenter.pl-lesson #lesson-all,
 body.pl-presenter.pl-lesson:not(.pl-lesson-menu) #lesson-choose,
 body.pl-presenter.pl-lesson #event-log,
 body.pl-presenter.pl-lesson #playground-tools { display: none !important }
 body.pl-presenter.pl-lesson #lesson-choose { order: 0; flex-wrap: nowrap !important }
+body.pl-presenter.pl-lesson #lesson-choose { position: fixed; top: 1px; left: 32vw;
+  width: min(520px, 40vw); z-index: 60; gap: 6px !important; background: none }
+body.pl-presenter.pl-lesson #lesson-choose :is(.block, .container) {
+  padding: 0 !important; border: 0 !important; background: none !important; box-shadow: none }
+body.pl-presenter.pl-lesson #lesson-choose [data-testid=block-info] { display: none }
+body.pl-presenter.pl-lesson #lesson-choose :is(input, button) { font-size: 15px !important;
+  min-height: 0 !important; padding-top: 2px !important; padding-bottom: 2px !important }
 body.pl-presenter.pl-lesson #controls-col { overflow-y: hidden }
 body.pl-presenter.pl-lesson #controls-col .tabitem { padding: 0 !important; border: 0 !important }
 body.pl-presenter.pl-lesson #controls-col .tabitem > .column { gap: 6px !important }
