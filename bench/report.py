@@ -16,6 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_device  # noqa: E402  (this folder: run as a script or loaded by path)
+import report_tp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -338,6 +339,15 @@ def table() -> str:
               "", "| target | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(report_device.tier_rows(tier, [
         load("tier_h100_run_before_short_prefill.json"), load("tier_h100_bandwidth_run6.json"), tier]))
+    tp = load("tp_gpu_h100x2.json")
+    small = tp["parts"].get("small", {})
+    lines += ["", "Two GPUs that pay (issue 43): the workers keep the persistent batch, the engine "
+              "sends one shared-memory message a step, and each rank's decode step is a CUDA graph "
+              "with its all-reduces inside. From `bench/results/tp_gpu_h100x2.json` (two "
+              f"{small.get('device_name', 'GPUs')}, torch {small.get('torch')}, bf16 but the "
+              "float32 row, random weights; `bench/tp_gpu.py`).",
+              "", "| target | measured | met |", "| --- | --- | --- |"]
+    lines += _markdown_rows(report_tp.tp_rows(tp))
     return "\n".join(lines)
 
 

@@ -1,0 +1,67 @@
+"""The README's table for issue 43 (two GPUs that pay), computed from the committed result of
+bench/tp_gpu.py (`bench/results/tp_gpu_h100x2.json`). bench/report.py puts it under its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Row = tuple[str, str, bool | None]
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def _x(v: Any) -> str:
+    return f"{v:.2f}×" if isinstance(v, int | float) else "not measured"
+
+
+def _ratio_row(label: str, ratio: Any, a: Any, b: Any, unit: str, goal: float, low: bool) -> Row:
+    met = None if ratio is None else (ratio <= goal if low else ratio >= goal)
+    return (f"{label} ({'≤' if low else '≥'} {goal})", f"{_x(ratio)} ({a} vs {b} {unit})", met)
+
+
+def tp_rows(r: dict[str, Any]) -> list[Row]:
+    """Issue 43's goals with what the run measured."""
+    f, parts = r["figures"], r["parts"]
+    small, big = _get(parts, "small", "runs") or {}, _get(parts, "big", "runs") or {}
+    out: list[Row] = []
+    for mode in ("sync", "async"):
+        out.append(_ratio_row(
+            f"TinyLlama-1.1B shape, 32 sequences: TP = 2 decode step / TP = 1 graphed, {mode}",
+            f[f"small_tp2_over_tp1_decode_step_{mode}"],
+            _get(small, f"tp2_{mode}", "median_decode_step_ms"),
+            _get(small, f"tp1_{mode}", "median_decode_step_ms"), "ms", 1.0, True))
+    for mode in ("async", "sync"):
+        out.append(_ratio_row(
+            f"Llama-3-8B shape, 64 × (256 + 64) tokens: tokens/s TP = 2 / TP = 1, {mode}",
+            f[f"big_tp2_over_tp1_tokens_per_s_{mode}"],
+            _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"),
+            "tokens/s", 1.5, False))
+    for name, label in (("small", "1.1B"), ("big", "8B")):
+        h = f[f"{name}_tp2_sync_host_ms"]
+        host = None if None in (h["engine"], h["worker0_to_launch"]) else \
+            h["engine"] + h["worker0_to_launch"]
+        out.append((f"host time of a TP = 2 decode step under its GPU time, {label}, sync",
+                    f"{host if host is None else round(host, 3)} ms (engine {h['engine']}, worker 0 "
+                    f"to launch {h['worker0_to_launch']}) against a graph of {h['graph_gpu']} ms",
+                    None if host is None or h["graph_gpu"] is None else host < h["graph_gpu"]))
+    eq = [f["float32_tp2_sync_equal"], f["float32_tp2_async_equal"]]
+    out.append(("float32 greedy, TP = 2 against TP = 1 (sync / async)", " / ".join(map(str, eq)),
+                None if None in eq else all(_all_equal(e) for e in eq)))
+    sent = _get(small, "tp2_sync", "message_bytes_per_decode_step")
+    out.append(("bytes to the workers per decode step, 1.1B, 32 sequences (was 1,455)",
+                f"median {_get(sent, 'median')}, at most {_get(sent, 'max')}", None))
+    tests = f["pytest"] or "not run"
+    out.append(("GPU tests (tests/engine/tp/test_tp_gpu.py)", tests,
+                "passed" in tests and "failed" not in tests and "error" not in tests))
+    return out
+
+
+def _all_equal(text: str) -> bool:
+    same, _, of = text.partition(" of ")
+    return same == of
