@@ -343,11 +343,12 @@ def table() -> str:
     small = tp["parts"].get("small", {})
     lines += ["", "Two GPUs that pay (issue 43): the workers keep the persistent batch, the engine "
               "sends one shared-memory message a step, and each rank's decode step is a CUDA graph "
-              "with its all-reduces inside. From `bench/results/tp_gpu_h100x2.json` (two "
+              "with its all-reduces inside. From `bench/results/tp_gpu_h100x2.json` (run 2; a row "
+              "marked run 1 is from `tp_gpu_h100x2_run1.json`, where run 2's budget ran out) (two "
               f"{small.get('device_name', 'GPUs')}, torch {small.get('torch')}, bf16 but the "
               "float32 row, random weights; `bench/tp_gpu.py`).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
-    lines += _markdown_rows(report_tp.tp_rows(tp))
+    lines += _markdown_rows(report_tp.tp_rows(tp, load("tp_gpu_h100x2_run1.json")))
     return "\n".join(lines)
 
 

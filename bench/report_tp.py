@@ -1,5 +1,7 @@
 """The README's table for issue 43 (two GPUs that pay), computed from the committed result of
-bench/tp_gpu.py (`bench/results/tp_gpu_h100x2.json`). bench/report.py puts it under its own."""
+bench/tp_gpu.py (`bench/results/tp_gpu_h100x2.json`). bench/report.py puts it under its own.
+A figure the run did not reach (its part's budget ran out) is taken from the run before it, named
+so in the row: each row says which run measured it."""
 
 from __future__ import annotations
 
@@ -25,8 +27,17 @@ def _ratio_row(label: str, ratio: Any, a: Any, b: Any, unit: str, goal: float, l
     return (f"{label} ({'≤' if low else '≥'} {goal})", f"{_x(ratio)} ({a} vs {b} {unit})", met)
 
 
-def tp_rows(r: dict[str, Any]) -> list[Row]:
-    """Issue 43's goals with what the run measured."""
+def tp_rows(r: dict[str, Any], earlier: dict[str, Any] | None = None) -> list[Row]:
+    """Issue 43's goals with what the run measured (`earlier`: the run before, for what it missed)."""
+    out = _rows(r)
+    if earlier is None:
+        return out
+    before = _rows(earlier)
+    return [(label, f"{was} (run 1)", met_was) if met is None and met_was is not None else
+            (label, value, met) for (label, value, met), (_, was, met_was) in zip(out, before, strict=True)]
+
+
+def _rows(r: dict[str, Any]) -> list[Row]:
     f, parts = r["figures"], r["parts"]
     small, big = _get(parts, "small", "runs") or {}, _get(parts, "big", "runs") or {}
     out: list[Row] = []
@@ -51,7 +62,8 @@ def tp_rows(r: dict[str, Any]) -> list[Row]:
                     f"to launch {h['worker0_to_launch']}) against a graph of {h['graph_gpu']} ms",
                     None if host is None or h["graph_gpu"] is None else host < h["graph_gpu"]))
     eq = [f["float32_tp2_sync_equal"], f["float32_tp2_async_equal"]]
-    out.append(("float32 greedy, TP = 2 against TP = 1 (sync / async)", " / ".join(map(str, eq)),
+    shown = " / ".join("not measured" if e is None else e for e in eq)
+    out.append(("float32 greedy, TP = 2 against TP = 1 (sync / async)", shown,
                 None if None in eq else all(_all_equal(e) for e in eq)))
     sent = _get(small, "tp2_sync", "message_bytes_per_decode_step")
     out.append(("bytes to the workers per decode step, 1.1B, 32 sequences (was 1,455)",
