@@ -2,24 +2,33 @@
 
 A draft pays when the tokens it is expected to keep outweigh what verifying it costs: a step of
 B sequences computing k + 1 tokens each takes `cost(B, k + 1)` times a decode step (the runtime
-measures it: on a GPU from the captured graphs, about 1 for small batches of a small model, more
-as the batch fills the GPU). So:
+says what: on a GPU measured from its own steps, the lost overlap of async scheduling included;
+on a CPU a fixed share per draft token). Drafts that fail must cost nothing, so:
 
 - **what**: each decoding sequence keeps an n-gram index of its text (engine/core/ngram_index.py)
   and looks its tail up there: a few dictionary operations, not a search of the text;
-- **how often**: a lookup that finds nothing makes the sequence wait before the next one, twice
-  as long each time (up to MAX_WAIT steps), so text that never repeats costs almost nothing;
-- **whether**: the step drafts when B plus the tokens its drafts are expected to keep (each
-  sequence's recent share of kept drafts times its draft's length) is at least `cost` times B;
-  otherwise it runs as a plain decode step and nobody drafts. (The dry mode computes nothing:
-  its cost is 1, so any draft found is verified, as the lessons expect.)
+- **how often**: a lookup that finds nothing, or finds a draft the step does not take, makes the
+  sequence wait before the next one, twice as long each time (up to MAX_WAIT steps; UNUSED_WAIT
+  for a draft not taken from a sequence that drafts well), so text that never repeats, or a
+  batch where drafts do not pay, costs almost no lookups;
+- **whose**: each sequence keeps its acceptance rate, the share of its drafted tokens that were
+  kept (recent drafts weigh most, as production engines adapt the draft per sequence; a prior of
+  one kept in two before it drafted). A sequence whose rate falls below PAUSE_BELOW (sampling
+  keeps rejecting what the lookup copies) stops drafting and looking up for a while: COOL_FIRST
+  steps, twice as long after each further rejected draft, up to COOL_MAX. A draft mostly kept
+  ends the cool-down;
+- **whether**: the step drafts when the tokens its drafts are expected to keep (each drafting
+  sequence's rate times its draft's length) pay for the verification: B + kept >= cost x B.
+  Otherwise it runs as a plain decode step, and the sequences that proposed back off.
+  (The dry mode computes nothing: its cost is 1, so any draft found is verified, as the lessons
+  expect.)
 
 Under async scheduling a sequence whose last token is still on the device cannot draft (its
 tail is not known). A step that verifies drafts never overlaps the next, so a drafting sequence
 drafts every step. When nobody drafts, steps overlap; each sequence in flight then looks up the
-tail it does know (all but that last token), under the same back-off, and only where that finds
-something (text that started to repeat) does the step land at once, so that the next one can
-draft (`wants_lookup`). Text that never repeats keeps every step overlapped.
+tail it does know (all but that last token), under the same back-off and cool-down, and only
+where the drafts found would pay by the same rule does the step land at once, so that the next
+one can draft (`wants_lookup`). Text that never repeats keeps every step overlapped.
 """
 
 from __future__ import annotations
@@ -31,26 +40,43 @@ from engine.core.ngram_index import NgramIndex
 from engine.core.sequence import Sequence
 
 MAX_WAIT = 32  # steps between a sequence's lookups while they keep finding nothing
-FIRST_RATE = 0.5  # the share of drafted tokens a sequence is expected to keep before it drafted
+UNUSED_WAIT = 4  # at most this between lookups of a sequence that drafts well, drafts not taken
+PRIOR_KEPT, PRIOR_DRAFTED = 1.0, 2.0  # before any draft: one token kept in two (a rate of 0.5)
+DECAY = 0.6  # each verified draft weighs the earlier ones down by this: the rate follows the text
+PAUSE_BELOW = 0.2  # a rate under this (under 0.8 of a 4-token draft kept) pauses the drafting
+COOL_FIRST, COOL_MAX = 8, 256  # steps of the first pause, and the longest
 
 
 @dataclass
 class DraftState:
-    """One sequence's drafting: its n-gram index, its lookups' back-off, its kept share."""
+    """One sequence's drafting: its n-gram index, its lookups' back-off, its acceptance."""
 
     index: NgramIndex
     wait: int = 0  # steps to wait after the next miss (doubles while lookups miss)
     next_lookup: int = 0  # the first step it may look up again
-    rate: float = FIRST_RATE  # recent share of its drafted tokens that were kept
+    kept: float = 0.0  # drafted tokens kept, recent drafts weighing most (decayed sums)
+    drafted: float = 0.0
+    cool: int = 0  # the next pause's length (0: not cooling down)
+    paused_until: int = 0  # no draft and no lookup before this step
+
+    @property
+    def rate(self) -> float:
+        """The expected share of a draft's tokens kept."""
+        return (self.kept + PRIOR_KEPT) / (self.drafted + PRIOR_DRAFTED)
 
     def copy(self) -> DraftState:
         """A copy for a checkpoint (its index too: it grows as the sequence does)."""
-        return DraftState(self.index.copy(), self.wait, self.next_lookup, self.rate)
+        return DraftState(self.index.copy(), self.wait, self.next_lookup, self.kept, self.drafted,
+                          self.cool, self.paused_until)
 
-    def back_off(self, step: int) -> None:
-        """A lookup or a draft that gave nothing: the next try waits, twice as long each time."""
-        self.next_lookup = step + 1 + self.wait
-        self.wait = min(MAX_WAIT, 2 * self.wait or 1)
+    def back_off(self, step: int, cap: int = MAX_WAIT) -> None:
+        """A lookup that gave nothing usable: the next try waits, twice as long each time (up
+        to `cap` steps)."""
+        self.next_lookup = step + 1 + min(self.wait, cap)
+        self.wait = min(cap, 2 * self.wait or 1)
+
+    def may_look(self, step: int) -> bool:
+        return step >= self.next_lookup and step >= self.paused_until
 
 
 @dataclass
@@ -71,43 +97,77 @@ class DraftPolicy:
         return seq.drafting
 
     def propose(self, seq: Sequence, k: int, step: int) -> list[int]:
-        """The sequence's draft of up to k tokens, or [] (none found, or still backing off)."""
+        """The sequence's draft of up to k tokens, or [] (none found, backing off or paused)."""
         st = self.state(seq)
-        if step < st.next_lookup:
+        if not st.may_look(step):
             return []
         draft = st.index.propose(seq.token_ids, seq.num_tokens, k)
-        if draft:
-            st.wait = 0
-        else:
+        if not draft:
             st.back_off(step)
         return draft
+
+    def expected(self, seq: Sequence, draft_len: int) -> float:
+        """The draft tokens this sequence is expected to keep of a draft of `draft_len`."""
+        return self.state(seq).rate * draft_len
 
     def pays(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int) -> bool:
         """Whether verifying these drafts beats a plain decode step of `num_decodes` sequences."""
         if not drafts:
             return False
-        expected = num_decodes + sum(self.state(s).rate * len(d) for s, d in drafts)
-        return expected >= self.cost(num_decodes, 1 + self.max_tokens) * num_decodes
+        gain = sum(self.expected(s, len(d)) for s, d in drafts)
+        return num_decodes + gain >= self.cost(num_decodes, 1 + self.max_tokens) * num_decodes
+
+    def choose(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int, step: int
+               ) -> list[tuple[Sequence, list[int]]]:
+        """The drafts this step verifies: all of them when they pay (a drafting sequence's
+        lookups go on every step), else none, and those sequences back off their lookups."""
+        if self.pays(drafts, num_decodes):
+            for seq, _ in drafts:
+                self.state(seq).wait = 0
+            return drafts
+        self._unused(drafts, step)
+        return []
 
     def verified(self, seq: Sequence, drafted: int, kept: int, step: int) -> None:
-        """A draft was verified: the sequence's kept share follows its latest drafts; a draft
-        of which nothing was kept makes it wait as a miss does."""
+        """A draft was verified: the sequence's acceptance follows its latest drafts. Below
+        PAUSE_BELOW it pauses (longer each time it is still rejected); a draft mostly kept ends
+        the cool-down."""
         st = self.state(seq)
-        st.rate = 0.7 * st.rate + 0.3 * (kept / drafted if drafted else 0.0)
-        if kept == 0:
-            st.back_off(step)
+        st.kept = DECAY * st.kept + kept
+        st.drafted = DECAY * st.drafted + drafted
+        if st.rate >= PAUSE_BELOW and 2 * kept >= drafted:
+            st.cool = 0
+        elif st.rate < PAUSE_BELOW or kept == 0:
+            st.cool = min(COOL_MAX, 2 * st.cool or COOL_FIRST)
+            st.paused_until = step + 1 + st.cool
 
-    def wants_lookup(self, in_flight: list[Sequence], step: int) -> bool:
+    def wants_lookup(self, in_flight: list[Sequence], step: int, num_decodes: int | None = None
+                     ) -> bool:
         """Should this step land at once (async scheduling), so that the next one can draft for
-        these sequences whose last token is still on the device? Where the tail they know
-        already continues an earlier occurrence: their text has started to repeat."""
-        found = False
+        these sequences whose last token is still on the device? Where the tails they know
+        already continue an earlier occurrence (their text has started to repeat) and drafts of
+        those sequences would pay in a step of `num_decodes` (default: them alone)."""
+        found: list[tuple[Sequence, list[int]]] = []
+        k = max(1, self.max_tokens)
         for seq in in_flight:
             st = self.state(seq)
-            if step < st.next_lookup or seq.num_tokens < 2:
+            if not st.may_look(step) or seq.num_tokens < 2:
                 continue
             if st.index.propose(seq.token_ids, seq.num_tokens - 1, 1):
-                found = True
+                found.append((seq, [0] * k))
             else:
                 st.back_off(step)
-        return found
+        if not found:
+            return False
+        if self.pays(found, num_decodes or len(in_flight)):
+            return True
+        self._unused(found, step)
+        return False
+
+    def _unused(self, drafts: list[tuple[Sequence, list[int]]], step: int) -> None:
+        """Drafts found that the step does not take: their sequences look up less often, a
+        sequence expected to keep much of its drafts at most every UNUSED_WAIT steps (so that
+        the batch's sequences meet again in a step that pays), the others as after a miss."""
+        for seq, _ in drafts:
+            st = self.state(seq)
+            st.back_off(step, UNUSED_WAIT if st.rate >= 0.5 else MAX_WAIT)

@@ -188,8 +188,9 @@ class Scheduler:
         """Speculative decoding (engine/core/draft_policy.py): decoding sequences whose text
         their n-gram index continues propose drafts; when verifying them pays, each gets slots
         for its draft after its pending token, all or nothing, while the free blocks and the
-        step's token budget last. Beams do not draft, nor does a sequence whose last token is
-        still on the device (async scheduling): its tail is not known."""
+        step's token budget last; proposals the step does not take back off. Beams do not draft,
+        nor does a sequence whose last token is still on the device (async scheduling): its tail
+        is not known."""
         cfg, policy, step = self.config, self.drafting, self.kv.step
         groups = {g.request_id: g for g in self.running}
         proposals: list[tuple[Sequence, list[int]]] = []
@@ -206,9 +207,10 @@ class Scheduler:
             draft = policy.propose(seq, k, step)
             if draft:
                 proposals.append((seq, draft))
-        if policy.pays(proposals, len(out.decodes)):
+        chosen = policy.choose(proposals, len(out.decodes), step)
+        if chosen:
             budget = cfg.max_num_batched_tokens - out.num_tokens
-            for seq, draft in proposals:
+            for seq, draft in chosen:
                 draft = draft[:budget]
                 if not draft or self.kv.blocks_needed_to_append(seq, len(draft)) > \
                         self.kv.pool.num_allocatable:
@@ -217,7 +219,7 @@ class Scheduler:
                 out.drafts[seq.seq_id] = len(draft)
                 groups[seq.request_id].draft_tokens += len(draft)
                 budget -= len(draft)
-        out.lookup_due = not out.drafts and policy.wants_lookup(waiting, step)
+        out.lookup_due = not out.drafts and policy.wants_lookup(waiting, step, len(out.decodes))
 
     def _continue_prefills(self, groups: list[SequenceGroup], out: ScheduledStep) -> None:
         """The next chunk of each prompt being prefilled, oldest first, as the budget allows."""
