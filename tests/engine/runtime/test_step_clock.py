@@ -28,3 +28,4 @@ def test_an_idle_gap_between_runs_is_not_a_step() -> None:
     clock.tick("decode", 1, 0.001)
     clock.tick("decode", 1, 0.001 + 2 * IDLE_S)  # the caller did something else meanwhile
     assert clock.seen() == {"decode@1": 1.0}
+
