@@ -44,6 +44,7 @@ def test_consecutive_slots_go_in_one_copy() -> None:
     assert _runs([0]) == [(0, 1, 0)]
 
 
+DEVICE = "cuda"  # the tests below that need a GPU run there
 SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
 
 
@@ -143,6 +144,34 @@ def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_mode
                 outs.append(eng.generate(p + [again], SamplingParams(max_tokens=5, ignore_eos=True))[0])
         assert (eng.snapshot().metrics.offload_hit_blocks > 0) == bool(tier)
         return [o.outputs[0].token_ids for o in outs]
+
+    assert run(64) == run(0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, monkeypatch) -> None:
+    """The tier's loads in parts while another request decodes, on the GPU's streams: the
+    repeated prompt's tokens and the decoding request's are those of recomputing (float32)."""
+    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 2)
+    prompt = [300 + (j * 7) % 900 for j in range(70)]
+
+    def run(tier: int) -> list:
+        eng = LLMEngine(EngineConfig(model="tiny-random", device=DEVICE, dtype="float32",
+                                     block_size=8, num_gpu_blocks=12, num_offload_blocks=tier,
+                                     track_kv_content=True, async_scheduling=True))
+        params = SamplingParams(max_tokens=5, ignore_eos=True)
+        outs = [eng.generate(prompt + [1], params)[0], eng.generate(prompt[::-1], params)[0]]
+        eng.add_request([5, 6, 7, 8], SamplingParams(max_tokens=40, ignore_eos=True))
+        eng.step()
+        eng.add_request(prompt + [2], params)
+        loads = 0
+        while eng.has_pending_work():
+            res = eng.step()
+            outs += res.finished
+            loads += any(e.kind == "load" for e in res.events)
+        eng.check_invariants()
+        assert (loads >= 3) == bool(tier)  # in parts: two blocks a step
+        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs)
 
     assert run(64) == run(0)
 
