@@ -41,9 +41,9 @@ def _rejects_rows(r: dict) -> list[Row]:
                 f"steps drafted, {x['k4']['kept']} of {x['k4']['drafted']} draft tokens kept)")
 
     worst = min(r["smollm2"]["drafts_over_none"], r["llama1b"]["drafts_over_none"])
-    return [("drafts on at batch 64, temperature 1: the lookup finds drafts and sampling rejects "
-             "them (≥ 0.97)", f"{one('smollm2', 'SmolLM2 shapes')}, {one('llama1b', '1B shape')}",
-             worst >= 0.97)]
+    return [(f"drafts on at batch {r['smollm2'].get('batch', 64)}, temperature 1: the lookup finds "
+             "drafts and sampling rejects them (≥ 0.97)",
+             f"{one('smollm2', 'SmolLM2 shapes')}, {one('llama1b', '1B shape')}", worst >= 0.97)]
 
 
 def _hybrid_rows(h: dict) -> list[Row]:
@@ -68,7 +68,8 @@ def _tier_rows(t: dict) -> list[Row]:
     bus = d["tier"].get("bus_copies", {}).get("in", {})
     link = b.get("link", {})
     return [
-        ("an evicted 4,096-token document asked again, tier / recompute (1B shape) (≥ 4)",
+        (f"an evicted {d.get('tokens', 4096):,}-token document asked again, tier / recompute "
+         "(1B shape) (≥ 4)",
          f"{d['recompute_over_tier']:.2f}x ({d['tier']['median_ms']:.1f} vs "
          f"{d['recompute']['median_ms']:.1f} ms; loads {bus.get('mb_per_copy', '?')} MB a copy)",
          d["recompute_over_tier"] >= 4.0),

@@ -15,11 +15,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import report_device  # noqa: E402  (this folder: run as a script or loaded by path)
+import mem_table  # noqa: E402  (this folder: run as a script or loaded by path)
+import report_device  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
+MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the H100 run, committed under this name
 
 
 def load(name: str) -> dict:
@@ -338,6 +340,13 @@ def table() -> str:
               "", "| target | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(report_device.tier_rows(tier, [
         load("tier_h100_run_before_short_prefill.json"), load("tier_h100_bandwidth_run6.json"), tier]))
+    if os.path.exists(os.path.join(RESULTS, MEM)):  # issue 44's run, once it is committed
+        mem = load(MEM)
+        lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "
+                  "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
+                  f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
+                  f"{mem['torch']}, bf16, random weights, one run, both sides warm; "
+                  "`bench/mem_gpu.py`).", "", mem_table.table(mem)]
     return "\n".join(lines)
 
 
