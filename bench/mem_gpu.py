@@ -37,7 +37,7 @@ from bench.mem_table import table  # noqa: E402
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
 FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, hybrid_prompts=[1024, 4096],
                             hybrid_requests=32, hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512,
-                            roof_new=96, layers=None, budget_s=510)}
+                            roof_new=96, layers=None, budget_s=495)}
 SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, hybrid_prompts=[160],
                               hybrid_requests=4, hybrid_new=16, roof_seqs=[4], roof_prompt=48,
                               roof_new=8, layers=2, budget_s=1800)}
@@ -52,6 +52,18 @@ TESTS = ["tests/kernels/test_sliding_window.py",
 #: each part's seconds on an H100 (the earlier runs'), to skip what the budget no longer holds
 ESTIMATE = {"spec": 45, "rejects": 50, "hybrid": 50, "tier": 45, "roofline": 80, "tests": 120,
             "probe": 40, "ncu": 60}
+TESTS_AT_LEAST = 45  # seconds the tests get whatever the parts before them took
+
+
+def worth_starting(part: str, left: float) -> bool:
+    """Whether a part may start with `left` seconds of the budget: a measurement only where half
+    its estimate fits beside the tests' share; the tests always; the diagnostics at the end on
+    a quarter of theirs."""
+    if part == "tests":
+        return True
+    if part in ("probe", "ncu"):
+        return left >= 0.25 * ESTIMATE[part]
+    return left >= 0.5 * ESTIMATE[part] + TESTS_AT_LEAST
 
 
 class Run:
@@ -106,7 +118,7 @@ class Run:
 
     def tests(self) -> dict:
         log = self.out / "gpu_pytest.log"
-        timeout = max(60, int(self.left() - ESTIMATE["probe"]))
+        timeout = max(TESTS_AT_LEAST, int(self.left() - 0.25 * ESTIMATE["probe"]))
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not model",
                *TESTS]
         t0 = time.perf_counter()
@@ -141,7 +153,7 @@ class Run:
                "--launch-count", "24", sys.executable, os.path.join(ROOT, "bench", "kernel_probe.py"),
                "--once", "--seqs", "64"]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                              timeout=max(30, int(self.left())))
+                              timeout=max(20, int(self.left())))
         csv.write_text(done.stdout[-4_000_000:] + "\n" + done.stderr[-20_000:])
         return {"returncode": done.returncode, "lines": done.stdout.count("\n")}
 
@@ -169,7 +181,7 @@ def main() -> None:
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
           f"{run.result['tokenizer']}", flush=True)
     for part in args.only:
-        if run.left() < ESTIMATE[part] * (0.25 if part in ("probe", "ncu") else 0.5):
+        if not worth_starting(part, run.left()):
             run.result[part] = {"skipped": f"{run.left():.0f} s of the budget left"}
             continue
         t0 = time.perf_counter()

@@ -74,10 +74,9 @@ def _save(model: Any, tok: Any, folder: Path) -> str:
 def _random(config: Any, cls: Any, device: str, dtype: torch.dtype) -> Any:
     """A seeded random model, made on the device (a 1B model's initialisation on a CPU takes
     seconds a run)."""
-    with torch.random.fork_rng(devices=[device] if device != "cpu" else []):
-        torch.manual_seed(0)
-        with torch.device(device):
-            model = cls(config).to(dtype)
+    torch.manual_seed(0)  # every device's generator: the same model each time in this run
+    with torch.device(device):
+        model = cls(config).to(dtype)
     return model.to("cpu")
 
 
