@@ -7,16 +7,19 @@ on a CPU a fixed share per draft token). Drafts that fail must cost nothing, so:
 
 - **what**: each decoding sequence keeps an n-gram index of its text (engine/core/ngram_index.py)
   and looks its tail up there: a few dictionary operations, not a search of the text;
-- **how often**: a lookup that finds nothing, or finds a draft the step does not take, makes the
-  sequence wait before the next one, twice as long each time (up to MAX_WAIT steps; UNUSED_WAIT
-  for a draft not taken from a sequence that drafts well), so text that never repeats, or a
-  batch where drafts do not pay, costs almost no lookups;
+- **how often**: a lookup that finds nothing makes the sequence wait before the next one, twice
+  as long each time (up to MAX_WAIT steps), so text that never repeats costs almost no lookups;
 - **whose**: each sequence keeps its acceptance rate, the share of its drafted tokens that were
   kept (recent drafts weigh most, as production engines adapt the draft per sequence; a prior of
-  one kept in two before it drafted). A sequence whose rate falls below PAUSE_BELOW (sampling
-  keeps rejecting what the lookup copies) stops drafting and looking up for a while: COOL_FIRST
-  steps, twice as long after each further rejected draft, up to COOL_MAX. A draft mostly kept
-  ends the cool-down;
+  one kept in two before it drafted). A draft the step does not take is not lost for that: it
+  is kept as a *shadow* and compared with the tokens the sequence then really gets (the same
+  test a verification makes: greedy, the argmax; sampled, a draw that equals the draft with the
+  probability rejection sampling keeps it), so the rate learns without a verification step. A
+  sequence whose rate falls below PAUSE_BELOW (sampling keeps rejecting what the lookup copies)
+  stops drafting and looking up for a while: COOL_FIRST steps, twice as long after each further
+  rejected draft, up to COOL_MAX; a draft mostly kept ends the cool-down. A sequence whose drafts
+  are not taken but still promise much looks up again next step (so the batch's sequences meet
+  in a step that pays); one that promises little waits as after a miss;
 - **whether**: the step drafts when the tokens its drafts are expected to keep (each drafting
   sequence's rate times its draft's length) pay for the verification: B + kept >= cost x B.
   Otherwise it runs as a plain decode step, and the sequences that proposed back off.
@@ -38,9 +41,10 @@ from dataclasses import dataclass
 
 from engine.core.ngram_index import NgramIndex
 from engine.core.sequence import Sequence
+from engine.core.speculation import accepted_prefix
 
 MAX_WAIT = 32  # steps between a sequence's lookups while they keep finding nothing
-UNUSED_WAIT = 4  # at most this between lookups of a sequence that drafts well, drafts not taken
+PROMISING = 0.5  # a rate at least this: a sequence whose drafts are not taken looks up next step
 PRIOR_KEPT, PRIOR_DRAFTED = 1.0, 2.0  # before any draft: one token kept in two (a rate of 0.5)
 DECAY = 0.6  # each verified draft weighs the earlier ones down by this: the rate follows the text
 PAUSE_BELOW = 0.2  # a rate under this (under 0.8 of a 4-token draft kept) pauses the drafting
@@ -58,6 +62,7 @@ class DraftState:
     drafted: float = 0.0
     cool: int = 0  # the next pause's length (0: not cooling down)
     paused_until: int = 0  # no draft and no lookup before this step
+    shadow: tuple[int, tuple[int, ...]] | None = None  # (position, draft) not taken, to compare
 
     @property
     def rate(self) -> float:
@@ -67,7 +72,7 @@ class DraftState:
     def copy(self) -> DraftState:
         """A copy for a checkpoint (its index too: it grows as the sequence does)."""
         return DraftState(self.index.copy(), self.wait, self.next_lookup, self.kept, self.drafted,
-                          self.cool, self.paused_until)
+                          self.cool, self.paused_until, self.shadow)
 
     def back_off(self, step: int, cap: int = MAX_WAIT) -> None:
         """A lookup that gave nothing usable: the next try waits, twice as long each time (up
@@ -99,6 +104,8 @@ class DraftPolicy:
     def propose(self, seq: Sequence, k: int, step: int) -> list[int]:
         """The sequence's draft of up to k tokens, or [] (none found, backing off or paused)."""
         st = self.state(seq)
+        if st.shadow is not None:
+            self._settle_shadow(st, seq.token_ids, seq.num_tokens, step)
         if not st.may_look(step):
             return []
         draft = st.index.propose(seq.token_ids, seq.num_tokens, k)
@@ -123,16 +130,20 @@ class DraftPolicy:
         lookups go on every step), else none, and those sequences back off their lookups."""
         if self.pays(drafts, num_decodes):
             for seq, _ in drafts:
-                self.state(seq).wait = 0
+                st = self.state(seq)
+                st.wait, st.shadow = 0, None  # verified for real
             return drafts
-        self._unused(drafts, step)
+        self._unused([(s, s.num_tokens, d) for s, d in drafts], step)
         return []
 
     def verified(self, seq: Sequence, drafted: int, kept: int, step: int) -> None:
-        """A draft was verified: the sequence's acceptance follows its latest drafts. Below
-        PAUSE_BELOW it pauses (longer each time it is still rejected); a draft mostly kept ends
-        the cool-down."""
-        st = self.state(seq)
+        """A draft was verified: the sequence's acceptance follows its latest drafts."""
+        self._learn(self.state(seq), drafted, kept, step)
+
+    def _learn(self, st: DraftState, drafted: int, kept: int, step: int) -> None:
+        """`kept` of a draft of `drafted` tokens were (or would have been) kept. Below
+        PAUSE_BELOW the sequence pauses (longer each time it is still rejected); a draft mostly
+        kept ends the cool-down."""
         st.kept = DECAY * st.kept + kept
         st.drafted = DECAY * st.drafted + drafted
         if st.rate >= PAUSE_BELOW and 2 * kept >= drafted:
@@ -141,33 +152,54 @@ class DraftPolicy:
             st.cool = min(COOL_MAX, 2 * st.cool or COOL_FIRST)
             st.paused_until = step + 1 + st.cool
 
+    def _settle_shadow(self, st: DraftState, tokens: list[int], known: int, step: int) -> None:
+        """Compare the shadow draft with the tokens that came after its position (the first
+        `known` of `tokens` are known): learn from it once a token differs or all have come."""
+        pos, draft = st.shadow
+        have = min(len(draft), known - pos)
+        if have <= 0:
+            return
+        kept = accepted_prefix(list(draft[:have]), tokens[pos:pos + have])
+        if kept < have or have == len(draft):
+            st.shadow = None
+            self._learn(st, len(draft), kept, step)
+
     def wants_lookup(self, in_flight: list[Sequence], step: int, num_decodes: int | None = None
                      ) -> bool:
         """Should this step land at once (async scheduling), so that the next one can draft for
         these sequences whose last token is still on the device? Where the tails they know
         already continue an earlier occurrence (their text has started to repeat) and drafts of
         those sequences would pay in a step of `num_decodes` (default: them alone)."""
-        found: list[tuple[Sequence, list[int]]] = []
+        found: list[tuple[Sequence, int, list[int]]] = []
         k = max(1, self.max_tokens)
         for seq in in_flight:
             st = self.state(seq)
-            if not st.may_look(step) or seq.num_tokens < 2:
+            known = seq.num_tokens - 1  # the last token is still on the device
+            if st.shadow is not None:
+                self._settle_shadow(st, seq.token_ids, known, step)
+            if not st.may_look(step) or known < 1:
                 continue
-            if st.index.propose(seq.token_ids, seq.num_tokens - 1, 1):
-                found.append((seq, [0] * k))
+            draft = st.index.propose(seq.token_ids, known, k)  # from the token in flight on
+            if draft:
+                found.append((seq, known, draft))
             else:
                 st.back_off(step)
         if not found:
             return False
-        if self.pays(found, num_decodes or len(in_flight)):
+        if self.pays([(s, d) for s, _, d in found], num_decodes or len(in_flight)):
             return True
         self._unused(found, step)
         return False
 
-    def _unused(self, drafts: list[tuple[Sequence, list[int]]], step: int) -> None:
-        """Drafts found that the step does not take: their sequences look up less often, a
-        sequence expected to keep much of its drafts at most every UNUSED_WAIT steps (so that
-        the batch's sequences meet again in a step that pays), the others as after a miss."""
-        for seq, _ in drafts:
+    def _unused(self, drafts: list[tuple[Sequence, int, list[int]]], step: int) -> None:
+        """Drafts found (each at its position) that the step does not take: each becomes its
+        sequence's shadow (unless one waits already), and the sequence looks up again next step
+        where its rate promises much, else waits as after a miss."""
+        for seq, pos, draft in drafts:
             st = self.state(seq)
-            st.back_off(step, UNUSED_WAIT if st.rate >= 0.5 else MAX_WAIT)
+            if st.shadow is None:
+                st.shadow = (pos, tuple(draft))
+            if st.rate >= PROMISING:
+                st.next_lookup = step + 1
+            else:
+                st.back_off(step)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.core.draft_policy import COOL_FIRST, COOL_MAX, MAX_WAIT, UNUSED_WAIT, DraftPolicy
+from engine.core.draft_policy import COOL_FIRST, COOL_MAX, MAX_WAIT, PAUSE_BELOW, DraftPolicy
 from engine.core.sequence import Sequence
 
 
@@ -64,15 +64,33 @@ def test_a_sequence_whose_drafts_keep_being_rejected_stops_drafting_for_longer_e
     assert p.propose(seq, 4, step + 1)
 
 
-def test_drafts_a_step_does_not_take_make_their_sequences_look_up_less_often() -> None:
+def test_drafts_a_step_does_not_take_are_compared_with_what_came_and_teach_the_rate() -> None:
+    """At a batch where drafts do not pay, nothing is verified, yet each sequence learns from its
+    unverified draft (its shadow): text that goes elsewhere pauses its lookups, text that
+    follows the draft makes it promising, so the batch drafts once enough of it is."""
     p = policy(3.5)  # a verification costing 3.5 decode steps: 2 tokens a draft never pay
-    seqs = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
+    wild = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
     looked = 0
     for step in range(64):
-        drafts = [(s, d) for s in seqs if (d := p.propose(s, 4, step))]
+        drafts = [(s, d) for s in wild if (d := p.propose(s, 4, step))]
         looked += len(drafts)
-        assert p.choose(drafts, len(seqs), step) == []
-    assert looked <= 8 * 64 // UNUSED_WAIT + 3 * 8  # not a lookup a sequence a step
+        assert p.choose(drafts, len(wild), step) == []
+        for s in wild:
+            s.token_ids.append(100 + step)  # never what the lookup copied
+    assert looked <= 8 * 6  # a lookup or two, then pauses of 8, 16, 32 steps
+    assert all(p.state(s).rate < PAUSE_BELOW and p.state(s).shadow is None for s in wild)
+
+    p = policy(4.0)  # 2 tokens a draft at the prior rate do not pay; 3.3 of a learned loop do
+    loops = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
+    drafted_at = None
+    for step in range(12):
+        drafts = [(s, d) for s in loops if (d := p.propose(s, 4, step))]
+        if p.choose(drafts, len(loops), step):
+            drafted_at = step
+            break
+        for s in loops:
+            s.token_ids.append(s.token_ids[-3])  # the loop goes on: each shadow comes true
+    assert drafted_at is not None and p.state(loops[0]).rate > 0.7  # learned without a verification
 
 
 def test_a_sequence_in_flight_asks_for_a_lookup_only_where_its_known_tail_repeats() -> None:
