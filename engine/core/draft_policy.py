@@ -11,18 +11,19 @@ on a CPU a fixed share per draft token). Drafts that fail must cost nothing, so:
   as long each time (up to MAX_WAIT steps), so text that never repeats costs almost no lookups;
 - **whose**: each sequence keeps its acceptance rate, the share of its drafted tokens that were
   kept (recent drafts weigh most, as production engines adapt the draft per sequence; a prior of
-  one kept in two before it drafted). A draft the step does not take is not lost for that: it
-  is kept as a *shadow* and compared with the tokens the sequence then really gets (the same
-  test a verification makes: greedy, the argmax; sampled, a draw that equals the draft with the
-  probability rejection sampling keeps it), so the rate learns without a verification step. A
-  sequence whose rate falls below PAUSE_BELOW (sampling keeps rejecting what the lookup copies)
-  stops drafting and looking up for a while: COOL_FIRST steps, twice as long after each further
-  rejected draft, up to COOL_MAX; a draft mostly kept ends the cool-down. A sequence whose drafts
-  are not taken but still promise much looks up again next step (so the batch's sequences meet
-  in a step that pays); one that promises little waits as after a miss;
+  one kept in two, worth a 4-token draft, before it drafted). A draft the step does not take is
+  not lost for that: it is kept as a *shadow* and compared with the tokens the sequence then
+  really gets (the test a verification makes: greedy, the argmax; sampled, a draw that equals the
+  draft as often as rejection sampling keeps it), so the rate learns without a verification
+  step. One rejected draft makes the next try wait a little; a rate below PAUSE_BELOW (sampling
+  keeps rejecting what the lookup copies: two 4-token drafts in a row) stops the sequence's
+  drafting and lookups for COOL_FIRST steps, twice as long after each further rejected draft, up
+  to COOL_MAX; a draft mostly kept ends the cool-down. A sequence whose drafts are not taken but
+  still promise much looks up again next step (so that the batch's sequences meet in a step that
+  pays); one that promises little waits as after a miss;
 - **whether**: the step drafts when the tokens its drafts are expected to keep (each drafting
   sequence's rate times its draft's length) pay for the verification: B + kept >= cost x B.
-  Otherwise it runs as a plain decode step, and the sequences that proposed back off.
+  Otherwise it runs as a plain decode step, and what was proposed becomes the shadows.
   (The dry mode computes nothing: its cost is 1, so any draft found is verified, as the lessons
   expect.)
 
@@ -45,7 +46,7 @@ from engine.core.speculation import accepted_prefix
 
 MAX_WAIT = 32  # steps between a sequence's lookups while they keep finding nothing
 PROMISING = 0.5  # a rate at least this: a sequence whose drafts are not taken looks up next step
-PRIOR_KEPT, PRIOR_DRAFTED = 1.0, 2.0  # before any draft: one token kept in two (a rate of 0.5)
+PRIOR_KEPT, PRIOR_DRAFTED = 2.0, 4.0  # before any draft: a rate of 0.5, worth one 4-token draft
 DECAY = 0.6  # each verified draft weighs the earlier ones down by this: the rate follows the text
 PAUSE_BELOW = 0.2  # a rate under this (under 0.8 of a 4-token draft kept) pauses the drafting
 COOL_FIRST, COOL_MAX = 8, 256  # steps of the first pause, and the longest
@@ -146,11 +147,13 @@ class DraftPolicy:
         kept ends the cool-down."""
         st.kept = DECAY * st.kept + kept
         st.drafted = DECAY * st.drafted + drafted
-        if st.rate >= PAUSE_BELOW and 2 * kept >= drafted:
-            st.cool = 0
-        elif st.rate < PAUSE_BELOW or kept == 0:
+        if st.rate < PAUSE_BELOW:
             st.cool = min(COOL_MAX, 2 * st.cool or COOL_FIRST)
             st.paused_until = step + 1 + st.cool
+        elif 2 * kept >= drafted:
+            st.cool = 0
+        elif kept == 0:
+            st.back_off(step)  # one rejected draft: the next try a little later
 
     def _settle_shadow(self, st: DraftState, tokens: list[int], known: int, step: int) -> None:
         """Compare the shadow draft with the tokens that came after its position (the first

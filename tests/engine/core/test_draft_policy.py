@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.core.draft_policy import COOL_FIRST, COOL_MAX, MAX_WAIT, PAUSE_BELOW, DraftPolicy
+from engine.core.draft_policy import COOL_FIRST, COOL_MAX, MAX_WAIT, PAUSE_BELOW, PROMISING, DraftPolicy
 from engine.core.sequence import Sequence
 
 
@@ -43,7 +43,7 @@ def test_a_draft_with_nothing_kept_lowers_the_expected_share_and_pauses() -> Non
     p, seq = policy(), Sequence(0)
     for _ in range(6):
         p.verified(seq, 4, 0, step=10)
-    assert p.state(seq).rate < 0.1 and p.state(seq).paused_until > 11
+    assert p.state(seq).rate < PAUSE_BELOW and p.state(seq).paused_until > 11
 
 
 def test_a_sequence_whose_drafts_keep_being_rejected_stops_drafting_for_longer_each_time() -> None:
@@ -55,7 +55,8 @@ def test_a_sequence_whose_drafts_keep_being_rejected_stops_drafting_for_longer_e
             drafted_at.append(step)
             p.verified(seq, len(draft), 0, step)  # sampling rejects what the lookup copies
     gaps = [b - a for a, b in zip(drafted_at, drafted_at[1:], strict=False)]
-    assert gaps[:4] == [COOL_FIRST + 1, 2 * COOL_FIRST + 1, 4 * COOL_FIRST + 1, 8 * COOL_FIRST + 1]
+    # one rejected draft: the next step but one; two in a row: a pause, twice as long each time
+    assert gaps[:5] == [1, COOL_FIRST + 1, 2 * COOL_FIRST + 1, 4 * COOL_FIRST + 1, 8 * COOL_FIRST + 1]
     assert max(gaps) == COOL_MAX + 1 and len(drafted_at) < 12  # in 600 steps
     step = drafted_at[-1] + COOL_MAX + 1
     for _ in range(3):  # its text is drafted well again: the pauses end
@@ -77,8 +78,8 @@ def test_drafts_a_step_does_not_take_are_compared_with_what_came_and_teach_the_r
         assert p.choose(drafts, len(wild), step) == []
         for s in wild:
             s.token_ids.append(100 + step)  # never what the lookup copied
-    assert looked <= 8 * 6  # a lookup or two, then pauses of 8, 16, 32 steps
-    assert all(p.state(s).rate < PAUSE_BELOW and p.state(s).shadow is None for s in wild)
+    assert looked <= 8 * 6  # a lookup or two, then the back-off of lookups that miss
+    assert all(p.state(s).rate < PROMISING and p.state(s).shadow is None for s in wild)
 
     p = policy(4.0)  # 2 tokens a draft at the prior rate do not pay; 3.3 of a learned loop do
     loops = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
@@ -103,7 +104,8 @@ def test_a_sequence_in_flight_asks_for_a_lookup_only_where_its_known_tail_repeat
     # in a step of 64 decodes one looping sequence's draft would not pay a verification
     assert not policy(1.5).wants_lookup([Sequence(2, token_ids=loop.token_ids)], 0, 64)
     rejected = Sequence(3, token_ids=loop.token_ids)
-    p.verified(rejected, 4, 0, step=0)  # its drafts were rejected: it is paused
+    p.verified(rejected, 4, 0, step=0)
+    p.verified(rejected, 4, 0, step=0)  # two drafts rejected in a row: it is paused
     assert not p.wants_lookup([rejected], 1)
 
 
