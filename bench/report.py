@@ -15,12 +15,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import report_device  # noqa: E402  (this folder: run as a script or loaded by path)
+import mem_table  # noqa: E402  (this folder: run as a script or loaded by path)
+import report_device  # noqa: E402
 import report_tp  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
+MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the H100 run, committed under this name
 
 
 def load(name: str) -> dict:
@@ -349,6 +351,13 @@ def table() -> str:
               "float32 row, random weights; `bench/tp_gpu.py`).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(report_tp.tp_rows(tp, load("tp_gpu_h100x2_run1.json")))
+    if os.path.exists(os.path.join(RESULTS, MEM)):  # issue 44's run, once it is committed
+        mem = load(MEM)
+        lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "
+                  "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
+                  f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
+                  f"{mem['torch']}, bf16, random weights, one run, both sides warm; "
+                  "`bench/mem_gpu.py`).", "", mem_table.table(mem)]
     return "\n".join(lines)
 
 

@@ -101,10 +101,13 @@ def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int
             times.append(time.perf_counter() - t0)
             firsts.append(out.outputs[0].token_ids[0])
     m = eng.snapshot().metrics
+    bus = eng.runtime.cache.tier  # copies over the bus: one per run of consecutive tier slots
+    copies = {way: {"copies": n, "mb_per_copy": round(bus.bus_bytes[way] / max(1, n) / 2**20, 2)}
+              for way, n in bus.bus_copies.items()}
     eng.close()
     return {"median_ms": round(1e3 * statistics.median(times), 3), "runs_ms":
             [round(1e3 * t, 3) for t in times], "first_tokens": firsts,
-            "offload_hit_blocks": m.offload_hit_blocks}
+            "offload_hit_blocks": m.offload_hit_blocks, "bus_copies": copies}
 
 
 def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:

@@ -165,6 +165,11 @@ class BlockPool:
         self.blocks[block_id].token_ids.append(token)
         self._log.append(block_id)
 
+    def extend_tokens(self, block_id: int, token_ids: list[int]) -> None:
+        """More tokens' K/V in the block's next slots (a prompt's, a block at a time)."""
+        self.blocks[block_id].token_ids += token_ids
+        self._log.append(block_id)
+
     def set_last_token(self, block_id: int, token: int) -> None:
         """Async scheduling: the last slot's token, known now."""
         self.blocks[block_id].token_ids[-1] = token

@@ -88,15 +88,17 @@ class BlockWriter:
               narrate_each: bool, seal: bool = True) -> None:
         """Write tokens after the sequence's last one in every table: a new block where the
         last is full (or there is none), a copy-on-write where it is shared and partly filled.
-        `narrate_each`: an event per token; else one `allocate` event for the new blocks."""
-        bs = self.block_size
-        pool = self.pool
-        blocks = pool.blocks
-        sid = seq.seq_id
+        `narrate_each`: an event per token; else one `allocate` event for the new blocks, and
+        the tokens go a block's worth at a time (a prompt of thousands of tokens costs a few
+        operations a block, not a few a token), with the same blocks, copies, hashes and events
+        in the same order as token by token."""
+        bs, pool, sid = self.block_size, self.pool, seq.seq_id
         tables = seq.block_tables
         new_blocks: list[int] = []
-        for tok in token_ids:
+        i, n = 0, len(token_ids)
+        while i < n:
             offset = len(seq.token_ids) % bs
+            chunk = token_ids[i:i + (1 if narrate_each else bs - offset)]
             written = []
             for g, table in enumerate(tables):
                 if offset == 0:
@@ -105,18 +107,20 @@ class BlockWriter:
                     new_blocks.append(block_id)
                 else:
                     block_id = table[-1]
-                    if blocks[block_id].ref_count > 1:
+                    if pool.blocks[block_id].ref_count > 1:
                         block_id = self.copy_on_write(seq, g, events)
-                pool.append_token(block_id, tok)
+                pool.extend_tokens(block_id, chunk)
                 written.append(block_id)
-            seq.token_ids.append(tok)
+            seq.token_ids += chunk
+            i += len(chunk)
             if narrate_each:
-                events.append(self.append_event(sid, tok, tuple(written), offset))
-            if offset == bs - 1 and seal and self.enable_prefix_caching and tok != IN_FLIGHT:
-                self.seal(seq, len(tables[0]) - 1, events)  # an in-flight token's: when it lands
+                events.append(self.append_event(sid, chunk[0], tuple(written), offset))
+            if offset + len(chunk) == bs and seal and self.enable_prefix_caching \
+                    and chunk[-1] != IN_FLIGHT:  # an in-flight token's block: when it lands
+                self.seal(seq, len(tables[0]) - 1, events)
         if new_blocks and not narrate_each:
             events.append(Event("allocate", self.step, sid, tuple(new_blocks),
-                                facts=Allocated(len(token_ids)), form="allocate_many"))
+                                facts=Allocated(n), form="allocate_many"))
 
     def append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
         # the hot path of a serving step: positional, and no text (the token is named when read)

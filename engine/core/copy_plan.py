@@ -28,6 +28,10 @@ COPY_KINDS = ("offload", "swap_out", "swap_in", "load", "copy_blocks")
 # (source space, destination space) of each kind
 _SPACES = {"offload": ("gpu", "tier"), "swap_out": ("gpu", "cpu"), "swap_in": ("cpu", "gpu"),
            "load": ("tier", "gpu"), "copy_blocks": ("gpu", "gpu")}
+# the same as numbers: a location is block * 3 + space (a step of a long prefix's loads and the
+# evictions they cause makes hundreds of copies: ints hash faster than (space, block) tuples)
+_CODES = {kind: tuple(("gpu", "cpu", "tier").index(space) for space in spaces)
+          for kind, spaces in _SPACES.items()}
 
 
 class BlockCopy(NamedTuple):
@@ -46,11 +50,11 @@ def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
     copies of a wave in any order (each kind as one batch). Empty when there are none."""
     waves: list[Wave] = []
     wave: Wave = {}
-    read: set[tuple[str, int]] = set()
-    written: set[tuple[str, int]] = set()
+    read: set[int] = set()
+    written: set[int] = set()
     for kind, src, dst in copies:
-        src_space, dst_space = _SPACES[kind]
-        source, target = (src_space, src), (dst_space, dst)
+        src_space, dst_space = _CODES[kind]
+        source, target = 3 * src + src_space, 3 * dst + dst_space
         if source in written or target in read or target in written:
             waves.append(wave)  # this copy must see the wave's writes, or come after its reads
             wave, read, written = {}, set(), set()

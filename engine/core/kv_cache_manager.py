@@ -206,19 +206,20 @@ class KVCacheManager:
     # ---- the primitives -------------------------------------------------------------------
 
     def allocate(self, seq: Sequence, prompt: list[int], max_new: int | None = None,
-                 defer_loads: bool = False) -> list[Event]:
+                 defer_loads: bool = False, max_loads: int | None = None) -> list[Event]:
         """Give a sequence a block table (one per group) for `prompt` (its tokens to prefill: a
         new prompt, or prompt + generated tokens when it resumes after preemption), sharing
         cached prefix blocks. `max_new` (chunked prefill): write at most that many tokens after
         the prefix hits; the caller keeps the rest (`prompt[seq.num_tokens:]`) for `extend`s.
         `defer_loads` (serving): when blocks come back from the CPU tier, write nothing after
-        them this step (`seq.loading`): the sequence waits a step while their bytes come in."""
+        them this step (`seq.loading`): the sequence waits a step while their bytes come in.
+        `max_loads`: take at most that many blocks from the tier now (`load_more` the rest)."""
         if not prompt:
             raise ValueError("a prompt needs at least one token")
         bs, sid = self.block_size, seq.seq_id
         tables, hashes = match_prefix(self, prompt) if self.enable_prefix_caching else (None, [])
         hit = len(hashes)
-        loads = self.tier_loads.match(prompt, hashes)
+        loads = self.tier_loads.match(prompt, hashes, max_loads if defer_loads else None)
         served = hit + len(loads)
         end = len(prompt) if max_new is None else min(len(prompt), served * bs + max_new)
         if loads and defer_loads:
@@ -251,6 +252,21 @@ class KVCacheManager:
         seq.loading = bool(loads) and defer_loads
         self.writer.write(seq, prompt[len(seq.token_ids):end], events, narrate_each=False)
         seq.status = SequenceStatus.RUNNING
+        return events
+
+    def load_more(self, seq: Sequence, most: int | None) -> list[Event]:
+        """A sequence loading its prompt's prefix from the CPU tier in parts: its next blocks
+        the tier still holds (at most `most`, and as many as the pool can give now) become its
+        blocks, their bytes copied back (`seq.loading` stays set); none left to take ends the
+        loading (its rest is computed from now on). Its prompt's rest shrinks to match."""
+        prompt = seq.token_ids + seq.prefill_rest
+        found = self.tier_loads.match(prompt, seq.block_hashes, most)
+        loads = found[:self.pool.num_allocatable // self.num_groups]
+        events: list[Event] = []
+        if loads:
+            self.tier_loads.load(seq, prompt, loads, events)
+            seq.prefill_rest = prompt[seq.num_tokens:]
+        seq.loading = bool(found)  # found but no block free for it now: it waits, as a prompt does
         return events
 
     def extend(self, seq: Sequence, token_ids: list[int]) -> list[Event]:

@@ -84,12 +84,16 @@ class OffloadTier:
         return entry[0]
 
     def match(self, prompt: list[int], parent: int | None, start: int, block_size: int,
-              hash_fn: Callable[[int | None, list[int]], int]) -> list[tuple[int, int]]:
+              hash_fn: Callable[[int | None, list[int]], int], most: int | None = None
+              ) -> list[tuple[int, int]]:
         """The prompt's full blocks from block `start` on (chained from `parent`, the hash of
-        the block before) that the tier holds, as (slot, hash), up to the first miss; at least
-        one prompt token is left to compute."""
+        the block before) that the tier holds, as (slot, hash), up to the first miss (at most
+        `most` of them); at least one prompt token is left to compute."""
         found: list[tuple[int, int]] = []
-        for i in range(start, (len(prompt) - 1) // block_size):
+        end = (len(prompt) - 1) // block_size
+        if most is not None:
+            end = min(end, start + most)
+        for i in range(start, end):
             chunk = prompt[i * block_size:(i + 1) * block_size]
             h = hash_fn(parent, chunk)
             slot = self.find(h, chunk)

@@ -27,14 +27,15 @@ class TierLoads:
         self.writer = writer
         self.tier = tier
 
-    def match(self, prompt: list[int], hashes: list[int]) -> list[tuple[int, int]]:
+    def match(self, prompt: list[int], hashes: list[int], most: int | None = None
+              ) -> list[tuple[int, int]]:
         """(slot, hash) of the prompt's full blocks after its GPU hits (`hashes`) that the tier
-        holds, up to the first miss."""
+        holds, up to the first miss (and at most `most`)."""
         w = self.writer
         if not w.enable_prefix_caching or not self.tier.num_blocks:
             return []
         return self.tier.match(prompt, hashes[-1] if hashes else None, len(hashes),
-                               w.block_size, w.hash_fn)
+                               w.block_size, w.hash_fn, most)
 
     def load(self, seq: Sequence, prompt: list[int], loads: list[tuple[int, int]],
              events: list[Event]) -> None:

@@ -200,6 +200,7 @@ class CacheEngine:
         """Copy-on-write: block src -> block dst for every (src, dst), all layers, one launch."""
         if not pairs:
             return
+        self._loaded_first(pairs)
         src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_gpu_blocks, self.device)
         self.ops.copy_blocks(self.kv_cache, src, dst)
 
@@ -208,6 +209,7 @@ class CacheEngine:
         """Device block -> CPU block for every (gpu_id, cpu_id)."""
         if not pairs:
             return
+        self._loaded_first(pairs)
         src, dst = self._ids(pairs, self.num_gpu_blocks, self.num_cpu_blocks, None)
         self.ops.swap_blocks(self.kv_cache, self.cpu_cache, src, dst)
 
@@ -224,6 +226,7 @@ class CacheEngine:
         on by itself (tier_copies.py)."""
         if pairs:
             self._ids(pairs, self.num_gpu_blocks, self.num_offload_blocks, None)
+            self._loaded_first(pairs)
             self.tier.offload(self.kv_cache, pairs)
 
     def load(self, pairs: list[tuple[int, int]]) -> None:
@@ -238,6 +241,13 @@ class CacheEngine:
         from the CPU tier that write their blocks. Nothing to look at when none is in flight."""
         if self.tier is not None and self.tier.pending:
             self.tier.wait_for_blocks([b for t in tables for b in t if b is not None])
+
+    def _loaded_first(self, pairs: list[tuple[int, int]]) -> None:
+        """A copy reading pool blocks whose load from the CPU tier may still be under way (a
+        prompt loading over several steps, preempted or freed meanwhile) runs after that load,
+        on the device like a forward pass would."""
+        if self.tier is not None and self.tier.pending:
+            self.tier.wait_for_blocks([src for src, _ in pairs])
 
     @torch.inference_mode()
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> dict[str, Any]:
@@ -279,12 +289,14 @@ class CacheEngine:
     def _ids(pairs: list[tuple[int, int]], src_count: int, dst_count: int,
              device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
         # Checked before any byte moves, so a bad id leaves both pools as they were.
-        for src, dst in pairs:
-            if not (0 <= src < src_count and 0 <= dst < dst_count):
-                raise ValueError(f"block pair ({src}, {dst}) out of range: source ids go up to "
-                                 f"{src_count - 1}, destination ids up to {dst_count - 1}")
-        src_ids = torch.tensor([p[0] for p in pairs], dtype=torch.long)
-        dst_ids = torch.tensor([p[1] for p in pairs], dtype=torch.long)
+        srcs, dsts = [p[0] for p in pairs], [p[1] for p in pairs]
+        if min(srcs) < 0 or max(srcs) >= src_count or min(dsts) < 0 or max(dsts) >= dst_count:
+            src, dst = next((s, d) for s, d in pairs
+                            if not (0 <= s < src_count and 0 <= d < dst_count))
+            raise ValueError(f"block pair ({src}, {dst}) out of range: source ids go up to "
+                             f"{src_count - 1}, destination ids up to {dst_count - 1}")
+        src_ids = torch.tensor(srcs, dtype=torch.long)
+        dst_ids = torch.tensor(dsts, dtype=torch.long)
         if device is not None:
             src_ids, dst_ids = src_ids.to(device), dst_ids.to(device)
         return src_ids, dst_ids

@@ -283,48 +283,50 @@ class ModelRunner:
     def prepare(self, batch: list[StepItem], fed: bool = False
                 ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Metadata and packed inputs of a batch (built on the CPU, moved to the device once).
-        `fed`: some token ids are placeholders, filled on the device afterwards."""
-        bs = self.block_size
+        `fed`: some token ids are placeholders, filled on the device afterwards. The host's
+        work grows with the sequences and their tables, not with the tokens: every token's
+        position and slot is computed from them in a few vectorised operations (a chunk of a
+        long prompt is thousands of tokens)."""
         token_ids: list[int] = []
-        positions: list[int] = []
-        seq_lens: list[int] = []
-        query_start = [0]
         for i, seq in enumerate(batch):
             self._check(i, seq)
-            q_len = len(seq.token_ids)
-            token_ids.extend(max(int(t), 0) if fed else int(t) for t in seq.token_ids)
-            positions.extend(range(seq.num_computed, seq.num_computed + q_len))
-            seq_lens.append(seq.num_computed + q_len)
-            query_start.append(query_start[-1] + q_len)
-        dev = self.device
+            token_ids += seq.token_ids
+        q_lens = torch.tensor([len(s.token_ids) for s in batch])
+        starts = torch.tensor([s.num_computed for s in batch])
+        query_start = torch.zeros(len(batch) + 1, dtype=torch.long)
+        torch.cumsum(q_lens, 0, out=query_start[1:])
+        seq_of = torch.repeat_interleave(torch.arange(len(batch)), q_lens)  # each token's sequence
+        positions = starts[seq_of] + torch.arange(len(token_ids)) - query_start[seq_of]
+        ids = torch.tensor([token_ids], dtype=torch.long)
+        if fed:  # placeholders (the in-flight marker) read as token 0 until the feed writes them
+            ids.clamp_(min=0)
+        dev, bs = self.device, self.block_size
         slot_mappings, block_tables = [], []
         for g, window in enumerate(self.layout.windows):
-            slots: list[int] = []
             tables = [seq.block_table if g == 0 else seq.group_tables[g - 1] for seq in batch]
+            width = max(map(len, tables))
+            flat: list[int | None] = []
             for seq, table in zip(batch, tables, strict=True):
-                for pos in range(seq.num_computed, seq.num_computed + len(seq.token_ids)):
-                    slots.append(table[pos // bs] * bs + pos % bs)
-            padded = torch.zeros((len(batch), max(map(len, tables))), dtype=torch.int32)
-            for i, (seq, table) in enumerate(zip(batch, tables, strict=True)):
-                ids = _kernel_table(table, seq.num_computed, window, bs) if window else table
-                padded[i, : len(table)] = torch.tensor(ids, dtype=torch.int32)
-            slot_mappings.append(torch.tensor(slots, dtype=torch.int64).to(dev))
+                flat += _kernel_table(table, seq.num_computed, window, bs) if window else table
+                flat += [0] * (width - len(table))
+            padded = torch.tensor(flat, dtype=torch.int32).view(len(batch), width)
+            slots = padded[seq_of, positions // bs].long() * bs + positions % bs
+            slot_mappings.append(slots.to(dev))
             block_tables.append(padded.to(dev))
+        seq_lens = starts + q_lens
         meta = PagedMetadata(
             kv_cache=self.cache.kv_cache,
             ops=self.cache.ops,
             slot_mappings=tuple(slot_mappings),
             block_tables=tuple(block_tables),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32).to(dev),
-            query_start_loc=torch.tensor(query_start, dtype=torch.int32).to(dev),
-            max_query_len=max(len(seq.token_ids) for seq in batch),
-            max_seq_len=max(seq_lens),
+            seq_lens=seq_lens.to(torch.int32).to(dev),
+            query_start_loc=query_start.to(torch.int32).to(dev),
+            max_query_len=int(q_lens.max()),
+            max_seq_len=int(seq_lens.max()),
             layout=self.layout,
         )
-        input_ids = torch.tensor([token_ids], dtype=torch.long).to(dev)
-        position_ids = torch.tensor([positions], dtype=torch.long).to(dev)
-        last_rows = torch.tensor(query_start[1:], dtype=torch.long).to(dev) - 1
-        return meta, input_ids, position_ids, last_rows
+        last_rows = (query_start[1:] - 1).to(dev)
+        return meta, ids.to(dev), positions[None].to(dev), last_rows
 
     def _check(self, i: int, seq: StepItem) -> None:
         # Checked before the forward pass: a bad table would otherwise write K/V into a block

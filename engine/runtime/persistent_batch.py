@@ -17,7 +17,10 @@ changed since the sequence's last step (vLLM's persistent batch does the same):
 The host keeps a mirror of each row and compares it with the sequence's tables every step (a
 list comparison at C speed, no assumption about where the bookkeeping changed them: a restored
 checkpoint, say); where they differ it finds the changed end, or resends the row. Entries a
-sliding window dropped (None) are never read by the kernels: they keep whatever the row held.
+sliding window dropped (None) are never read by the kernels: they keep whatever the row held,
+and a drop sends nothing, so a sliding group's row is patched by its appends like a full one's
+(it used to be resent whole each time the window passed a block: every block_size steps a
+sequence, a table as long as the context).
 `check(tables)` compares whole device rows with the bookkeeping's tables (the tests turn it on,
 with EngineConfig.track_kv_content): a missed change would have a sequence read another's K/V.
 
@@ -92,8 +95,8 @@ class PersistentTables:
                 start = min(n, len(known))
                 while start > 0 and table[start - 1] != known[start - 1]:
                     start -= 1  # an end replaced (copy-on-write, a draft's blocks again)
-                if table[:start] != known[:start]:
-                    start = 0  # a change before the end (a window's drop): the whole row
+                if table[:start] != known[:start] and not _dropped_only(table, known, start):
+                    start = 0  # a change before the end: the whole row
                 at = base + row * w
                 for j in range(start, n):
                     b = table[j]
@@ -118,3 +121,11 @@ class PersistentTables:
         for mirror in self._mirror:
             mirror[row] = []
         self._free.append(row)
+
+
+def _dropped_only(table: Table, known: list, end: int) -> bool:
+    """Whether the first `end` entries differ from what the row holds only where a sliding
+    window dropped them (None: a run at the table's start, never read again, so the row keeps
+    whatever it held there): then only the entries from `end` on need sending."""
+    d = table.count(None)
+    return d <= end and table[d:end] == known[d:end] and table[:d] == [None] * d

@@ -12,6 +12,8 @@ frees them too without waiting for a garbage collection.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import load_model
 from engine.runtime.protocols import Feed, StepItem
 from engine.runtime.sampler import TorchScores
+from engine.runtime.step_clock import StepClock
 
 
 class Runtime:
@@ -43,6 +46,9 @@ class Runtime:
                                   max_query=1 + drafts)
         # the tests track content: the device's decode tables are then checked every step too
         self.runner.graphs.check_tables = config.tracks_kv_content
+        # what steps cost here, for the drafts' choice: measured where graphs replay (a GPU)
+        self._clock = StepClock() if drafts and self.runner.graphs.use_graphs else None
+        self._overlaps = config.async_scheduling
         self.tokenizer = HFTokenizer(self.loaded.tokenizer)
         self.vocab_size = int(self.loaded.vocab_size)
         self.eos_token_ids = tuple(self.loaded.eos_token_ids)
@@ -54,6 +60,8 @@ class Runtime:
         self.warm_up_seconds = self.runner.warm_up(_log) if _should_warm_up(self.loaded) else 0.0
         if self.warm_up_seconds:
             self.loaded.warmed_up = True
+            if self.runner.graphs.use_graphs:  # a serving engine on a GPU, warm
+                freeze_heap()
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
         """One forward pass over `items` (engine/runtime/protocols.py's StepItem).
@@ -63,13 +71,29 @@ class Runtime:
         batch = list(items)
         # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
         self.cache.wait_for_loads(t for s in batch for t in s.tables())
+        if self._clock is not None:
+            self._clock.tick(_kind(batch), self.runner.graphs.bucket(min(
+                len(batch), self.runner.graphs.max_batch)))
         return self.runner.execute_scores(batch, feed)
 
     def draft_cost(self, num_seqs: int, q: int) -> float:
         """A step of num_seqs sequences verifying q - 1 draft tokens each, against a decode step
-        (speculative decoding drafts only where that pays: engine/core/draft_policy.py), with a
-        margin of 5% for the spread of the measurement and the step's lost overlap."""
-        return 1.05 * self.runner.graphs.cost_ratio(num_seqs, q)
+        (speculative decoding drafts only where that pays: engine/core/draft_policy.py). Where
+        steps replay graphs, as this runtime's own steps measured it (engine/runtime/
+        step_clock.py: a verification's lost overlap included); until both kinds were seen,
+        the graphs' GPU times with a margin of 5%, plus a whole step for the lost overlap under
+        async scheduling. On a CPU the fixed share per draft token of the graphs' default."""
+        graphs = self.runner.graphs
+        prior = 1.05 * graphs.cost_ratio(num_seqs, q)
+        if self._clock is None:
+            return prior
+        measured = self._clock.ratio(graphs.bucket(min(num_seqs, graphs.max_batch)))
+        return measured if measured is not None else prior + (1.0 if self._overlaps else 0.0)
+
+    def step_costs(self) -> dict[str, float]:
+        """The median wall time (ms) of decode and verification steps by batch bucket, as
+        measured for speculative decoding's choice (empty where nothing is measured)."""
+        return self._clock.seen() if self._clock is not None else {}
 
     def primitive_token(self, pending_token: int | None) -> int:
         """The model's pending pick."""
@@ -162,6 +186,31 @@ class Runtime:
             raise ValueError(f"rank must be 0 without tensor parallelism, got {rank!r}")
         self._check_open()
         return self.cache.read_block(layer, block_id)
+
+
+def freeze_heap() -> None:
+    """After a GPU engine's warm-up, the objects alive now (the model's modules, the pool's
+    blocks, compiled kernels) leave the garbage collector's generations (`gc.freeze`, as vLLM
+    does after start-up): a full collection walked all of them, 0.2 s on the test machine, and
+    one came every few steps of a long prompt's bookkeeping, stalling a step. The engine holds
+    no reference cycles, so nothing frozen waits on the collector to be freed; they go back
+    to it at exit, where the last collections run."""
+    global _UNFREEZE_AT_EXIT
+    gc.collect()
+    gc.freeze()
+    if not _UNFREEZE_AT_EXIT:
+        atexit.register(gc.unfreeze)
+        _UNFREEZE_AT_EXIT = True
+
+
+_UNFREEZE_AT_EXIT = False
+
+
+def _kind(batch: list[StepItem]) -> str | None:
+    """"decode" (one token a sequence), "verify" (a sequence verifies a draft) or None."""
+    if all(len(s.token_ids) == 1 for s in batch):
+        return "decode"
+    return "verify" if any(s.num_logits > 1 for s in batch) else None
 
 
 def _should_warm_up(loaded: Any) -> bool:

@@ -46,6 +46,10 @@ class TierCopies:
         self.slots = torch.zeros((num_slots, *page), dtype=kv_cache.dtype, pin_memory=cuda)
         self.num_slots = num_slots
         self.slot_bytes = self.slots[0].numel() * self.slots.element_size() if num_slots else 0
+        # copies over the bus and their bytes, each way: a prefix's blocks in consecutive slots
+        # go in one copy (the benchmarks report the bytes a copy moves)
+        self.bus_copies = {"out": 0, "in": 0}
+        self.bus_bytes = {"out": 0, "in": 0}
         self._slot_event: dict[int, Any] = {}  # a slot's last copy, for the next one to wait on
         self._block_event: dict[int, Any] = {}  # a loaded block: its forward waits on this
         if cuda:
@@ -68,7 +72,7 @@ class TierCopies:
         with torch.cuda.stream(self._offload_stream):
             self._offload_stream.wait_event(gathered)
             self._wait_slots(self._offload_stream, slots)
-            for first, last, at in _runs(slots):
+            for first, last, at in self._count(slots, "out"):
                 self.slots[first:last].copy_(staged[at:at + last - first], non_blocking=True)
             staged.record_stream(self._offload_stream)  # not reused before this stream read it
             done = torch.cuda.Event()
@@ -90,7 +94,7 @@ class TierCopies:
             self._wait_slots(self._load_stream, slots)
             staged = torch.empty((len(slots), *self.slots.shape[1:]), dtype=self.slots.dtype,
                                  device=self.device)
-            for first, last, at in _runs(slots):
+            for first, last, at in self._count(slots, "in"):
                 staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
             _scatter(kv_cache, blocks, staged)
             done = torch.cuda.Event()
@@ -122,6 +126,13 @@ class TierCopies:
         return self.slots[slot]
 
     # ---- internals -----------------------------------------------------------------------------
+
+    def _count(self, slots: list[int], way: str) -> list[tuple[int, int, int]]:
+        """The runs of consecutive slots, one copy each, counted with their bytes."""
+        runs = _runs(slots)
+        self.bus_copies[way] += len(runs)
+        self.bus_bytes[way] += len(slots) * self.slot_bytes
+        return runs
 
     def _wait_slots(self, stream: Any, slots: list[int]) -> None:
         for event in {id(e): e for s in slots if (e := self._slot_event.get(s)) is not None}.values():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.core.draft_policy import MAX_WAIT, DraftPolicy
+from engine.core.draft_policy import COOL_FIRST, COOL_MAX, MAX_WAIT, PAUSE_BELOW, PROMISING, DraftPolicy
 from engine.core.sequence import Sequence
 
 
@@ -22,9 +22,11 @@ def test_a_sequence_whose_lookups_miss_waits_twice_as_long_each_time() -> None:
               and p.propose(seq, 4, step) == []]
     gaps = [b - a for a, b in zip(looked, looked[1:], strict=False)]
     assert gaps[:7] == [1, 2, 3, 5, 9, 17, 33] and max(gaps) == MAX_WAIT + 1
-    seq.token_ids += [5, 6]  # the tail repeats now: the next lookup finds it and resets the wait
+    seq.token_ids += [5, 6]  # the tail repeats now: the next lookup finds it
     step = p.state(seq).next_lookup
-    assert p.propose(seq, 4, step) == [5, 6, 5, 6] and p.state(seq).wait == 0
+    draft = p.propose(seq, 4, step)
+    assert draft == [5, 6, 5, 6]
+    assert p.choose([(seq, draft)], 1, step) and p.state(seq).wait == 0  # taken: no wait
 
 
 def test_a_step_drafts_only_where_the_expected_kept_tokens_pay_for_the_verification() -> None:
@@ -37,11 +39,59 @@ def test_a_step_drafts_only_where_the_expected_kept_tokens_pay_for_the_verificat
     assert not policy(1.0).pays([], 8)
 
 
-def test_a_draft_with_nothing_kept_lowers_the_expected_share_and_backs_off() -> None:
+def test_a_draft_with_nothing_kept_lowers_the_expected_share_and_pauses() -> None:
     p, seq = policy(), Sequence(0)
     for _ in range(6):
         p.verified(seq, 4, 0, step=10)
-    assert p.state(seq).rate < 0.1 and p.state(seq).next_lookup > 11
+    assert p.state(seq).rate < PAUSE_BELOW and p.state(seq).paused_until > 11
+
+
+def test_a_sequence_whose_drafts_keep_being_rejected_stops_drafting_for_longer_each_time() -> None:
+    p, seq = policy(), Sequence(0, token_ids=[5, 6, 7, 5, 6, 7, 5, 6])
+    drafted_at = []
+    for step in range(600):
+        draft = p.propose(seq, 4, step)
+        if draft and p.choose([(seq, draft)], 1, step):
+            drafted_at.append(step)
+            p.verified(seq, len(draft), 0, step)  # sampling rejects what the lookup copies
+    gaps = [b - a for a, b in zip(drafted_at, drafted_at[1:], strict=False)]
+    # one rejected draft: the next step but one; two in a row: a pause, twice as long each time
+    assert gaps[:5] == [1, COOL_FIRST + 1, 2 * COOL_FIRST + 1, 4 * COOL_FIRST + 1, 8 * COOL_FIRST + 1]
+    assert max(gaps) == COOL_MAX + 1 and len(drafted_at) < 12  # in 600 steps
+    step = drafted_at[-1] + COOL_MAX + 1
+    for _ in range(3):  # its text is drafted well again: the pauses end
+        p.verified(seq, 4, 4, step)
+    assert p.state(seq).cool == 0 and p.state(seq).rate > 0.5
+    assert p.propose(seq, 4, step + 1)
+
+
+def test_drafts_a_step_does_not_take_are_compared_with_what_came_and_teach_the_rate() -> None:
+    """At a batch where drafts do not pay, nothing is verified, yet each sequence learns from its
+    unverified draft (its shadow): text that goes elsewhere pauses its lookups, text that
+    follows the draft makes it promising, so the batch drafts once enough of it is."""
+    p = policy(3.5)  # a verification costing 3.5 decode steps: 2 tokens a draft never pay
+    wild = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
+    looked = 0
+    for step in range(64):
+        drafts = [(s, d) for s in wild if (d := p.propose(s, 4, step))]
+        looked += len(drafts)
+        assert p.choose(drafts, len(wild), step) == []
+        for s in wild:
+            s.token_ids.append(100 + step)  # never what the lookup copied
+    assert looked <= 8 * 6  # a lookup or two, then the back-off of lookups that miss
+    assert all(p.state(s).rate < PROMISING and p.state(s).shadow is None for s in wild)
+
+    p = policy(4.0)  # 2 tokens a draft at the prior rate do not pay; 3.3 of a learned loop do
+    loops = [Sequence(i, token_ids=[5, 6, 7, 5, 6, 7, 5, 6]) for i in range(8)]
+    drafted_at = None
+    for step in range(12):
+        drafts = [(s, d) for s in loops if (d := p.propose(s, 4, step))]
+        if p.choose(drafts, len(loops), step):
+            drafted_at = step
+            break
+        for s in loops:
+            s.token_ids.append(s.token_ids[-3])  # the loop goes on: each shadow comes true
+    assert drafted_at is not None and p.state(loops[0]).rate > 0.7  # learned without a verification
 
 
 def test_a_sequence_in_flight_asks_for_a_lookup_only_where_its_known_tail_repeats() -> None:
@@ -51,6 +101,12 @@ def test_a_sequence_in_flight_asks_for_a_lookup_only_where_its_known_tail_repeat
     assert p.state(prose).wait == MAX_WAIT  # and it looked up less and less often
     loop = Sequence(1, token_ids=[7, 8, 9, 7, 8, 9, 7, 8, -1])
     assert p.wants_lookup([loop], 0)
+    # in a step of 64 decodes one looping sequence's draft would not pay a verification
+    assert not policy(1.5).wants_lookup([Sequence(2, token_ids=loop.token_ids)], 0, 64)
+    rejected = Sequence(3, token_ids=loop.token_ids)
+    p.verified(rejected, 4, 0, step=0)
+    p.verified(rejected, 4, 0, step=0)  # two drafts rejected in a row: it is paused
+    assert not p.wants_lookup([rejected], 1)
 
 
 def test_in_the_dry_mode_a_draft_that_does_not_pay_is_not_made() -> None:
@@ -102,3 +158,34 @@ def test_text_with_nothing_to_draft_keeps_its_steps_overlapped(default_model) ->
         steps += 1
         overlapped += eng._flight.launched is not None  # left on the device: the next overlaps
     assert overlapped >= 0.8 * steps
+
+
+def _drafting_steps(cost, params: SamplingParams, n: int = 64) -> tuple[int, int]:
+    """(steps that verified drafts, steps) of n requests of a repetitive prompt in the dry mode,
+    whose picks are random: the lookup finds drafts that sampling rejects."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=n * 8 + 16,
+                                 max_num_seqs=n, speculative_method="ngram",
+                                 num_speculative_tokens=4, prompt_lookup_min=1))
+    eng.scheduler.drafting.cost = cost
+    for i in range(n):
+        eng.add_request("one two three four " * 4 + str(i), params)
+    drafting = steps = 0
+    while eng.has_pending_work():
+        result = eng.step()
+        steps += 1
+        drafting += any(e.kind == "draft" for e in result.events)
+    return drafting, steps
+
+
+def test_drafts_that_sampling_rejects_soon_stop_at_a_batch_where_verification_costs() -> None:
+    params = SamplingParams(max_tokens=64, temperature=1.0, seed=1, ignore_eos=True)
+    # a verification of 64 sequences costing two decode steps (a GPU's lost overlap): after the
+    # first rejected drafts no step drafts again; one sequence alone drafts now and then
+    drafting, steps = _drafting_steps(lambda n, q: 2.0 if n > 8 else 1.2, params)
+    assert 0 < drafting <= 2 and steps >= 64
+    # a verification costing little more than a decode (its graph's time alone): the rejected
+    # sequences pause, 8, 16, 32 steps, instead of drafting every other step
+    cheap, _ = _drafting_steps(lambda n, q: 1.3, params)
+    assert 0 < cheap <= 5
+    alone, _ = _drafting_steps(lambda n, q: 1.2, params, n=1)
+    assert 0 < alone <= 5  # paused 8, 16, 32 steps after each rejection: not every other step

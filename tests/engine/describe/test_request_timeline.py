@@ -77,7 +77,11 @@ def _expected(rid, before, snap0, result, after, snap1):
         fresh = seqs0[s].num_tokens == 0 or r0.status == "waiting"
         computed = seqs1[s].num_tokens - (seqs1[s].num_cached_tokens if fresh else
                                           seqs0[s].num_tokens)
-        return "prefill", (computed if len(live) == 1 else None), (f"{rest} to go" if rest else None)
+        # every chunk of a re-prefill after a preemption by recompute is labelled "recompute"
+        # (a request that had sampled keeps its pending token while it computes its text again)
+        again = seqs1[s].pending_token is not None
+        return "prefill", (computed if len(live) == 1 else None), (
+            "recompute" if rest and again else f"{rest} to go" if rest else None)
     if all(s in seqs0 for s in live):  # one sequence, or samples (beams fork every step)
         grew = [seqs1[s].num_tokens - seqs0[s].num_tokens for s in live]
         if not any(grew):

@@ -47,3 +47,35 @@ def test_drafts_through_the_graphs_change_no_greedy_token(smol, async_scheduling
     # verification steps replayed as graphs: k + 1 = 5 queries, in the graphs of max_query
     assert graphs.max_query >= 5 and any(q == graphs.max_query for _, q in graphs.graphs)
     assert graphs.ratios  # and their cost measured against decode steps at start
+    assert eng.runtime.step_costs()  # the steps' own costs measured, for the drafts' choice
+
+
+def test_sampled_drafts_that_are_rejected_keep_the_tokens_and_soon_stop(smol) -> None:
+    """Temperature 1 on this nearly flat model: the lookup finds the prompt's loop, sampling
+    rejects its drafts. Seeded samples are those of the engine without drafts (rejection
+    sampling's rule), and the sequences soon stop drafting (issue 44: drafts that fail must
+    cost nothing)."""
+    prompts = [[300 + (j % 9) for j in range(40)] + [1000 + i] for i in range(16)]
+    params = SamplingParams(max_tokens=64, temperature=1.0, seed=7, ignore_eos=True)
+
+    def run(k: int) -> tuple[list, int, int]:
+        spec = {"speculative_method": "ngram", "num_speculative_tokens": k,
+                "prompt_lookup_min": 1} if k else {}
+        eng = LLMEngine(EngineConfig(model=smol, device="cuda", dtype="float32", block_size=16,
+                                     num_gpu_blocks=256, async_scheduling=True, **spec))
+        steps = drafting = 0
+        for p in prompts:
+            eng.add_request(p, params)
+        outs = []
+        while eng.has_pending_work():
+            res = eng.step()
+            outs += res.finished
+            steps += 1
+            drafting += any(e.kind == "draft" for e in res.events)
+        outs.sort(key=lambda o: o.request_id)
+        return [list(o.outputs[0].token_ids) for o in outs], drafting, steps
+
+    plain, _, _ = run(0)
+    drafted, drafting, steps = run(4)
+    assert drafted == plain
+    assert drafting <= max(4, steps // 8), (drafting, steps)

@@ -128,3 +128,18 @@ def test_a_prompt_longer_than_the_static_queries_goes_the_general_way(tiny_model
     torch.testing.assert_close(static.execute_scores(batch).logits, general.execute(batch),
                                atol=1e-5, rtol=1e-5)
     assert static.graphs.num_replays == 0 and not static.graphs.state._row_of
+
+
+def test_a_windows_drop_sends_nothing_and_its_next_block_one_entry() -> None:
+    """A sliding group's table: the window passes its first blocks (None: never read) while a
+    new block comes at the end. Only the new entry goes to the device, never the whole row."""
+    state = PersistentTables(1, 2, WIDTH, torch.device("cpu"))
+    table: list[int | None] = [3, 4, 5, 6]
+    assert sync(state, {0: table})[1] == 4
+    table[:2] = [None, None]  # the window passed two blocks
+    assert sync(state, {0: table})[1] == 0
+    table.append(9)
+    table[2] = None
+    assert sync(state, {0: table})[1] == 1
+    table[3] = 8  # a change where no window dropped anything: the row again (what it still reads)
+    assert sync(state, {0: table})[1] == 2

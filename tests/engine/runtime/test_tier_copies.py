@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.core import scheduler
 from engine.runtime.tier_copies import TierCopies, _runs
 
 
@@ -43,6 +44,7 @@ def test_consecutive_slots_go_in_one_copy() -> None:
     assert _runs([0]) == [(0, 1, 0)]
 
 
+DEVICE = "cuda"  # the tests below that need a GPU run there
 SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
 
 
@@ -70,6 +72,48 @@ def test_a_prefix_from_the_tier_waits_one_step_then_computes_the_rest() -> None:
     while eng.has_pending_work():
         eng.step()
     eng.check_invariants()
+
+
+def test_beside_other_requests_a_long_prefix_comes_back_a_few_blocks_a_step(monkeypatch) -> None:
+    """While another request decodes, the prompt whose prefix is in the tier takes at most
+    TIER_LOAD_CHUNK blocks from it a step (its bookkeeping and copies spread over the others'
+    steps), computes nothing until the step after its last blocks came, and gives the tokens
+    of the engine without a tier; alone, it takes all of them at once. Content tracked."""
+    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 3)
+
+    def serve(tier: int) -> tuple[list, list[int], list[bool]]:
+        eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40,
+                                     num_offload_blocks=tier, seed=5))
+        params = SamplingParams(max_tokens=6)
+        outs = [eng.generate(SYSTEM + "France?", params)[0], eng.generate("x" * 130, params)[0]]
+        other = eng.add_request("yz" * 6, SamplingParams(max_tokens=30, ignore_eos=True))
+        eng.step()
+        rid = eng.add_request(SYSTEM + "Spain?", params)
+        loaded, decoding = [], []
+        while eng.has_pending_work():
+            res = eng.step()
+            outs += res.finished
+            loaded += [len(e.block_ids) for e in res.events if e.kind == "load"]
+            if any(o.request_id == rid for o in res.finished):
+                continue
+            if eng.request(rid) and eng.request(rid).status == "loading":
+                decoding.append(res.num_decodes > 0 and eng.request(other) is not None)
+            eng.check_invariants()
+        assert (sum(loaded) >= 3 * len(SYSTEM) // 16) == bool(tier)
+        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs), loaded, decoding
+
+    plain, _, _ = serve(0)
+    got, loaded, decoding = serve(64)
+    assert got == plain
+    assert len(loaded) >= 3 and max(loaded) <= 3  # over several steps, 3 blocks each at most
+    assert decoding and all(decoding)  # the other request decoded in every step of the load
+    alone = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40,
+                                   num_offload_blocks=64))
+    alone.generate(SYSTEM + "France?", SamplingParams(max_tokens=6))
+    alone.generate("x" * 130, SamplingParams(max_tokens=6))
+    alone.add_request(SYSTEM + "Spain?", SamplingParams(max_tokens=6))
+    first = alone.step()
+    assert sum(len(e.block_ids) for e in first.events if e.kind == "load") > 3  # all at once
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -100,6 +144,34 @@ def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_mode
                 outs.append(eng.generate(p + [again], SamplingParams(max_tokens=5, ignore_eos=True))[0])
         assert (eng.snapshot().metrics.offload_hit_blocks > 0) == bool(tier)
         return [o.outputs[0].token_ids for o in outs]
+
+    assert run(64) == run(0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, monkeypatch) -> None:
+    """The tier's loads in parts while another request decodes, on the GPU's streams: the
+    repeated prompt's tokens and the decoding request's are those of recomputing (float32)."""
+    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 2)
+    prompt = [300 + (j * 7) % 900 for j in range(70)]
+
+    def run(tier: int) -> list:
+        eng = LLMEngine(EngineConfig(model="tiny-random", device=DEVICE, dtype="float32",
+                                     block_size=8, num_gpu_blocks=12, num_offload_blocks=tier,
+                                     track_kv_content=True, async_scheduling=True))
+        params = SamplingParams(max_tokens=5, ignore_eos=True)
+        outs = [eng.generate(prompt + [1], params)[0], eng.generate(prompt[::-1], params)[0]]
+        eng.add_request([5, 6, 7, 8], SamplingParams(max_tokens=40, ignore_eos=True))
+        eng.step()
+        eng.add_request(prompt + [2], params)
+        loads = 0
+        while eng.has_pending_work():
+            res = eng.step()
+            outs += res.finished
+            loads += any(e.kind == "load" for e in res.events)
+        eng.check_invariants()
+        assert (loads >= 3) == bool(tier)  # in parts: two blocks a step
+        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs)
 
     assert run(64) == run(0)
 

@@ -41,3 +41,17 @@ def test_no_warm_up_on_zerogpu(monkeypatch, warm_ups):
     monkeypatch.setenv("PAGEDLAB_WARMUP", "1")
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     assert engines(1) == [0.0] and not warm_ups
+
+
+def test_a_warm_engine_takes_what_lives_out_of_the_collectors_generations() -> None:
+    import gc
+
+    from engine.runtime.runtime import freeze_heap
+
+    kept = [[i] for i in range(1000)]  # alive at the freeze
+    before = gc.get_freeze_count()
+    try:
+        freeze_heap()
+        assert gc.get_freeze_count() >= before + len(kept)
+    finally:
+        gc.unfreeze()

@@ -1,0 +1,206 @@
+"""Issue 44 in one GPU run: drafts that cost nothing when they fail, the hybrid cache, the CPU tier
+at the bus's speed, the 1.2B step against its roofline; the GPU tests of what changed; and
+where the step's time goes (kernels timed alone, the attention's tiles swept, `ncu` if there).
+
+    python bench/mem_gpu.py --out "$OUT"                  # one H100: under 9 minutes
+    python bench/mem_gpu.py --smoke --out /tmp/mem         # a CPU: every part runs, tiny sizes
+
+Writes into --out (at most 8 files): mem_gpu.json (every number; rewritten after each part),
+profiles.txt (host and kernel profiles), gpu_pytest.log, kernel_probe.json, ncu.csv (where
+`ncu` runs), and prints the table last. Each part fails alone (its error goes into the JSON and
+the others go on), and a part that would start past the time budget is skipped and said so.
+Models: bench/mem_models.py; measurements: bench/mem_parts.py and the benches they reuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from bench import mem_models, mem_parts, tier  # noqa: E402
+from bench.mem_table import table  # noqa: E402
+
+# sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
+FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, hybrid_prompts=[1024, 4096],
+                            hybrid_requests=32, hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512,
+                            roof_new=96, layers=None, budget_s=480)}
+SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, hybrid_prompts=[160],
+                              hybrid_requests=4, hybrid_new=16, roof_seqs=[4], roof_prompt=48,
+                              roof_new=8, layers=2, budget_s=1800)}
+#: the GPU tests of what issue 44 changed (tests that need the real SmolLM2 weights aside)
+TESTS = ["tests/kernels/test_sliding_window.py::test_triton_split_k_with_a_window",
+         "tests/kernels/test_sliding_window.py::test_triton_bf16_with_a_window",
+         "tests/engine/runtime/test_sliding_window_models.py::"
+         "test_on_a_gpu_graphs_and_triton_kernels_past_the_window_equal_hf",
+         "tests/engine/runtime/test_drafts_on_cuda.py::test_drafts_through_the_graphs_change_no_greedy_token[True]",
+         "tests/engine/runtime/test_drafts_on_cuda.py::test_sampled_drafts_that_are_rejected_keep_the_tokens_and_soon_stop",
+         "tests/engine/runtime/test_tier_copies.py",
+         "tests/engine/runtime/test_decode_graphs.py::test_graph_replay_equals_eager_on_cuda",
+         "tests/engine/runtime/test_persistent_batch.py", "tests/engine/runtime/test_step_clock.py",
+         "tests/engine/core/test_draft_policy.py"]
+#: each part's seconds on an H100 (the earlier runs'), to skip what the budget no longer holds
+ESTIMATE = {"spec": 45, "rejects": 50, "hybrid": 50, "tier": 45, "roofline": 80, "tests": 120,
+            "probe": 40, "ncu": 60}
+TESTS_AT_LEAST = 100  # seconds the tests get whatever the parts before them took
+
+
+def worth_starting(part: str, left: float) -> bool:
+    """Whether a part may start with `left` seconds of the budget: a measurement only where half
+    its estimate fits beside the tests' share; the tests always; the diagnostics at the end on
+    a quarter of theirs."""
+    if part == "tests":
+        return True
+    if part in ("probe", "ncu"):
+        return left >= 0.25 * ESTIMATE[part]
+    return left >= 0.5 * ESTIMATE[part] + TESTS_AT_LEAST
+
+
+class Run:
+    """The run's models, results and files; each part is a method."""
+
+    def __init__(self, out: Path, device: str, sizes: dict) -> None:
+        self.out, self.device, self.sizes = out, device, sizes
+        self.folder = Path(tempfile.mkdtemp(prefix="mem-gpu-"))
+        self.tok, tok_note = mem_models.tokenizer()
+        self.paths: dict[str, str] = {}
+        self.profiles: list[str] = []
+        self.result: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                             "torch": torch.__version__, "tokenizer": tok_note,
+                             "sizes": {k: v for k, v in sizes.items() if k != "budget_s"}}
+
+    def model(self, kind: str) -> str:
+        if kind not in self.paths:
+            t0 = time.perf_counter()
+            self.paths[kind] = mem_models.build(kind, self.folder, self.tok, self.device,
+                                                self.sizes["layers"])
+            self.result.setdefault("build_s", {})[kind] = round(time.perf_counter() - t0, 1)
+        return self.paths[kind]
+
+    def spec(self) -> dict:
+        got = mem_parts.spec_greedy(self.model("loops"), self.device, self.sizes)
+        got["hf_prompt_lookup"] = mem_parts.hf_lookup(self.model("loops"), self.device, self.sizes)
+        return got
+
+    def rejects(self) -> dict:
+        return {"smollm2": mem_parts.spec_rejects(self.model("rejects_smol"), self.device, self.sizes),
+                "llama1b": mem_parts.spec_rejects(self.model("rejects_1b"), self.device, self.sizes)}
+
+    def hybrid(self) -> dict:
+        return mem_parts.hybrid({"hybrid": self.model("hybrid"), "full": self.model("full")},
+                                self.device, self.sizes)
+
+    def tier(self) -> dict:
+        got = mem_parts.tier_all(self.model("one_b"), self.device, self.sizes)
+        profile = got.pop("profile")
+        for name, p in profile.items():
+            self.profiles += [f"== tier repeat of a {self.sizes['doc']}-token document, {name}: "
+                              f"{p['wall_ms']} ms", *p["host"], *p["device"]]
+        return got
+
+    def roofline(self) -> dict:
+        got = mem_parts.roofline(self.model("one_b"), self.device, self.sizes)
+        for n, row in got.items():
+            if isinstance(row, dict) and "host_profile" in row:
+                self.profiles += [f"== 1.2B decode, {n} sequences: host (cProfile)",
+                                  *row.pop("host_profile")]
+        return got
+
+    def tests(self) -> dict:
+        log = self.out / "gpu_pytest.log"
+        timeout = max(TESTS_AT_LEAST, int(self.left() - 0.25 * ESTIMATE["probe"]))
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not model",
+               *TESTS]
+        t0 = time.perf_counter()
+        try:
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            text, rc = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as err:
+            text, rc = f"{err.stdout or ''}\n{err.stderr or ''}\nTIMEOUT after {timeout} s", -1
+        log.write_text(text if isinstance(text, str) else text.decode())
+        last = [line for line in str(text).splitlines() if line.strip()][-1:] or [""]
+        return {"returncode": rc, "summary": last[0], "seconds": round(time.perf_counter() - t0, 1)}
+
+    def probe(self) -> dict:
+        from bench import kernel_probe
+
+        if self.device != "cuda":
+            return {"skipped": "needs a GPU"}
+        got = {str(n): {"kernels": kernel_probe.layer_kernels(n, self.sizes["roof_prompt"] + 48),
+                        "attention_sweep": kernel_probe.sweep(n, self.sizes["roof_prompt"] + 48)}
+               for n in self.sizes["roof_seqs"]}
+        (self.out / "kernel_probe.json").write_text(json.dumps(got, indent=1))
+        return {n: {"attention_best": v["attention_sweep"][:3]} for n, v in got.items()}
+
+    def ncu(self) -> dict:
+        ncu = shutil.which("ncu") or next(iter(sorted(Path("/opt/nvidia").glob(
+            "nsight-compute/*/ncu"))), None)
+        if self.device != "cuda" or not ncu:
+            return {"skipped": "no GPU or no ncu"}
+        csv = self.out / "ncu.csv"
+        cmd = [str(ncu), "--csv", "--clock-control", "none", "--section", "SpeedOfLight",
+               "--kernel-name", "regex:paged_attn|merge|rms_norm|silu|nvjet|gemm|sm90",
+               "--launch-count", "24", sys.executable, os.path.join(ROOT, "bench", "kernel_probe.py"),
+               "--once", "--seqs", "64"]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                              timeout=max(20, int(self.left())))
+        csv.write_text(done.stdout[-4_000_000:] + "\n" + done.stderr[-20_000:])
+        return {"returncode": done.returncode, "lines": done.stdout.count("\n")}
+
+    def left(self) -> float:
+        return self.sizes["budget_s"] - (time.perf_counter() - START)
+
+    def save(self) -> None:
+        (self.out / "mem_gpu.json").write_text(json.dumps(self.result, indent=1, default=str))
+        (self.out / "profiles.txt").write_text("\n".join(self.profiles))
+
+
+START = time.perf_counter()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--only", nargs="+", default=list(ESTIMATE), choices=list(ESTIMATE))
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(out, args.device, dict(SMOKE if args.smoke else FULL))
+    print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
+          f"{run.result['tokenizer']}", flush=True)
+    for part in args.only:
+        if not worth_starting(part, run.left()):
+            run.result[part] = {"skipped": f"{run.left():.0f} s of the budget left"}
+            continue
+        t0 = time.perf_counter()
+        try:
+            run.result[part] = getattr(run, part)()
+        except Exception as err:  # noqa: BLE001 - one part failing must not lose the others
+            run.result[part] = {"error": f"{type(err).__name__}: {err}",
+                                "trace": traceback.format_exc().splitlines()[-12:]}
+        run.result.setdefault("part_s", {})[part] = round(time.perf_counter() - t0, 1)
+        print(f"[mem_gpu] {part}: {run.result['part_s'][part]} s, "
+              f"{'error' if 'error' in run.result[part] else 'done'}", flush=True)
+        run.save()
+    run.result["total_s"] = round(time.perf_counter() - START, 1)
+    run.save()
+    print(table(run.result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

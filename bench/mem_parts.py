@@ -1,0 +1,197 @@
+"""The measurements of issue 44's GPU run (bench/mem_gpu.py), one function a row of its table.
+
+Each compares two engines built in this process on the same device, both warm, their runs
+interleaved where it matters (bench/device_step.py's `timed_runs`); each returns plain data
+for the run's JSON. The workloads and models are bench/mem_models.py's; prompts are token ids.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from bench import device_step, tier
+from bench.device_step import sync, timed_runs
+from bench.mem_models import REJECT_VOCAB
+from engine import EngineConfig, LLMEngine, SamplingParams
+
+
+def repetitive(batch: int, vocab: int) -> list[list[int]]:
+    """`batch` prompts of an 8-token phrase said 8 times and a token of their own (the token-id
+    form of bench/device_step.py's "one two ... eight" prompt)."""
+    phrase = [vocab // 2 + j for j in range(8)] if vocab <= 1024 else [1000 + j for j in range(8)]
+    return [phrase * 8 + [(vocab // 4 + i) % vocab] for i in range(batch)]
+
+
+def _ratio(got: dict[int, dict]) -> float:
+    return round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3)
+
+
+def spec_greedy(path: str, device: str, sizes: dict) -> dict:
+    """Drafts k = 4 against none, greedy, repetitive prompts, at each batch: tokens/s, tokens a
+    pass, the same tokens."""
+    top = max(sizes["batches"])
+    engines = {k: device_step.engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
+    rows = []
+    for batch in sizes["batches"]:
+        got = timed_runs(engines, repetitive(batch, 49152),
+                         SamplingParams(max_tokens=sizes["new"], ignore_eos=True), device,
+                         sizes["repeats"])
+        rows.append({"batch": batch, "drafts_over_none": _ratio(got),
+                     "same_tokens": got[4].pop("ids") == got[0].pop("ids"), "k0": got[0],
+                     "k4": got[4]})
+    costs = engines[4].runtime.step_costs()
+    for eng in engines.values():
+        eng.close()
+    return {"rows": rows, "step_costs_ms": costs}
+
+
+def spec_rejects(path: str, device: str, sizes: dict) -> dict:
+    """Drafts k = 4 against none at the largest batch, sampled at temperature 1 on a model
+    whose samples make the lookup find drafts that sampling rejects (bench/mem_models.py):
+    tokens/s, how many drafts were made and kept, how many steps verified drafts."""
+    top = max(sizes["batches"])
+    engines = {k: device_step.engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
+    params = SamplingParams(max_tokens=sizes["new"], temperature=1.0, seed=1, ignore_eos=True)
+    prompts = repetitive(top, REJECT_VOCAB)
+    got = timed_runs(engines, prompts, params, device, sizes["repeats"])
+    same = got[4].pop("ids") == got[0].pop("ids")  # seeded: rejection sampling keeps them
+    drafting = _drafting_steps(engines[4], prompts, params)
+    costs = engines[4].runtime.step_costs()
+    for eng in engines.values():
+        eng.close()
+    return {"batch": top, "drafts_over_none": _ratio(got), "same_tokens": same, "k0": got[0],
+            "k4": got[4], "drafting_steps": drafting, "step_costs_ms": costs}
+
+
+def _drafting_steps(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
+    for p in prompts:
+        eng.add_request(p, params)
+    steps = drafting = 0
+    while eng.has_pending_work():
+        result = eng.step()
+        steps += 1
+        drafting += any(e.kind == "draft" for e in result.events)
+    return {"steps": steps, "steps_that_drafted": drafting}
+
+
+def hf_lookup(path: str, device: str, sizes: dict) -> dict:
+    """Hugging Face's prompt lookup (k = 4) on the same model and prompt, batch 1: tokens per
+    forward pass (calls of the model counted by a hook; the prefill's aside)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, device_step.dtype(
+        device))).to(device)
+    calls = [0]
+    model.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    ids = torch.tensor(repetitive(1, 49152), device=device)
+    with torch.inference_mode():
+        gen = model.generate(ids, do_sample=False, max_new_tokens=sizes["new"], pad_token_id=0,
+                             min_new_tokens=sizes["new"], prompt_lookup_num_tokens=4)
+    new = gen.shape[1] - ids.shape[1]
+    del model
+    return {"new_tokens": new, "forward_passes": calls[0],
+            "tokens_per_pass": round(new / max(1, calls[0] - 1), 3)}
+
+
+def hybrid(paths: dict[str, str], device: str, sizes: dict) -> dict:
+    """Hybrid (half the layers a 128-token window) against all full, n requests of each prompt
+    length: tokens/s (median of 3 runs of new prompts), the time of the prefill steps and of
+    the decode steps of one more run, and the steady decode step with its graph's GPU time."""
+    from bench import hybrid as prompts_of
+
+    out: dict[str, Any] = {}
+    n, new = sizes["hybrid_requests"], sizes["hybrid_new"]
+    params = SamplingParams(max_tokens=new, ignore_eos=True)
+    for plen in sizes["hybrid_prompts"]:
+        row: dict[str, Any] = {}
+        for name, path in paths.items():
+            # the same bytes for both: the hybrid's pages hold half the layers, twice the blocks
+            blocks = (n * -(-(plen + new) // 16) + 256) * (2 if name == "hybrid" else 1)
+            eng = LLMEngine(EngineConfig(model=path, device=device, dtype=device_step.dtype(device),
+                                         block_size=16, num_gpu_blocks=blocks, max_num_seqs=n,
+                                         max_num_batched_tokens=8192, async_scheduling=True))
+            eng.generate(prompts_of._prompts(2, plen, plen, 2), SamplingParams(max_tokens=8,
+                                                                                ignore_eos=True))
+            times = []
+            for r in range(3):
+                sync(device)
+                t0 = time.perf_counter()
+                eng.generate(prompts_of._prompts(n, plen, plen, 10 + r), params)
+                sync(device)
+                times.append(time.perf_counter() - t0)
+            phases = _phases(eng, prompts_of._prompts(n, plen, plen, 30), params, device)
+            steady = device_step.mid_run(eng, prompts_of._prompts(n, plen, plen, 20), params)
+            eng.close()
+            row[name] = {"tokens_per_s": round(n * new / statistics.median(times), 1),
+                         "runs_s": [round(t, 3) for t in times], **phases, **steady}
+        row["hybrid_over_full"] = round(row["hybrid"]["tokens_per_s"] / row["full"]["tokens_per_s"], 3)
+        row["requests"] = n
+        out[str(plen)] = row
+    return out
+
+
+def _phases(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) -> dict:
+    """One run, its steps' wall times summed by kind: steps that prefill, steps that only decode."""
+    for p in prompts:
+        eng.add_request(p, params)
+    prefill = decode = 0.0
+    sync(device)
+    while eng.has_pending_work():
+        t0 = time.perf_counter()
+        result = eng.step()
+        wall = time.perf_counter() - t0
+        if result.num_prefills:
+            prefill += wall
+        else:
+            decode += wall
+    sync(device)
+    return {"prefill_steps_s": round(prefill, 4), "decode_steps_s": round(decode, 4)}
+
+
+def link_bandwidth(device: str, nbytes: int = 64 << 20) -> dict:
+    """The bus itself: one copy of `nbytes` between pinned host memory and the device, each way
+    (median of 5 after a warm-up), what the tier's copies are set against."""
+    if device != "cuda":
+        return {}
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    out: dict[str, float] = {}
+    for way, (dst, src) in (("gpu_to_cpu", (host, dev)), ("cpu_to_gpu", (dev, host))):
+        times = []
+        for i in range(6):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src, non_blocking=True)
+            end.record()
+            end.synchronize()
+            if i:
+                times.append(start.elapsed_time(end) / 1e3)
+        out[f"{way}_gb_s"] = round(nbytes / statistics.median(times) / 1e9, 1)
+    return out
+
+
+def tier_all(path: str, device: str, sizes: dict) -> dict:
+    """The CPU tier, 1B shape: its copies' bandwidth each way against the bus's, a 4,096-token
+    document evicted and asked again (tier against recompute), other requests' steps while a
+    prompt's blocks come back, and where one repeat's time goes (profile)."""
+    out: dict[str, Any] = {"bandwidth": {**tier.bandwidth(path, device, sizes),
+                                         "link": link_bandwidth(device)}}
+    doc = sizes["doc"]
+    with_tier = tier.repeat_cycle(path, device, doc, sizes, 512)
+    plain = tier.repeat_cycle(path, device, doc, sizes, 0)
+    out["repeat_document"] = {"tokens": doc, "tier": with_tier, "recompute": plain,
+                              "recompute_over_tier": round(plain["median_ms"] / with_tier["median_ms"], 3),
+                              "same_first_tokens": with_tier["first_tokens"] == plain["first_tokens"]}
+    out["overlap"] = tier.overlap(path, device, sizes)
+    out["profile"] = tier.profile(path, device, {**sizes, "system": doc})
+    return out
+
+
+def roofline(path: str, device: str, sizes: dict) -> dict:
+    """bench/device_step.py's roofline part (async and synchronous steady steps, the graph's GPU
+    time and kernels, the host's profile) on the 1.2B model."""
+    return device_step.roofline(path, device, sizes)
