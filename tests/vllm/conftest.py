@@ -6,6 +6,10 @@ multiples of 32 only), with a small pool (so a repeat can find its blocks evicte
 token budget per step (so a long prompt goes in chunks), KV events on. Without vLLM the tests
 skip and say why. The server starts as soon as the folder's first test asks for it and runs
 while the tests that need no answer from it yet (the hash check) go on.
+
+PagedLab's side runs on one torch thread here: on a 2-core machine where vLLM's engine holds a
+core, its CPU runtime with two intra-op threads spent most of its time waiting at the threads'
+barriers (the chat workload took 39-119 s with two threads and 7-8 s with one, at load 5-8).
 """
 
 from __future__ import annotations
@@ -43,6 +47,16 @@ def vllm_server(vllm_boot: VllmServer) -> VllmServer:
     """The server once it answers (its start time is in `ready_after`)."""
     vllm_boot.wait_ready(timeout_s=600)
     return vllm_boot
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture
