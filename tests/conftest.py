@@ -65,9 +65,10 @@ def hf_attention() -> Callable[[Any, str], AbstractContextManager[None]]:
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    """Debian's headless Chromium through Playwright (its own browser download cannot work here)."""
+    """Debian's headless Chromium through Playwright (its own browser download cannot work here),
+    one for the session: each test opens and closes its own pages."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
     from playwright.sync_api import sync_playwright
@@ -80,14 +81,21 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture(scope="module")
-def served_app() -> Iterator[str]:
-    """`python app.py` on the real default model, on a free loopback port (one app per module)."""
+def serve_app() -> Iterator[str]:
+    """`python app.py` on the real default model, on a free loopback port, until the generator
+    is closed: its URL."""
     from ui.app_process import free_port, launch
 
     port = free_port()
     proc = launch(["app.py"], port)
-    url = f"http://127.0.0.1:{port}/"
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served_app() -> Iterator[str]:
+    """The served app, one per module (tests/ui's modules share one: tests/ui/conftest.py)."""
+    yield from serve_app()
