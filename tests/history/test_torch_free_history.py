@@ -7,18 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.engine.core.test_torch_free import ROOT
+from tests.engine.core.test_torch_free import BLOCK_TORCH, ROOT
 
-BLOCKED_RUN = """
-import importlib, sys
-
-class Blocker:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in ("torch", "numpy"):
-            raise ImportError(f"blocked by the test: {name}")
-        return None
-
-sys.meta_path.insert(0, Blocker())
+BLOCKED_RUN = BLOCK_TORCH + """
 from engine import EngineConfig, ops
 from history import RunHistory
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-BLOCKED_IMPORT = """
+#: the start of a script in which importing torch or numpy (or their submodules) raises
+BLOCK_TORCH = """
 import importlib, pkgutil, sys
 
 class Blocker:
@@ -22,6 +23,9 @@ class Blocker:
         return None
 
 sys.meta_path.insert(0, Blocker())
+"""
+
+BLOCKED_IMPORT = BLOCK_TORCH + """
 for name in ("torch", "numpy"):
     try:
         importlib.import_module(name)
