@@ -86,6 +86,9 @@ body.pl-presenter.pl-lesson #lesson-choose :is(.block, .container) {
 body.pl-presenter.pl-lesson #lesson-choose [data-testid=block-info] { display: none }
 body.pl-presenter.pl-lesson #lesson-choose :is(input, button) { font-size: 15px !important;
   min-height: 0 !important; padding-top: 2px !important; padding-bottom: 2px !important }
+body.pl-presenter.pl-lesson #lesson-choose :is(.wrap, .wrap-inner) { min-height: 0 !important;
+  padding-top: 0 !important; padding-bottom: 0 !important }
+body.pl-presenter.pl-lesson #lesson-choose > * { max-height: 30px }
 body.pl-presenter.pl-lesson #controls-col { overflow-y: hidden }
 body.pl-presenter.pl-lesson #controls-col .tabitem { padding: 0 !important; border: 0 !important }
 body.pl-presenter.pl-lesson #controls-col .tabitem > .column { gap: 6px !important }
