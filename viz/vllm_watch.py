@@ -24,7 +24,7 @@ from viz.pool_cells import FAST
 from viz.prefix_tree_figure import prefix_tree_figure
 from viz.view_frame import base_layout, note_figure, view_sizes
 
-TREE_TITLE = "vLLM's prefix cache, from its KV events"
+TREE_TITLE = "vLLM's cache, from its events"  # short: a phone's picture is 360 px wide
 TIMELINE_TITLE = "Blocks vLLM stored and removed"
 #: the most bars the timeline draws: past it, messages share a bar by time
 MAX_BARS = 120

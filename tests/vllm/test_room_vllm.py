@@ -39,7 +39,7 @@ def test_a_room_served_by_vllm_draws_its_cache(vllm_server, vllm_watch):
             time.sleep(0.1)
         assert {n.block_hash for n in room.view.tree.nodes} == want and want
         fig = projector_figure(room.view, (1000, 600), True)
-        assert "vLLM's prefix cache" in fig.layout.title.text
+        assert "vLLM's cache, from its events" in fig.layout.title.text
         assert "served by vLLM" in metrics_html(room.view) and "Ana" in requests_html(room.view)
         with pytest.raises(RoomError, match="vLLM schedules its own steps"):
             room.control(room.secret, "pause")
