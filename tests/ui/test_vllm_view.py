@@ -105,3 +105,20 @@ def test_a_prompt_needs_an_api_and_text():
     with pytest.raises(UserError, match="no OpenAI API"):
         view.send("hello")
     assert "Start one here" in note_text(view)
+
+
+def test_start_one_here_without_vllm_says_why(monkeypatch):
+    from engine.vllm import lab
+
+    monkeypatch.delenv(lab.ENV, raising=False)
+    monkeypatch.setenv("PAGEDLAB_VLLM_PYTHON", "/no/such/python")
+    view = VllmView()
+    try:
+        view.start_here()
+        view.poll()
+        said = note_text(view)
+        assert "could not start vLLM here" in said and "/no/such/python" in said, said
+        assert view.watch is None
+    finally:
+        view.close()
+        lab.forget_failure()
