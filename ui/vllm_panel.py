@@ -29,6 +29,7 @@ from typing import Any
 
 import gradio as gr
 
+from engine.describe.prefix_tree import PrefixTree
 from engine.vllm.watch import CANNOT_SHOW
 from ui.page import Page, guard
 from ui.session import Session
@@ -41,6 +42,7 @@ TICK_S = 0.1
 TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
+_EMPTY = PrefixTree(())  # nothing watched yet
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"
@@ -247,11 +249,3 @@ def sent_html(v: VllmView) -> str:
                     f"<span style='color:#555'>· {what}</span><div>{body}</div></div>")
     return f"<div id='vllm-sent'><p><b>Prompts sent to vLLM</b></p>{''.join(rows)}</div>"
 
-
-def _empty_tree() -> Any:
-    from engine.describe.prefix_tree import PrefixTree
-
-    return PrefixTree((), "full")
-
-
-_EMPTY = _empty_tree()

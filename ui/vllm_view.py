@@ -191,7 +191,8 @@ class VllmView:
             return
         if self.drawn == self.version:  # the marks say what changed since the picture on screen
             self.before, self.new, self.removed = self._drawn_tree, set(), set()
-            self.taken_at = time.time()  # when the first message after that picture came
+        if self.taken_at is None:  # when the first message after the tree on screen came
+            self.taken_at = time.time()
         for e in events:
             self.recent.appendleft(e)
             if e.kind == "stored":
@@ -206,7 +207,7 @@ class VllmView:
     def drew(self, version: int, tree: PrefixTree) -> None:
         """The page drew `version` (its tree is what the next marks are against)."""
         with self._lock:
-            self.drawn, self._drawn_tree = version, tree
+            self.drawn, self._drawn_tree, self.taken_at = version, tree, None
             if self.watch is not None:
                 self.drawn_seq = self.watch.last_seq
 
