@@ -86,7 +86,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                         wire_serving = serving_panel(page)
                     with gr.Tab("Lessons", id="lessons") as lesson_tab:
                         wire_lessons, lesson_link, lesson_view = lessons_tab(page, presenter)
-                    with gr.Tab("Compare", id="compare"):
+                    with gr.Tab("Compare", id="compare") as compare_page:
                         compare_tab()
                     with gr.Tab("vLLM", id="vllm") as vllm_tab:
                         vllm = vllm_panel(page, vllm_picture, vllm_target)
@@ -136,7 +136,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             view.in_front = False  # its timer rests
             return gr.update(visible=True), gr.update(visible=False)
 
-        for tab in (playground_tab, serving_tab, lesson_tab, settings_tab):
+        for tab in (playground_tab, serving_tab, lesson_tab, compare_page, settings_tab):
             tab.select(off_vllm_tab, [vllm.view], [page.plot, vllm.column], queue=False)
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
