@@ -114,23 +114,23 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
             return _values(v, session, force)
 
     @guard
-    def on_connect(ev, rp, u, v: VllmView, session: Session):
+    def on_vllm_connect(ev, rp, u, v: VllmView, session: Session):
         v.connect(ev or "", rp, u)
         v.poll()
         return (*all_values(v, session, True), gr.Timer(active=True))
 
     @guard
-    def on_start(v: VllmView, session: Session):
+    def on_vllm_start(v: VllmView, session: Session):
         v.start_here()
         v.poll()
         return (*all_values(v, session, True), gr.Timer(active=True))
 
     @guard
-    def on_send(text, v: VllmView, session: Session):
+    def on_vllm_send(text, v: VllmView, session: Session):
         v.send(text)
         return (*all_values(v, session, False), gr.Timer(active=True))
 
-    def on_tick(v: VllmView, session: Session):
+    def on_vllm_tick(v: VllmView, session: Session):
         """Redraw what changed since the last look, and only that (nothing: every output
         skipped). The tick waits up to TICK_WAIT_S for vLLM's next message (the page sends the
         next tick once this one is back), so a message is drawn as soon as it comes."""
@@ -143,7 +143,7 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
             traceback.print_exc(file=sys.stderr)
             return tuple(gr.skip() for _ in range(len(outs) + 1))
 
-    def on_select(v: VllmView, session: Session) -> tuple:
+    def on_vllm_select(v: VllmView, session: Session) -> tuple:
         """The tab came to the front: the picture's place shows this page's watch."""
         v.in_front = True
         if target is not None and v.watch is None and v.pending is None and not v.note:
@@ -153,14 +153,14 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
                 v.note = f"could not watch {target.events}: {err}"
         return (*all_values(v, session, True), gr.Timer(active=True))
 
-    connect.click(on_connect, [events, replay, url, *state], [*outs, timer], **page.quiet)
-    start.click(on_start, state, [*outs, timer], **page.quiet)
-    send.click(on_send, [prompt, *state], [*outs, timer], **page.quiet)
-    prompt.submit(on_send, [prompt, *state], [*outs, timer], **page.quiet)
+    connect.click(on_vllm_connect, [events, replay, url, *state], [*outs, timer], **page.quiet)
+    start.click(on_vllm_start, state, [*outs, timer], **page.quiet)
+    send.click(on_vllm_send, [prompt, *state], [*outs, timer], **page.quiet)
+    prompt.submit(on_vllm_send, [prompt, *state], [*outs, timer], **page.quiet)
     # ticks queue apart from the page's clicks (no limit: a tick that finds nothing is cheap)
-    timer.tick(on_tick, state, [*outs, timer], show_progress="hidden", concurrency_limit=None,
+    timer.tick(on_vllm_tick, state, [*outs, timer], show_progress="hidden", concurrency_limit=None,
                concurrency_id="vllm-tick")
-    return VllmParts(view, column, tree, timeline, panels, timer, on_select, [*outs, timer])
+    return VllmParts(view, column, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
 
 
 def _values(v: VllmView, session: Session, force: bool) -> tuple:
