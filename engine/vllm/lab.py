@@ -6,8 +6,7 @@ default model, once per process, in a thread of its own so no caller waits for i
 start unless it asks to, stopped at exit) or adopted: `PAGEDLAB_VLLM_SERVER` names a running one
 as JSON {"url": "http://HOST:PORT", "events": "tcp://HOST:PORT" or "ipc://...", "replay":
 "tcp://HOST:PORT" or null, "model": name or null} (how a test session hands its server to the app
-processes it starts, and how an operator points the app at a GPU box's vLLM). `export()` gives
-that JSON for the server here.
+processes it starts, and how app.py's --vllm-url points the app at a GPU box's vLLM).
 
     lab.start()            # begin starting the local server (no wait); idempotent
     lab.status()           # "none" | "starting (23 s)" | "ready" | "failed: <why>"
@@ -53,19 +52,11 @@ class LabServer:
 
 
 _lock = threading.Lock()
-_config = ServerConfig()
+_config = ServerConfig()  # the local server's settings: PagedLab's defaults
 _server: VllmServer | None = None
 _started_at: float | None = None
 _ready: LabServer | None = None
 _failed = ""
-
-
-def configure(config: ServerConfig) -> None:
-    """The settings the local server starts with, if it has not started yet (a test session
-    pins its small pool and step budget before anything starts it)."""
-    global _config
-    with _lock:
-        _config = config
 
 
 def adopted() -> LabServer | None:
@@ -134,11 +125,6 @@ def _wait_ready(server: VllmServer) -> None:
                                server.config.model, local=True)
 
 
-def local_server() -> VllmServer | None:
-    """The server this process started (ready or not), if any."""
-    return _server
-
-
 def forget_failure() -> None:
     """Let `start()` try again after a failure."""
     global _failed, _started_at
@@ -172,14 +158,6 @@ def wait(timeout_s: float = 900.0, start_one: bool = True) -> LabServer:
                              "(Start one here), or run `python app.py --vllm-events tcp://HOST:PORT`")
     raise LabUnavailable(said[len("failed: "):] if said.startswith("failed") else
                          f"the local vLLM is still starting ({said})")
-
-
-def export() -> str:
-    """PAGEDLAB_VLLM_SERVER's JSON for the lab's vLLM now ("" when there is none)."""
-    got = current()
-    return "" if got is None else json.dumps(
-        {"url": got.url, "events": got.events, "replay": got.replay, "model": got.model,
-         "local": got.local})
 
 
 def stop() -> None:
