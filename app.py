@@ -2,16 +2,23 @@
 Gradio app from ui/ and launches it.
 
     python app.py [--dry] [--model NAME_OR_PATH] [--host 127.0.0.1] [--port 7860] [--device auto]
+                  [--vllm-events tcp://HOST:PORT [--vllm-replay tcp://HOST:PORT]
+                   [--vllm-url http://HOST:PORT]]
 
 --model offers one more model beside the built-in ones (an HF id or a local folder of any
 architecture the engine supports) and starts on it; a public deployment offers only the
 built-in ones unless its operator passes it (or sets PAGEDLAB_MODEL).
+
+--vllm-events opens every page on the vLLM tab, watching the KV events of the vLLM server there
+(ui/vllm_panel.py); with --vllm-url (its OpenAI API) the prompt box sends to it, and it is the
+lab's vLLM (engine/vllm/lab.py): "Start one here", rooms served by vLLM and lesson 15 use it.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import sys
 
@@ -29,6 +36,12 @@ def main() -> int:
     ap.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     ap.add_argument("--device", default=os.environ.get("PAGEDLAB_DEVICE", "auto"))
+    ap.add_argument("--vllm-events", default="", metavar="tcp://HOST:PORT",
+                    help="watch this vLLM's KV events (its --kv-events-config endpoint) at start")
+    ap.add_argument("--vllm-replay", default="", metavar="tcp://HOST:PORT",
+                    help="its replay endpoint (fills gaps in the events)")
+    ap.add_argument("--vllm-url", default="", metavar="http://HOST:PORT",
+                    help="its OpenAI API (the vLLM tab's prompts, lesson 15, rooms served by vLLM)")
     args = ap.parse_args()
 
     # One warm-up per process, not per session: the app builds an engine for each session and
@@ -58,7 +71,7 @@ def main() -> int:
             note = (f"\n> **The default model could not be loaded**, so this session starts in dry "
                     f"mode (bookkeeping only). Reason: {err}")
             print(f"[pagedlab] {err}", file=sys.stderr)
-    demo = build_app(mode, device, note)
+    demo = build_app(mode, device, note, vllm_target(args))
     # a few events at once (more only thrash two cores), and a bounded line: past QUEUE_MAX_SIZE
     # waiting events a visitor is told the app is busy instead of waiting without end
     demo.queue(default_concurrency_limit=limits.QUEUE_CONCURRENCY, max_size=limits.QUEUE_MAX_SIZE)
@@ -68,6 +81,20 @@ def main() -> int:
     quiet = {"run_history": False} if "run_history" in inspect.signature(demo.launch).parameters else {}
     demo.launch(server_name=args.host, server_port=args.port, css=CSS, head=HEAD, theme=THEME, **quiet)
     return 0
+
+
+def vllm_target(args: argparse.Namespace) -> object:
+    """The server --vllm-events names (None: none); with its OpenAI API it is the lab's vLLM."""
+    if not args.vllm_events:
+        return None
+    from engine.vllm.lab import ENV
+    from ui.app import VllmTarget
+
+    if args.vllm_url and not os.environ.get(ENV):
+        os.environ[ENV] = json.dumps({"url": args.vllm_url, "events": args.vllm_events,
+                                      "replay": args.vllm_replay or None})
+    print(f"[pagedlab] watching vLLM's KV events at {args.vllm_events}", flush=True)
+    return VllmTarget(args.vllm_events, args.vllm_replay or None, args.vllm_url or None)
 
 
 def load_own_model(name: str, device: str) -> str:

@@ -13,6 +13,8 @@ from typing import Any
 
 from classroom.room import Room
 from classroom.settings import MAX_ROOMS, ROOM_IDLE_SECONDS, RoomError, RoomSettings
+from classroom.vllm_room import VllmRoom
+from engine.vllm import lab
 
 CODE_ALPHABET = "ACDEFGHJKLMNPQRTUVWXY34679"  # no look-alikes: 0/O, 1/I, 2/Z, 5/S, 8/B
 CODE_LENGTH = 6
@@ -39,14 +41,24 @@ class RoomRegistry:
             code = self._new_code()
             self._opening.add(code)
         try:  # building the engine may load the model: not under the registry's lock
-            room = Room(code, secrets.token_urlsafe(16), settings, self.device, self.idle_seconds,
-                        on_close=self._forget)
+            room = self._make(code, settings)
         finally:
             with self._lock:
                 self._opening.discard(code)
         with self._lock:
             self._rooms[code] = room
         return room
+
+    def _make(self, code: str, settings: RoomSettings) -> Room | VllmRoom:
+        secret = secrets.token_urlsafe(16)
+        if settings.served_by == "vllm":
+            server = lab.current()
+            if server is None:
+                raise RoomError("no vLLM runs beside PagedLab here: start one in the app's vLLM "
+                                "tab (Start one here), or start the app with --vllm-events and "
+                                "--vllm-url, then open the room again")
+            return VllmRoom(code, secret, settings, server, self.idle_seconds, on_close=self._forget)
+        return Room(code, secret, settings, self.device, self.idle_seconds, on_close=self._forget)
 
     def get(self, code: Any) -> Room:
         key = code.strip().upper() if isinstance(code, str) else ""

@@ -42,6 +42,8 @@ MAX_ROOM_REQUESTS_EACH = _env_int("PAGEDLAB_MAX_ROOM_REQUESTS_EACH", 50)
 
 MODELS: dict[str, str | None] = {"default": "default", "tiny-random": "tiny-random", "dry": None}
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+#: who answers a room's prompts: its own PagedLab engine, or the lab's vLLM (classroom/vllm_room.py)
+SERVED_BY = ("pagedlab", "vllm")
 _ALLOWED_CONTROLS = {"\n", "\t", "\r"}
 
 
@@ -56,6 +58,7 @@ class RoomSettings:
     max_students: int = 80
     requests_per_student: int = 5
     max_prompt_chars: int = 300
+    served_by: str = "pagedlab"  # "pagedlab" (the room's own engine) | "vllm" (the lab's vLLM)
 
     @classmethod
     def parse(cls, data: Any) -> RoomSettings:
@@ -94,6 +97,8 @@ class RoomSettings:
         if not isinstance(self.system_prompt, str) or len(self.system_prompt) > 4000:
             raise RoomError("the system prompt must be text of at most 4000 characters")
         check_text(self.system_prompt, "the system prompt")
+        if self.served_by not in SERVED_BY:
+            raise RoomError(f"served_by must be one of {', '.join(SERVED_BY)}, got {self.served_by!r}")
 
     @property
     def dry(self) -> bool:

@@ -81,10 +81,11 @@ def _helpers(eng: LLMEngine, snap: Snapshot, st: PlayState) -> dict[str, Callabl
     def encode(text: str) -> list[int]:
         return eng.encode(text)
 
-    def chat(text: str) -> list[int] | str:
-        """An instruction as the chat model takes it (its template's token ids): on the bare
-        text SmolLM2 answers its end-of-turn token at once. The text itself in the dry mode."""
-        ids = chat_prompt(eng.tokenizer, text)
+    def chat(text: str, system: str = "") -> list[int] | str:
+        """An instruction as the chat model takes it (its template's token ids, after `system`
+        if given): on the bare text SmolLM2 answers its end-of-turn token at once. The text
+        itself in the dry mode."""
+        ids = chat_prompt(eng.tokenizer, text, system)
         return text if ids is None else ids
 
     h: dict[str, Callable[..., Any]] = {

@@ -271,7 +271,13 @@ def measured(name: str, *path: str | int) -> Any:
     return value
 
 
+def short_hash(h: int | None) -> str:
+    """A block hash as the pictures print it: its low 32 bits in hex ("—": none)."""
+    return "—" if h is None else f"{int(h) & 0xFFFFFFFF:08x}"
+
+
 PURE_HELPERS: dict[str, Any] = {
+    "short_hash": short_hash,
     "kv_bytes_per_token": kv_bytes_per_token, "kib": kib, "mib": mib, "gib": gib, "pct": pct,
     "fmt": fmt, "plural": plural, "quote": quote, "md_table": md_table, "workload": workload,
     "reservation_fit": reservation_fit,

@@ -5,7 +5,7 @@ The verbs that are engine operations (add_sequence, append, fork, free, request,
 operation of engine/ops.py and act it on the lesson's run (`Player.act`: its history records it),
 so a lesson's op log is the same vocabulary as the playground's. let, run, probe, admit and
 engine are lesson verbs: a value, steps until the requests finish, the attention probe, the
-lesson-7 admission count, a fresh engine.
+lesson-7 admission count, a fresh engine; vllm sends a prompt to the lab's vLLM (lesson 15).
 """
 
 from __future__ import annotations
@@ -175,6 +175,28 @@ def _reservation(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     p.state.bands.append((f"contiguous reservation (Fig. 3): one chunk of {slots} slots", cells))
 
 
+def _vllm(p: Player, args: list[Any], kw: dict[str, Any]) -> Any:
+    """`v = vllm PROMPT max_tokens=1 reset=False`: the prompt's token ids sent to the lab's vLLM
+    (engine/vllm/lab.py: one started in the vLLM tab, named by --vllm-events / --vllm-url or by
+    PAGEDLAB_VLLM_SERVER; a lesson never starts one), and what its KV events said about it
+    (engine.vllm.ask.VllmAnswer). Without a vLLM: an answer with ok False and why, so the lesson
+    plays on with PagedLab's half."""
+    from engine.vllm import lab
+    from engine.vllm.ask import ask, unavailable
+
+    ids = prompt(args[0])
+    if isinstance(ids, str):
+        ids = p.engine.encode(ids)
+    server = lab.current()
+    if server is None:
+        return unavailable("no vLLM runs beside PagedLab here, so this page shows PagedLab's "
+                           "half only: press Start one here in the vLLM tab (it needs vLLM "
+                           "installed: scripts/setup_vllm.sh), or start the app with "
+                           "--vllm-events and --vllm-url, then play this lesson again")
+    return ask(server, ids, max_tokens=as_int(kw.get("max_tokens", 1), "max_tokens"),
+               reset=bool(kw.get("reset", False)))
+
+
 def _engine(p: Player, args: list[Any], kw: dict[str, Any]) -> None:
     p.reconfigure(kw)
     p.state.outputs.clear()
@@ -201,6 +223,7 @@ VERBS: dict[str, Verb] = {
     "show": Verb((), frozenset(), False, _show),
     "chain": Verb(("seq",), frozenset(), False, _chain),
     "reservation": Verb(("request",), frozenset({"slots"}), False, _reservation),
+    "vllm": Verb(("prompt",), frozenset({"max_tokens", "reset"}), True, _vllm),
 }
 
 

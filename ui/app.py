@@ -1,7 +1,7 @@
 """The Gradio app: the main picture is the page, the controls of the current mode beside it.
 
 Layout: a thin top bar (title, status, presenter mode, reduce motion); then the picture (left,
-~70% wide) and a column beside it: mode tabs (Playground, Serving, Lessons, Compare, Settings),
+~70% wide) and a column beside it: mode tabs (Playground, Serving, Lessons, Compare, vLLM, Settings),
 the timeline bar, the block inspector and the events of the last step; the sequences' text and
 the numbers below both. On a phone the column wraps under the picture. Each panel lives in its
 own module with its callbacks (ui/*_panel.py, ui/lesson_player.py); this file composes them.
@@ -30,8 +30,10 @@ from ui.session import Session, UserError
 from ui.settings_panel import MODES, engine_config, settings_panel
 from ui.theme import CSS, HEAD, PRESENTER_JS, REDUCE_MOTION_JS, THEME
 from ui.timeline_panel import timeline_panel
+from ui.vllm_panel import VllmTarget, picture_part, vllm_panel
+from ui.vllm_view import VllmView
 
-__all__ = ["CSS", "HEAD", "MODES", "THEME", "build_app"]
+__all__ = ["CSS", "HEAD", "MODES", "THEME", "VllmTarget", "build_app"]
 
 
 #: what this is, in one line, and where to start (the lesson link opens lesson 1's first page)
@@ -45,7 +47,7 @@ def _look(_: bool) -> None:
 
 
 def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "auto",
-              startup_note: str = "") -> gr.Blocks:
+              startup_note: str = "", vllm_target: VllmTarget | None = None) -> gr.Blocks:
     try:
         first = Session(engine_config(default_mode, 16 if MODES[default_mode] else 4,
                                       64 if MODES[default_mode] else 32, True, device))
@@ -75,6 +77,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 page.plot = gr.Plot(show_label=False, elem_id="pool-plot")
                 shards = tp_panel.shards_plot()  # shown only while the engine has TP > 1
                 views_panel.plot_part(page)  # the run over time or the prefix tree, if chosen
+                vllm_picture = picture_part()  # a watched vLLM's cache, in the picture's place
             with gr.Column(scale=3, min_width=330, elem_id="controls-col"):
                 with gr.Tabs() as tabs:
                     with gr.Tab("Playground", id="playground") as playground_tab:
@@ -83,8 +86,10 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                         wire_serving = serving_panel(page)
                     with gr.Tab("Lessons", id="lessons") as lesson_tab:
                         wire_lessons, lesson_link, lesson_view = lessons_tab(page, presenter)
-                    with gr.Tab("Compare", id="compare"):
+                    with gr.Tab("Compare", id="compare") as compare_page:
                         compare_tab()
+                    with gr.Tab("vLLM", id="vllm") as vllm_tab:
+                        vllm = vllm_panel(page, vllm_picture, vllm_target)
                     with gr.Tab("Settings", id="settings") as settings_tab:
                         wire_settings = settings_panel(page, first, default_mode)
                 # the step's events (and the playground's next move) right under the controls
@@ -118,6 +123,21 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return (*view_fn(ls, session), gr.update(visible=False))
 
         lesson_tab.select(on_lessons, view_inputs, [*view_outputs, tools])
+        # the vLLM tab puts its watch in the picture's place; any other tab gives it back
+        swap = [page.plot, vllm.column, tools]
+
+        def on_vllm_tab(view: VllmView, session: Session):
+            return (*vllm.select(view, session), gr.update(visible=False),
+                    gr.update(visible=True), gr.update(visible=False))
+
+        vllm_tab.select(on_vllm_tab, [vllm.view, page.state], [*vllm.outputs, *swap], **page.quiet)
+
+        def off_vllm_tab(view: VllmView):
+            view.in_front = False  # its timer rests
+            return gr.update(visible=True), gr.update(visible=False)
+
+        for tab in (playground_tab, serving_tab, lesson_tab, compare_page, settings_tab):
+            tab.select(off_vllm_tab, [vllm.view], [page.plot, vllm.column], queue=False)
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
 
@@ -148,8 +168,16 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return show(session)
 
         # the lesson link runs after the session's first picture, so a lesson link wins
-        demo.load(on_load, [page.state], page.outs, **page.quiet).then(
+        loaded = demo.load(on_load, [page.state], page.outs, **page.quiet).then(
             on_lesson_link, link_inputs, [*link_outputs, tabs, tools])
+        if vllm_target is not None:  # --vllm-events: every page opens on the vLLM tab
+            def on_vllm_target(view: VllmView, session: Session, request: gr.Request):
+                if request is not None and dict(request.query_params).get("lesson"):
+                    return tuple(gr.skip() for _ in range(len(vllm.outputs) + len(swap) + 1))
+                return (*on_vllm_tab(view, session), gr.Tabs(selected="vllm"))
+
+            loaded.then(on_vllm_target, [vllm.view, page.state], [*vllm.outputs, *swap, tabs],
+                        **page.quiet)
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.
@@ -160,6 +188,9 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             value = data.state_data.get(page.state._id) if data is not None else None
             if isinstance(value, Session):
                 value.close()
+            watch = data.state_data.get(vllm.view._id) if data is not None else None
+            if isinstance(watch, VllmView):  # its subscription ends with the page
+                watch.close()
 
         demo.unload(on_unload)
         # the status line ("operation k of n", "lesson page k of n") changes with the view; the

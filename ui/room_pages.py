@@ -80,6 +80,10 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             students = gr.Number(value=80, label="students")
             each = gr.Number(value=5, label="requests per student")
             chars = gr.Number(value=300, label="prompt length (characters)")
+        # the lab's vLLM answers, and the picture is its cache from its KV events (the
+        # pool's settings above are then vLLM's own)
+        served = gr.Checkbox(label="served by vLLM (the one in the vLLM tab, or --vllm-url)",
+                             elem_id="room-vllm")
         open_btn = gr.Button("Open room", variant="primary", elem_id="room-open")
     # the projector: the picture first, the room's code and numbers beside it
     with gr.Row(elem_id="room-main"):
@@ -118,11 +122,11 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     box = gr.Textbox(elem_id="room-box", elem_classes=["pl-hidden"], show_label=False, container=False)
 
     @room_errors
-    def on_open(m, bs, nb, sw, mt, sp, st, ea, ch, request: gr.Request):
+    def on_open(m, bs, nb, sw, mt, sp, st, ea, ch, vl, request: gr.Request):
         room = registry.open(RoomSettings.parse({
             "model": m, "block_size": bs, "num_blocks": nb, "swap_blocks": sw, "max_tokens": mt,
             "system_prompt": sp or "", "max_students": st, "requests_per_student": ea,
-            "max_prompt_chars": ch}))
+            "max_prompt_chars": ch, "served_by": "vllm" if vl else "pagedlab"}))
         # "blocks for the class" starts at half this room's pool, not at a fixed number
         half = max(1, room.settings.num_blocks // 2)
         return (*_joined(room.code, request), room.code, room.secret, gr.Accordion(open=False),
@@ -135,7 +139,8 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         return (*_joined(c, request), c, gr.Accordion(open=False))
 
-    open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each, chars],
+    open_btn.click(on_open, [model, block_size, num_blocks, swap, max_tokens, system, students, each, chars,
+                             served],
                    [joined, qr, warning, code, secret, open_box, shrink_to])
 
     def make_control(action: str):

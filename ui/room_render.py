@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from classroom.records import RoomView
+from engine.vllm.watch import CANNOT_SHOW
 from viz import palette, pool_figure
+from viz.vllm_watch import vllm_tree_figure
 
 STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62728", "done": "#4c78a8"}
 
@@ -17,6 +19,8 @@ STATUS_COLOURS = {"waiting": "#8a8a8a", "running": "#1a9850", "preempted": "#d62
 def projector_figure(view: RoomView, box: tuple[int, int] | None = None, large: bool = False) -> Any:
     """The room's picture, each request named by its student; fitted to the page's `box` for it,
     at presenter size (`large`) in the projector view."""
+    if view.state.get("served_by") == "vllm":  # vLLM's cache, from its events: a tree, no pool
+        return vllm_tree_figure(view.tree, box=box, large=large)
     if view.snapshot is None:
         return None
     return pool_figure(view.snapshot, view.events, view.decode, seq_labels=dict(view.seq_labels),
@@ -61,6 +65,8 @@ def metrics_html(view: RoomView) -> str:
     s = view.state
     if not s:
         return ""
+    if s.get("served_by") == "vllm":
+        return vllm_metrics_html(s)
     done = sum(1 for r in s["requests"] if r["status"] == "done")
     ttft = sorted(r["time_to_first_token_s"] for r in s["requests"] if r["time_to_first_token_s"] is not None)
     median = f"{ttft[len(ttft) // 2]:.2f} s" if ttft else "-"
@@ -150,3 +156,24 @@ def qr_svg(url: str) -> str:
     except ImportError:
         return ""
     return segno.make(url, error="m").svg_inline(scale=4)
+
+
+def vllm_metrics_html(s: Mapping[str, Any]) -> str:
+    """A room served by vLLM: its code, who answers, what vLLM's events told, and what they
+    cannot tell (classroom/vllm_room.py)."""
+    done = sum(1 for r in s["requests"] if r["status"] == "done")
+    items = [
+        ("room", f"<b style='font-size:1.4em;letter-spacing:2px'>{s['code']}</b> "
+                 f"({'closed' if s['closed'] else 'open'}, served by vLLM at "
+                 f"{html.escape(s['vllm'])})"),
+        ("students", s["students"]),
+        ("requests", f"{len(s['requests'])} ({done} done)"),
+        ("blocks in vLLM's prefix cache", s["vllm_blocks"]),
+        ("stored / removed since the room opened", f"{s['vllm_stored']} / {s['vllm_removed']}"),
+        ("vLLM's last message", s["step"]),
+    ]
+    rows = "".join(f"<tr><td style='color:#555;padding-right:8px'>{k}</td><td>{v}</td></tr>"
+                   for k, v in items)
+    said = "".join(f"<p style='color:#d62728'>{html.escape(p)}</p>" for p in s["problems"][-1:])
+    return (f"<table id='room-metrics'>{rows}</table>{said}"
+            f"<p style='color:#555'>{html.escape(CANNOT_SHOW)}</p>")

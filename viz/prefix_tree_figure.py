@@ -180,9 +180,14 @@ def _fit(text: str, px: float, size: float) -> str:
     """`text` shortened with "…" to fit `px` at `size`."""
     if text_px(text, size) <= px:
         return text
-    while text and text_px(text + "…", size) > px:
-        text = text[:-1]
-    return text + "…" if text else ""
+    # the longest start that fits with the "…", in one pass (cutting a character at a time and
+    # measuring again was quadratic: 80% of a watched vLLM's redraw went there)
+    room, width = px - text_px("…", size), 0.0
+    for i, ch in enumerate(text):
+        width += text_px(ch, size)
+        if width > room:
+            return text[:i] + "…" if i else ""
+    return text + "…"
 
 
 def _where(n: TreeNode) -> str:

@@ -5,6 +5,7 @@ Pure functions of what `VllmWatch` returns (its tree, timeline and counts); no G
     vllm_tree_figure(tree, new=(), removed=(), before=None, decode=None, *, box=None, large=False)
     vllm_timeline_figure(timeline, *, box=None, large=False)
     vllm_counts_html(counts, status="")
+    vllm_events_markdown(events, decode=None)
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import plotly.graph_objects as go
 
 from engine.describe.prefix_tree import PrefixTree
 from engine.vllm.mirror import BatchMark, WatchCounts
+from engine.vllm.schema import VllmEvent
 from engine.vllm.watch import CANNOT_SHOW
 from viz import palette
 from viz.pool_cells import FAST
 from viz.prefix_tree_figure import prefix_tree_figure
 from viz.view_frame import base_layout, note_figure, view_sizes
 
-TREE_TITLE = "vLLM's prefix cache, from its KV events"
+TREE_TITLE = "vLLM's cache, from its events"  # short: a phone's picture is 360 px wide
 TIMELINE_TITLE = "Blocks vLLM stored and removed"
 #: the most bars the timeline draws: past it, messages share a bar by time
 MAX_BARS = 120
@@ -105,3 +107,29 @@ def vllm_counts_html(counts: WatchCounts, status: str = "") -> str:
     head = f"<p>{html.escape(status)}</p>" if status else ""
     return (f"{head}<table style='font-size:13px;width:100%'>{body}</table>"
             f"<p style='color:{palette.MUTED}'>{html.escape(CANNOT_SHOW)}</p>")
+
+
+def vllm_events_markdown(events: Sequence[VllmEvent], decode: Callable[[list[int]], str] | None = None,
+                         ) -> str:
+    """The events that came last, newest first, a line each: what vLLM stored (hashes, the
+    parent it chains from, the tokens), removed or cleared, and in which of its messages."""
+    if not events:
+        return "_No KV event yet: send vLLM a prompt._"
+    lines = []
+    for e in events:
+        hashes = ", ".join(f"`{h & 0xFFFFFFFF:08x}`" for h in e.block_hashes[:4])
+        more = f" +{len(e.block_hashes) - 4}" if len(e.block_hashes) > 4 else ""
+        n = len(e.block_hashes)
+        blocks = f"{n} block{'s' if n != 1 else ''}"
+        if e.kind == "stored":
+            after = "a prompt's start" if e.parent_hash is None else f"`{e.parent_hash & 0xFFFFFFFF:08x}`"
+            text = decode(list(e.token_ids[:e.block_size])) if decode and e.token_ids else ""
+            said = f": “{html.escape(text[:48].replace(chr(10), ' '), quote=False)}…”" if text else ""
+            lines.append(f"- `stored` {blocks} {hashes}{more} after {after}{said}")
+        elif e.kind == "removed":
+            lines.append(f"- `removed` {blocks} {hashes}{more} (evicted)")
+        else:
+            lines.append("- `cleared` the whole prefix cache (a reset)")
+    first, last = events[-1].seq, events[0].seq
+    where = f"vLLM's message {first}" if first == last else f"vLLM's messages {first}–{last}"
+    return f"**{where}** (newest first)\n\n" + "\n".join(lines)

@@ -7,15 +7,19 @@ PAGEDLAB_VLLM_PYTHON=/path/to/python. `vllm_python()` finds it, or says why ther
 The server (`python -m vllm.entrypoints.openai.api_server`: the `vllm` command looks for a
 package named "vllm", which the CPU build is not) serves PagedLab's default model folder as it
 is, at PagedLab's block size, in float32, greedy unless asked, with the prefix cache, its KV
-events published to `events_endpoint` (vLLM connects there: a watch binds it, so nothing listens
-beyond loopback) and replayed from `replay_endpoint`. It stops by itself: its process group ends
-with `close()`, when this process dies (a parent-death signal) and after `max_lifetime_s`.
+events published at `events_endpoint` and replayed from `replay_endpoint`. vLLM binds both: the
+events on an ipc:// socket in a folder of this user's (vLLM binds ipc and `*` endpoints and
+connects to the rest, and `*` would listen beyond loopback), the replay on 127.0.0.1; so any
+number of watches (a browser session each, a room, a lesson, a test) connect to one server. It
+stops by itself: its process group ends with `close()`, when this process dies (a parent-death
+signal) and after `max_lifetime_s`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.runtime.model_files import DEFAULT_CACHE_NAME, cache_root
+from engine.vllm.openai_client import OpenAIClient
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -92,9 +97,11 @@ class VllmServer:
         if config.model.startswith(("/", ".", "~")) and not Path(config.model).expanduser().is_dir():
             raise VllmUnavailable(f"no model at {config.model}: load PagedLab's default model once "
                                   f"(it converts the weights there), or give a folder")
-        self.port, events, replay = free_port(), free_port(), free_port()
+        self.port, replay = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.events_endpoint = f"tcp://127.0.0.1:{events}"
+        self.client = OpenAIClient(self.url, config.model)
+        self._folder = tempfile.mkdtemp(prefix="pagedlab-vllm-")  # mode 0700: this user's only
+        self.events_endpoint = f"ipc://{self._folder}/kv-events"
         self.replay_endpoint = f"tcp://127.0.0.1:{replay}"
         self.log_path = log_path or tempfile.mkstemp(prefix="pagedlab-vllm-", suffix=".log")[1]
         self.started = time.monotonic()
@@ -174,6 +181,7 @@ class VllmServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        shutil.rmtree(self._folder, ignore_errors=True)
 
     def __enter__(self) -> VllmServer:
         return self
@@ -181,30 +189,19 @@ class VllmServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- the OpenAI API -----------------------------------------------------------------------
+    # ---- the OpenAI API (engine/vllm/openai_client.py) ------------------------------------------
 
     def post(self, path: str, body: dict[str, Any] | None = None, timeout_s: float = 300) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            text = r.read().decode()
-        return json.loads(text) if text.strip() else None
+        return self.client.request(path, body if body is not None else {}, timeout_s=timeout_s)
 
     def complete(self, prompt_ids: list[int], max_tokens: int, **sampling: Any) -> dict[str, Any]:
         """One completion of a prompt given as token ids (greedy unless `sampling` says else):
         {"outputs": [token ids of each of the n], "cached_tokens": vLLM's num_cached_tokens}."""
-        body = {"model": self.config.model, "prompt": list(prompt_ids), "max_tokens": max_tokens,
-                "temperature": 0.0, "return_token_ids": True, **sampling}
-        r = self.post("/v1/completions", body)
-        details = r["usage"].get("prompt_tokens_details") or {}
-        return {"outputs": [c["token_ids"] for c in sorted(r["choices"], key=lambda c: c["index"])],
-                "cached_tokens": details.get("cached_tokens") or 0,
-                "finish": [c["finish_reason"] for c in r["choices"]]}
+        return self.client.complete(prompt_ids, max_tokens, **sampling)
 
     def reset_prefix_cache(self) -> None:
         """Empty vLLM's prefix cache (it publishes AllBlocksCleared)."""
-        self.post("/reset_prefix_cache")
+        self.client.reset_prefix_cache()
 
 
 def _die_with_parent() -> None:

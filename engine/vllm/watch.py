@@ -103,6 +103,23 @@ class VllmWatch:
         self._check_peer()
         return out
 
+    @property
+    def joined(self) -> bool:
+        """Whether a peer speaking ZMQ is connected (vLLM's publisher, once the handshake is
+        done: the watch then catches up with what it missed, when it has a replay endpoint)."""
+        return self._events.peer == "zmq"
+
+    def catch_up(self) -> list[VllmEvent]:
+        """The messages vLLM sent after the last one taken, asked of its replay endpoint now (no
+        replay endpoint: none). A caller that must know the cache as it is at a moment (after a
+        request's answer, say) calls it: a PUB drops what it sends while a subscription is still
+        on its way, and a message so lost is otherwise taken only when a later one shows the gap."""
+        if self.closed:
+            raise ValueError("this VllmWatch is closed")
+        out: list[VllmEvent] = []
+        self._catch_up(out)
+        return out
+
     def tree(self, group: int = 0) -> PrefixTree:
         """vLLM's prefix cache as a tree (engine/core/prefix_tree.py's type), from the events so
         far; fields events cannot fill are empty (block_id None, ref_count 0, no LRU place)."""

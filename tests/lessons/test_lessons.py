@@ -23,9 +23,9 @@ def _run(lesson, **kw) -> LessonRun:
     return LessonRun(lesson, device="cpu", dtype="float32", **kw)
 
 
-def test_there_are_fourteen_lessons_sorted() -> None:
+def test_there_are_fifteen_lessons_sorted() -> None:
     lessons = load_all()
-    assert len(lessons) == 14
+    assert len(lessons) == 15
     assert [lsn.path for lsn in lessons] == sorted(lsn.path for lsn in lessons)
     for lsn in lessons:
         assert lsn.title and lsn.summary and lsn.steps

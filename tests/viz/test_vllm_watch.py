@@ -42,7 +42,7 @@ def test_vllms_cache_is_drawn_with_pagedlabs_tree_figure():
     assert "its events name no block id or ref count" in hovers
     marks = {t.name for t in fig.data if t.type == "scatter" and t.mode == "lines"}
     assert marks == {"edges", "new hash", "evicted"}
-    assert "vLLM's prefix cache" in fig.layout.title.text
+    assert "vLLM's cache, from its events" in fig.layout.title.text
     go.Figure(json.loads(fig.to_json()))
 
 

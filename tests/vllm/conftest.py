@@ -14,11 +14,14 @@ barriers (the chat workload took 39-119 s with two threads and 7-8 s with one, a
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from engine.vllm import lab
 from engine.vllm.server import ServerConfig, VllmServer, VllmUnavailable
 from engine.vllm.watch import VllmWatch
 
@@ -39,6 +42,7 @@ def vllm_boot(default_model) -> Iterator[VllmServer]:
     except VllmUnavailable as err:
         pytest.skip(str(err))
     yield server
+    os.environ.pop(lab.ENV, None)
     server.close()
 
 
@@ -46,6 +50,12 @@ def vllm_boot(default_model) -> Iterator[VllmServer]:
 def vllm_server(vllm_boot: VllmServer) -> VllmServer:
     """The server once it answers (its start time is in `ready_after`)."""
     vllm_boot.wait_ready(timeout_s=600)
+    # from now on the lab's vLLM (engine/vllm/lab.py) is this one, here and in any app process a
+    # test starts: "Start one here", a room served by vLLM and lesson 15 adopt it, none starts
+    # another (vLLM's start dominates what it adds to the suite)
+    os.environ[lab.ENV] = json.dumps({"url": vllm_boot.url, "events": vllm_boot.events_endpoint,
+                                      "replay": vllm_boot.replay_endpoint,
+                                      "model": vllm_boot.config.model, "local": True})
     return vllm_boot
 
 
@@ -61,17 +71,19 @@ def one_thread() -> Iterator[None]:
 
 @pytest.fixture
 def vllm_watch(vllm_server: VllmServer) -> Iterator[VllmWatch]:
-    """A new watch on the server's KV events (bound on loopback; vLLM connects to it). It joins
-    late: its first message is not vLLM's first, so it replays the rest from vLLM's replay
-    endpoint and so knows the cache as it is."""
-    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint, bind=True,
+    """A new watch on the server's KV events (vLLM binds them on an ipc:// socket of this user's;
+    any number of watches connect). It joins late: its first message is not vLLM's first, so it
+    replays the rest from vLLM's replay endpoint and so knows the cache as it is."""
+    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint,
                    silence_s=300) as w:
         yield w
 
 
 def settle(watch: VllmWatch, quiet_s: float = 0.4, most_s: float = 10.0) -> list:
     """Every event until none came for `quiet_s` (vLLM publishes a step's events just after the
-    step, so an HTTP answer can come before its last events)."""
+    step, so an HTTP answer can come before its last events), then what the replay endpoint
+    still holds after the last one taken (a message the PUB dropped while a subscription was on
+    its way)."""
     out: list = []
     deadline = time.monotonic() + most_s
     while time.monotonic() < deadline:
@@ -79,4 +91,4 @@ def settle(watch: VllmWatch, quiet_s: float = 0.4, most_s: float = 10.0) -> list
         if not got:
             break
         out += got
-    return out
+    return out + watch.catch_up()

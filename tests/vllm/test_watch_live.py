@@ -50,14 +50,14 @@ def test_a_watch_that_was_away_replays_what_it_missed(vllm_server):
     # each sends vLLM's watchers a message (a request whose blocks all hit sends none)
     reqs = [Req(chat(eng, f"Name a book about {topic}, and say why.", SYSTEM), 32)
             for topic in ("ships", "stars", "trains")]
-    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint, bind=True,
+    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint,
                    silence_s=300) as w:
         vllm_server.reset_prefix_cache()
         vllm_server.complete(reqs[0].prompt, reqs[0].max_tokens)
         settle(w)
         seen = w.last_seq
     vllm_server.complete(reqs[1].prompt, reqs[1].max_tokens)  # while no watch listens
-    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint, bind=True,
+    with VllmWatch(vllm_server.events_endpoint, vllm_server.replay_endpoint,
                    silence_s=300) as late:
         deadline = time.monotonic() + 30
         while late.last_seq <= seen and time.monotonic() < deadline:

@@ -1,0 +1,124 @@
+"""The vLLM tab's watch (ui/vllm_view.py) and what the tab draws of it (ui/vllm_panel.py), with
+bad input from a publisher in the test process that speaks vLLM's protocol (the happy path
+against a real vLLM, in Chromium: tests/vllm/test_watch_tab_browser.py): an address that is not
+one, an endpoint that does not answer, frames of another schema and a gap each get a sentence in
+the tab's note, and the picture keeps what it had."""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+import pytest
+
+from engine.vllm.server import free_port
+from tests.engine.vllm.publisher import Publisher, stored
+from ui import vllm_view
+from ui.limits import UserError
+from ui.vllm_panel import _values, note_text
+from ui.vllm_view import VllmView
+
+
+@pytest.fixture
+def pub():
+    p = Publisher(replay=False)
+    yield p
+    p.close()
+
+
+class _Look:  # what _values reads of a session: the picture's box and presenter mode
+    box = None
+    presenter = False
+
+
+def until(view: VllmView, done, most_s: float = 8.0) -> None:
+    deadline = time.monotonic() + most_s
+    while not done() and time.monotonic() < deadline:
+        view.poll(0.05)
+    assert done(), note_text(view)
+
+
+def watching(pub: Publisher) -> VllmView:
+    """A view that has joined `pub` and drawn two blocks."""
+    view = VllmView()
+    view.connect(pub.endpoint)
+    until(view, lambda: view.watch.joined)
+    time.sleep(0.2)  # the subscription reaches the PUB
+    pub.publish(stored([11, 12], None))
+    until(view, lambda: view.watch.mirror.batches == 1)
+    tree, *_ = _values(view, _Look, True)
+    assert tree.layout.meta["vllm"]["blocks"] == 2
+    return view
+
+
+def blocks(view: VllmView) -> int:
+    return len(view.watch.tree().nodes)
+
+
+def test_a_bad_address_is_refused_and_the_watch_stays(pub):
+    view = watching(pub)
+    try:
+        for bad in ("", "localhost:5557", "http://127.0.0.1:8000", "tcp://h:99999"):
+            with pytest.raises(UserError):
+                view.connect(bad)
+        assert view.watch.endpoint == pub.endpoint and blocks(view) == 2
+    finally:
+        view.close()
+
+
+def test_an_endpoint_that_does_not_answer_keeps_the_picture(pub, monkeypatch):
+    monkeypatch.setattr(vllm_view, "SILENCE_S", 0.5)
+    view = watching(pub)
+    try:
+        view.connect(f"tcp://127.0.0.1:{free_port()}")
+        until(view, lambda: view.pending is None)
+        said = note_text(view)
+        assert "nothing answered" in said and "still shows" in said, said
+        assert view.watch.endpoint == pub.endpoint and blocks(view) == 2
+        tree, *_ = _values(view, _Look, False)
+        assert tree is gr.skip() or tree.layout.meta["vllm"]["blocks"] == 2
+    finally:
+        view.close()
+
+
+def test_another_schema_and_a_gap_are_said_and_the_tree_kept(pub):
+    view = watching(pub)
+    try:
+        pub.send_raw([b"", (1).to_bytes(8, "big"), b"\x93not msgpack"])
+        until(view, lambda: view.watch.problems)
+        assert "skipped" in note_text(view) and blocks(view) == 2
+        pub.seq = 2
+        pub.publish(stored([13], 12), drop=True)  # message 2 lost, no replay endpoint
+        pub.publish(stored([14], 12))
+        until(view, lambda: view.watch.mirror.batches == 2)
+        said = note_text(view)
+        assert "message 2" in said and "never arrived" in said, said
+        assert blocks(view) == 3  # what came is drawn; what was lost is named
+    finally:
+        view.close()
+
+
+def test_a_prompt_needs_an_api_and_text():
+    view = VllmView()
+    with pytest.raises(UserError, match="type a prompt"):
+        view.send("  ")
+    with pytest.raises(UserError, match="no OpenAI API"):
+        view.send("hello")
+    assert "Start one here" in note_text(view)
+
+
+def test_start_one_here_without_vllm_says_why(monkeypatch):
+    from engine.vllm import lab
+
+    monkeypatch.delenv(lab.ENV, raising=False)
+    monkeypatch.setenv("PAGEDLAB_VLLM_PYTHON", "/no/such/python")
+    view = VllmView()
+    try:
+        view.start_here()
+        view.poll()
+        said = note_text(view)
+        assert "could not start vLLM here" in said and "/no/such/python" in said, said
+        assert view.watch is None
+    finally:
+        view.close()
+        lab.forget_failure()
