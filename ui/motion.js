@@ -204,7 +204,9 @@
     const go = document.querySelector('#pl-follow');
     if (text === undefined || !go || text === statusSeen) return;
     statusSeen = text;
-    go.click();
+    // after the figures of the same update are drawn (ui/draws.js): the followers' requests
+    // would otherwise run in the task that paints the picture
+    (window.plDrawsIdle ? window.plDrawsIdle() : Promise.resolve()).then(() => go.click());
   };
   const status = new MutationObserver(follow);
   setInterval(() => {
