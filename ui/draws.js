@@ -21,6 +21,7 @@
   // the next plot waits for a frame (this one painted) and for Gradio to finish the update it
   // came with (its status line's "processing" cleared: idle), at most IDLE_MS
   const IDLE_MS = 150;
+  const STUCK_MS = 3000;
   const settle = () => new Promise((r) => requestAnimationFrame(() => (window.requestIdleCallback
     ? requestIdleCallback(() => r(), { timeout: IDLE_MS }) : setTimeout(r, 0))));
 
@@ -35,7 +36,9 @@
         // an element Gradio has dropped is never drawn: its replacement is in the queue
         if (gd.isConnected) {
           try {
-            out = await react(gd, ...args);
+            // a draw whose promise never settles must not hold up every later figure
+            out = await Promise.race([react(gd, ...args),
+              new Promise((r) => setTimeout(() => r(gd), STUCK_MS))]);
           } catch (err) { // one figure's failure must not stop the others being drawn
             console.warn('PagedLab draw:', err);
           }
