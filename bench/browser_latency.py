@@ -5,8 +5,8 @@ this one times what the page shows. The app runs on the default model (SmolLM2-1
 Debian's Chromium opens it on a 390 x 844 phone and at 1440 x 900, loads Serving's preemption
 workload, runs it to the end with the request timeline under the picture, then presses Back and
 Next over the recorded run. For each click, in the page's own clock, from the pointer's press in
-the page (the clock before Playwright's click call, which adds its own 20-50 ms of checks on a
-busy machine, is kept as picture_call_ms / view_call_ms):
+the page (the clock from before Playwright's click call, which adds its own wait for the button to
+be in view and still, is kept as picture_call_ms / view_call_ms):
 
 - picture: the click until the status line names the new position, the main picture's element is
   a new one, drawn (Plotly laid it out), and no event is under way;
@@ -35,8 +35,11 @@ from ui.app_process import free_port, launch, stop  # noqa: E402
 CHROMIUM = "/usr/bin/chromium"
 IDLE = "![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 # the page's clock: the click, then the moments the picture and the view were drawn for it. t0 is
-# taken before Playwright's click (its checks of the button take 20-50 ms of round trips on a
-# busy machine: the old clock, kept as *_call_ms); `press` is the pointer's press in the page
+# taken before Playwright's click call: the old clock, kept as *_call_ms. The call waits for the
+# button to be scrolled into view and to stand still (on a phone the page scrolls the picture
+# back into view after each move) and for the page to answer its checks: 200-430 ms on the busy
+# 2-core machine. `press` is the pointer's press: its event's time stamp, taken when the input
+# arrived, before the page handled it
 ARM = """() => { const b = window.plBench = {poolEl: document.querySelector('#pool-plot .js-plotly-plot'),
   viewEl: document.querySelector('#view-plot .js-plotly-plot'), t0: performance.now()};
   document.addEventListener('pointerdown', (e) => { b.press ??= e.timeStamp; },
