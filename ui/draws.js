@@ -42,6 +42,9 @@
           } catch (err) { // one figure's failure must not stop the others being drawn
             console.warn('PagedLab draw:', err);
           }
+          // the page's click handlers bind a new plot at once (ui/motion.js, ui/views.js), not
+          // on their next poll: a click on the drawn picture must not be lost
+          document.dispatchEvent(new CustomEvent('pl-drawn'));
           if (queue.size) await settle(); // paint this plot before the next is drawn
         }
         resolves.forEach((r) => r(out));
