@@ -93,8 +93,9 @@
     }
   }
 
-  // Gradio (re)draws the figure whenever a callback returns one: bind and animate each new one.
-  setInterval(() => {
+  // Gradio (re)draws the figure whenever a callback returns one: bind and animate each new one,
+  // as soon as it is drawn (ui/draws.js says so) and on a poll besides.
+  const handleDrawn = () => {
     document.querySelectorAll('#pool-plot .js-plotly-plot').forEach((gd) => {
       if (!gd.on || !gd._fullLayout) return;
       if (gd.__plEvents !== gd._ev) {
@@ -126,7 +127,9 @@
         }
       }
     });
-  }, 100);
+  };
+  document.addEventListener('pl-drawn', handleDrawn);
+  setInterval(handleDrawn, 100);
 
   // The picture's box: the page tells Python how much room the picture has, so that it is drawn
   // to fit (viz/fit.py): in presenter mode the whole height of the slide beside the text, else
@@ -204,7 +207,9 @@
     const go = document.querySelector('#pl-follow');
     if (text === undefined || !go || text === statusSeen) return;
     statusSeen = text;
-    go.click();
+    // after the figures of the same update are drawn (ui/draws.js): the followers' requests
+    // would otherwise run in the task that paints the picture
+    (window.plDrawsIdle ? window.plDrawsIdle() : Promise.resolve()).then(() => go.click());
   };
   const status = new MutationObserver(follow);
   setInterval(() => {

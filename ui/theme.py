@@ -1,6 +1,7 @@
 """The page's look: one theme for teaching (type, spacing, the picture first), presenter mode
 (large type everywhere) and the script that makes the picture clickable and moving
-(ui/motion.js). app.py passes CSS, HEAD and THEME to Gradio's launch()."""
+(ui/motion.js), with the one that draws each figure once (ui/draws.js). app.py passes CSS, HEAD
+and THEME to Gradio's launch()."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ import os
 
 import gradio as gr
 
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "motion.js"), encoding="utf-8") as f:
-    HEAD = f"<script>\n{f.read()}\n</script>"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _script(name: str) -> str:
+    with open(os.path.join(HERE, name), encoding="utf-8") as f:
+        return f"<script>\n{f.read()}\n</script>"
+
+
+# draws.js: one Plotly draw per figure sent, the picture painted first (Gradio's Plot draws each
+# update twice); motion.js: the picture's clicks and motion
+HEAD = _script("draws.js") + "\n" + _script("motion.js")
 
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate", text_size="md",
                        font=[gr.themes.Font(name) for name in ("Source Sans 3", "system-ui", "sans-serif")])

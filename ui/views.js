@@ -45,12 +45,15 @@
     }
   }
 
-  // Gradio draws a new plot element whenever a callback returns a figure: bind each one
-  setInterval(() => {
+  // Gradio draws a new plot element whenever a callback returns a figure: bind each one as soon
+  // as it is drawn (ui/draws.js says so), and on a poll besides
+  const bind = () => {
     document.querySelectorAll('#view-plot .js-plotly-plot').forEach((gd) => {
       if (!gd.on || gd.__plViews === gd._ev) return;
       gd.on('plotly_click', (ev) => onClick(ev, gd));
       gd.__plViews = gd._ev;
     });
-  }, 120);
+  };
+  document.addEventListener('pl-drawn', bind);
+  setInterval(bind, 120);
 })();

@@ -217,7 +217,6 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         line = links(chosen, gpu, None, "selected links", palette.SELECT, 2.5)
         traces += ([line] if line is not None else []) + rects(gpu, [selected_block], "selected",
                                                                palette.SELECT, 3.5, pad=0.22)
-    fig = go.Figure(traces, **FAST)
     notes, _ = row_labels(rows, top, k * (12 / 14 if sz.fitted else 1.0), seq_labels, selected_seq,
                           selected_block if drawn else None)
     top, bottom = _notes(notes, snap, rows, seqs, gpu, cpu, tier, top, sz, seq_labels, reserved,
@@ -226,19 +225,21 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     if bands:
         drawn_bands, band_notes, bottom = bands_below(bands, bottom, gpu.width, k,
                                                       sz.plot_px if sz.fitted else 0.0)
-        fig.add_traces(drawn_bands)
+        traces += drawn_bands
         notes += band_notes
     bottom = _strip(notes, snap, rows, selected_seq, sz, token_text, bottom)
     mine = [i for i, r in enumerate(rows) if r.seq.seq_id == selected_seq]
     if mine:  # one outline around all the selected sequence's rows (they are kept together)
         lo, hi = 2.0 + len(rows) - 1 - mine[-1] - 0.5, 2.0 + len(rows) - 1 - mine[0] + 0.5
-        fig.add_scatter(x=[-0.15, gpu.width + 0.15, gpu.width + 0.15, -0.15, -0.15],
-                        y=[lo, lo, hi, hi, lo],
-                        mode="lines", line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
-                        name="selected sequence", hoverinfo="skip", showlegend=False)
-    _frame(fig, snap, events, notes, sz, large, top, bottom, widest,
-           any(t.name == "dropped entries" for t in traces), box)
-    return fig
+        traces.append(go.Scatter(**FAST, x=[-0.15, gpu.width + 0.15, gpu.width + 0.15, -0.15, -0.15],
+                                 y=[lo, lo, hi, hi, lo], mode="lines",
+                                 line={"color": palette.SELECT, "width": 1.5, "dash": "dot"},
+                                 name="selected sequence", hoverinfo="skip", showlegend=False))
+    # the layout in the figure's constructor: fig.update_layout / update_xaxes parse and check
+    # every key again (about half the server's time of a Back / Next on this picture)
+    layout = _frame(snap, events, notes, sz, large, top, bottom, widest,
+                    any(t.name == "dropped entries" for t in traces), box)
+    return go.Figure(traces, layout=layout, **FAST)
 
 
 def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gpu, cpu, tier,
@@ -323,10 +324,10 @@ def _strip(notes: list, snap: Snapshot, rows: Sequence[TableRow], selected_seq: 
     return y - 0.3
 
 
-def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes,
-           large: bool, top: float, bottom: float, widest: int, dropped: bool,
-           box: tuple[float, float] | None = None) -> None:
-    """Title, legend, margins, height and the axes' ranges."""
+def _frame(snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes, large: bool,
+           top: float, bottom: float, widest: int, dropped: bool,
+           box: tuple[float, float] | None = None) -> dict:
+    """The layout: title, legend, margins, height and the axes' ranges."""
     k = sz.k
     budget = sz.legend_chars or (95 if large else 150)  # visible characters a legend line holds
     lines = figure_text.legend(budget, figure_text.extras(events, dropped))
@@ -356,7 +357,7 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         for n in notes:
             if n.get("x") == 0 and n.get("xanchor") == "left":
                 n.update(xref="paper", x=edge)
-    fig.update_layout(
+    return dict(
         annotations=notes[:72],  # one label per sequence row, not per cell
         height=height, margin={"l": margin_l, "r": 8, "t": margin_t, "b": margin_b},
         font={"family": FONT, "color": palette.INK},
@@ -365,9 +366,9 @@ def _frame(fig: go.Figure, snap: Snapshot, events: Sequence[Event], notes: list,
         meta={"anim": anim_key(snap, events), "fit": _fit_meta(sz, box)},
         title={"text": text, "x": 0.01, "xanchor": "left", "yref": "container", "y": 1,
                "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": title_px(k)}},
+        xaxis={"visible": False, "fixedrange": True, "range": [-0.3, sz.gpu.width + 0.3]},
+        yaxis={"visible": False, "fixedrange": True, "range": y_range},
     )
-    fig.update_xaxes(visible=False, fixedrange=True, range=[-0.3, sz.gpu.width + 0.3])
-    fig.update_yaxes(visible=False, fixedrange=True, range=y_range)
 
 
 def _fit_meta(sz: Sizes, box: tuple[float, float] | None) -> dict:
