@@ -16,4 +16,6 @@ fi
 echo "[test] ruff check"
 .venv/bin/ruff check .
 echo "[test] pytest"
+# passive OpenMP waits: tests/conftest.py says why (set there too, for a plain `pytest`)
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec .venv/bin/python -m pytest "$@"

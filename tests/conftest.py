@@ -20,6 +20,12 @@ from typing import Any
 # every engine a test builds, or an app or worker it starts, checks after each operation that
 # each sequence reads back its own K/V (EngineConfig.track_kv_content None defers to this).
 os.environ["PAGEDLAB_TRACK_KV_CONTENT"] = "1"
+# torch's OpenMP threads wait for each other by spinning. Where the cores are shared (a served app,
+# Chromium and this process at once, as in the browser tests), a spinning thread holds the core
+# its partner needs: the 30-request swap test took 199 s beside two busy processes, 30 s with
+# passive waits (19 / 23 s on a quiet machine). Set before torch loads (libgomp reads it then);
+# apps, workers and servers the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 
