@@ -60,7 +60,11 @@ def config(request) -> EngineConfig:
                         device="cpu", dtype="float32")
 
 
-@pytest.mark.parametrize("at", [3, 6, 9])
+# every point on the dry engine and tiny-random; one on the default model (its ops cost the most
+# there, and the points differ in the bookkeeping, which the other two cover): after the beams' step
+@pytest.mark.parametrize("config, at", [
+    *[(name, at) for name in ("dry", "tiny-random") for at in (3, 6, 9)],
+    pytest.param("default", 9, marks=pytest.mark.slow)], indirect=["config"])
 def test_restore_then_the_rest_equals_a_replay(config, at):
     eng = LLMEngine(config)
     for op in OPS[:at]:

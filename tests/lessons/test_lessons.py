@@ -153,7 +153,10 @@ def _state(run: LessonRun) -> tuple:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["03_fork_cow", "06_preemption"])
+# lesson 3 on the real model: Back's recorded view, a replay, a rerun and Restart agree (lesson 6's
+# preemption plays three times over here for the same check: tests/engine/test_checkpoint.py and
+# tests/history hold swapped and recomputed state to a replay, bytes included)
+@pytest.mark.parametrize("name", ["03_fork_cow"])
 def test_back_and_restart_equal_replay(name: str, default_model) -> None:
     lesson = load(Path("lessons") / f"{name}.md")
     run = _run(lesson)
