@@ -71,11 +71,15 @@ def _num_sms(device: torch.device) -> int:
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int,
                       device: torch.device, window: int | None = None) -> int:
-    """Split-K only when the plain grid cannot keep the GPU busy: target ~4 resident programs
-    per SM, but never slices shorter than 256 keys (each split pays a merge and a Q load).
-    With a sliding window a decode reads at most `window` keys, so that is the length split."""
+    """Split-K only when the plain grid cannot keep the GPU busy: under ~2 programs per SM, and
+    never slices shorter than 256 keys (each split pays a merge and a Q load). With a sliding
+    window a decode reads at most `window` keys, so that is the length split.
+
+    Two per SM, not four: on an H100 (132 SMs) a 1.2B decode of 64 sequences has 512 programs,
+    and unsplit it took 32.6 µs a layer in a CUDA graph against 35.9 µs split in two plus the
+    merge (bench/results/mem_h100_kernel_probe_graph.json)."""
     programs = num_seqs * num_kv_heads
-    target = 4 * _num_sms(device)
+    target = 2 * _num_sms(device)
     if device.type != "cuda" or programs >= target:
         return 1
     keys = min(max_seq_len, window) if window else max_seq_len

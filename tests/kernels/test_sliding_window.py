@@ -302,3 +302,14 @@ def test_split_heuristic_counts_only_the_window(monkeypatch):
     assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda, window=1024) == 4
     assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda, window=200) == 1
     assert attention_config.choose_num_splits(1, 3, 600, 64, cuda, window=4096) == 2
+
+
+def test_a_grid_of_two_programs_per_sm_is_not_split(monkeypatch):
+    """On an H100 a 1.2B decode of 64 sequences (8 K/V heads: 512 programs on 132 SMs) ran
+    faster unsplit (bench/results/mem_h100_kernel_probe_graph.json); half that grid still splits."""
+    from kernels import attention_config
+
+    monkeypatch.setattr(attention_config, "_num_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    assert attention_config.choose_num_splits(64, 8, 560, 16, cuda) == 1
+    assert attention_config.choose_num_splits(32, 8, 560, 16, cuda) == 2
