@@ -87,7 +87,11 @@ def pool_header(token_level: bool, sliding_marks: bool, reserved: int, narrow: b
     if sliding_marks and token_level:  # a hybrid's two groups: whose K/V a block holds
         kind = "ˢ: a sliding group's block" if narrow else kind + " · ˢ: a sliding group's block"
     if reserved:
-        kind += f" · hatched: {reserved} blocks reserved by the teacher"
+        # short words: at a projector's type "hatched: 56 blocks reserved by the teacher" ran past
+        # the picture's right edge (the hatch's hover and the room's table name the teacher)
+        if narrow:
+            return f"GPU pool · hatched: {reserved} reserved"
+        kind += f" · hatched: {reserved} reserved"
     return f"GPU pool: {kind}"
 
 

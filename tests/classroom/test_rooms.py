@@ -129,6 +129,18 @@ def test_shrinking_the_pool_forces_preemption_and_restore_gives_it_back(registry
              for t, cd in zip(tr, cr, strict=True) if cd is not None and cd[0] in room.view.reserved}
     assert drawn and all(not t or t.split()[0].isdigit() for t in drawn.values())  # ids, no tokens
     assert class_blocks(state) == "0 of 12 · reserved by the teacher: 28 (of the pool's 40)"
+    # on a projector every line of the picture fits its width: the pool's caption, with the
+    # reserve in its words, ran past the right edge at 1280 x 720 (the picture's box about 790 px)
+    import re
+
+    from viz.text_width import text_px
+
+    for box in ((790, 600), (800, 650), (1100, 800)):
+        big = projector_figure(room.view, box=box, large=True)
+        for note in big.layout.annotations:
+            plain = re.sub(r"<[^>]+>", "", note.text or "")
+            if plain.startswith("GPU pool"):
+                assert text_px(plain, note.font.size) <= box[0] - 16, (box, plain, note.font.size)
     # the class's prefix tree: the requests' blocks, none of the reserve's filler (held, or
     # cached once Whole pool gave it back)
     def tree_blocks() -> set[int]:
