@@ -61,7 +61,7 @@ def ask(server: LabServer, prompt_ids: list[int], max_tokens: int = 1, reset: bo
             if reset:
                 client.reset_prefix_cache()
             got = client.complete(list(prompt_ids), max_tokens)
-            events = _settle(watch, quiet_s, most_s) + watch.catch_up()
+            events = settle(watch, quiet_s, most_s) + watch.catch_up()
             mine = [e for e in events if e.seq >= first]
             return VllmAnswer(
                 True, "", tuple(got["outputs"][0]), int(got["cached_tokens"]),
@@ -73,7 +73,7 @@ def ask(server: LabServer, prompt_ids: list[int], max_tokens: int = 1, reset: bo
         return unavailable(str(err))
 
 
-def _settle(watch: VllmWatch, quiet_s: float, most_s: float) -> list[VllmEvent]:
+def settle(watch: VllmWatch, quiet_s: float, most_s: float) -> list[VllmEvent]:
     """Every event until none came for `quiet_s` (at most `most_s`)."""
     out: list[VllmEvent] = []
     deadline = time.monotonic() + most_s

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from engine.vllm import lab
+from engine.vllm.ask import settle as settle_events
 from engine.vllm.server import ServerConfig, VllmServer, VllmUnavailable
 from engine.vllm.watch import VllmWatch
 
@@ -84,11 +84,4 @@ def settle(watch: VllmWatch, quiet_s: float = 0.4, most_s: float = 10.0) -> list
     step, so an HTTP answer can come before its last events), then what the replay endpoint
     still holds after the last one taken (a message the PUB dropped while a subscription was on
     its way)."""
-    out: list = []
-    deadline = time.monotonic() + most_s
-    while time.monotonic() < deadline:
-        got = watch.poll(quiet_s)
-        if not got:
-            break
-        out += got
-    return out + watch.catch_up()
+    return settle_events(watch, quiet_s, most_s) + watch.catch_up()
