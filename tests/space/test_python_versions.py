@@ -2,8 +2,8 @@
 matter, and 3.12), taken from pyenv where the machine has them (skipped where it has not): every
 file the Space runs compiles there, and the part that needs no torch (torch cannot be installed
 for them on this machine) imports and runs for real in a small venv of that Python (xxhash,
-PyYAML, NumPy): the whole engine in dry mode (paged bookkeeping, serving, sampling, swaps), the
-lessons player through the dry lessons with every check, and the classroom's rooms."""
+PyYAML, NumPy, pyzmq, msgspec): the whole engine in dry mode (paged bookkeeping, serving,
+sampling, swaps), the lessons player through the dry lessons with every check, and the classroom's rooms."""
 
 from __future__ import annotations
 
@@ -82,18 +82,23 @@ def test_every_file_the_space_runs_compiles(python):
     assert int(done.stdout) > 120  # the walk found the files
 
 
+#: the torch-free part of requirements.txt the Space installs (pyzmq and msgspec: the classroom's
+#: rooms served by vLLM import engine/vllm/, a client of its KV events)
+TORCH_FREE = ["xxhash", "pyyaml", "numpy", "pyzmq", "msgspec"]
+
+
 def small_venv(python: Path) -> Path:
-    """A venv of `python` with the engine's torch-free needs, made once (skipped when PyPI is
-    out of reach)."""
+    """A venv of `python` with the engine's torch-free needs, made once (again when the list
+    changes; skipped when PyPI is out of reach)."""
     venv = VENVS / python.parts[-3]
     ready = venv / "ready"
-    if not ready.exists():
+    if not ready.exists() or ready.read_text().split() != TORCH_FREE:
         subprocess.run([str(python), "-m", "venv", "--clear", str(venv)], check=True, timeout=120)
-        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "xxhash", "pyyaml", "numpy"],
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *TORCH_FREE],
                              capture_output=True, text=True, timeout=600)
         if pip.returncode:
-            pytest.skip(f"could not install xxhash, PyYAML and NumPy for {python}: {pip.stderr[-300:]}")
-        ready.write_text("xxhash pyyaml numpy\n")
+            pytest.skip(f"could not install {', '.join(TORCH_FREE)} for {python}: {pip.stderr[-300:]}")
+        ready.write_text(" ".join(TORCH_FREE) + "\n")
     return venv / "bin" / "python"
 
 
