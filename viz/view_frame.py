@@ -129,9 +129,23 @@ def note_figure(title: str, note: str, box: tuple[float, float] | None, large: b
     sz = view_sizes(box, large)
     height = min(sz.height or 10**6, int(sz.title * 2.4 + sz.font * 4))
     fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note"}))
+    if box:  # a phone's box cuts a long sentence at its right edge: break it into lines
+        note = _wrapped(note, box[0] - 24, sz.font)
     fig.update_layout(annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0,
                                     "y": 0.5, "xanchor": "left", "showarrow": False,
                                     "font": {"size": sz.font, "color": palette.MUTED}}])
     fig.update_xaxes(visible=False, fixedrange=True)
     fig.update_yaxes(visible=False, fixedrange=True)
     return fig
+
+
+def _wrapped(text: str, width_px: float, font_px: float) -> str:
+    """`text` in lines (joined by <br>) of at most `width_px` at `font_px`."""
+    lines = [""]
+    for word in text.split():
+        joined = f"{lines[-1]} {word}".strip()
+        if lines[-1] and text_px(joined, font_px) > width_px:
+            lines.append(word)
+        else:
+            lines[-1] = joined
+    return "<br>".join(lines)

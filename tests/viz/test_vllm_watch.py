@@ -72,3 +72,17 @@ def test_the_counts_say_what_events_cannot_show():
     assert "4 (4 physical copies)" in text and "tcp://127.0.0.1:5557" in text
     assert "physical block ids, block tables or reference counts" in CANNOT_SHOW
     assert "block tables or reference counts" in text
+
+
+def test_the_empty_trees_sentence_fits_a_phone():
+    """On a 390 px phone the sentence was cut at the right edge ("send it a reques")."""
+    import re
+
+    from engine.describe.prefix_tree import PrefixTree
+    from viz.text_width import text_px
+    from viz.vllm_watch import vllm_tree_figure
+
+    fig = vllm_tree_figure(PrefixTree(nodes=()), box=(326, 120))
+    note = fig.layout.annotations[0]
+    assert "send it a request." in re.sub("<br>", " ", note.text)
+    assert all(text_px(line, note.font.size) <= 326 - 24 for line in note.text.split("<br>"))
