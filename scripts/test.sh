@@ -18,4 +18,7 @@ echo "[test] ruff check"
 echo "[test] pytest"
 # passive OpenMP waits: tests/conftest.py says why (set there too, for a plain `pytest`)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec .venv/bin/python -m pytest "$@"
+# Two workers, a file each at a time (tests/conftest.py): much of a test's time is a served app,
+# Chromium or a subprocess starting, so one process leaves a core idle. PAGEDLAB_TEST_WORKERS=0
+# runs in this one process; later arguments win (`-n 0`).
+exec .venv/bin/python -m pytest -n "${PAGEDLAB_TEST_WORKERS:-2}" "$@"

@@ -105,3 +105,22 @@ def serve_app() -> Iterator[str]:
 def served_app() -> Iterator[str]:
     """The served app, one per module (tests/ui's modules share one: tests/ui/conftest.py)."""
     yield from serve_app()
+
+
+#: folders whose tests share one costly package-wide fixture and so run on one xdist worker
+#: (tests/vllm: one vLLM server, a minute to start and gigabytes of KV cache)
+ONE_WORKER_FOLDERS = ("tests/vllm/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """scripts/test.sh runs the suite on two xdist workers, a file at a time (a module's fixtures,
+    such as its served app, start once); the folders above go to one worker whole."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((f for f in ONE_WORKER_FOLDERS if path.startswith(f)), path)
+
+    return FileScheduling(config, log)
