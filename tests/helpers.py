@@ -65,6 +65,14 @@ def box_of(pg: Any, selector: str) -> dict:
                                 arg=selector, timeout=60_000).json_value()
 
 
+def drawn(pg: Any, fn: str, arg: Any = None, timeout: float = 60_000) -> Any:
+    """The first value other than null that the page function `fn(arg)` returns, read in the poll
+    that finds it: a redraw (a follower's, its progress hidden) may empty a plot again right
+    after, so a second read could find nothing."""
+    found = f"(a) => {{ const v = ({fn})(a); return v === null || v === undefined ? null : {{v}}; }}"
+    return pg.wait_for_function(found, arg=arg, timeout=timeout).json_value()["v"]
+
+
 # the page position of block `want`'s cell in the picture: a strip's label cell ("pool") or a
 # folded free block's id cell ("free blocks"); null until drawn
 BLOCK_XY = """(want) => {

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from scripts.walkthrough_views import _choose, _workload
-from tests.helpers import box_of
+from tests.helpers import box_of, drawn
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -65,13 +65,11 @@ def test_serving_on_a_phone_cuts_nothing_and_a_name_selects(browser, served_app)
     try:
         _workload(pg, "a shared prefix (a class's system prompt)")
         _back(pg, 6)  # mid-run: the system prompt's block shared by every request (×4)
-        pg.wait_for_function("() => ({CUT})('#pool-plot') !== null".replace("{CUT}", CUT), timeout=60_000)
-        assert pg.evaluate(CUT, "#pool-plot") == []
+        assert drawn(pg, CUT, "#pool-plot") == []
         assert pg.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
         # a tap on a sequence's name selects it, as a tap on its table row does
-        pg.wait_for_function(f"() => ({LABEL_XY})(2) !== null", timeout=60_000)
         pg.locator("#pool-plot").scroll_into_view_if_needed()
-        pg.mouse.click(*pg.evaluate(LABEL_XY, 2))
+        pg.mouse.click(*drawn(pg, LABEL_XY, 2))
         pg.wait_for_function(f"() => ({SELECTED})() === '2'", timeout=30_000)
     finally:
         pg.close()
@@ -93,8 +91,7 @@ def test_the_prefix_tree_on_a_phone_tells_branches_apart_and_a_tap_leaves_it_in_
         _workload(pg, "a shared prefix (a class's system prompt)")
         _back(pg, 6)
         _choose(pg, "prefix tree", "tree")
-        pg.wait_for_function(f"() => ({TREE_LABELS})() !== null", timeout=60_000)
-        labels = pg.evaluate(TREE_LABELS)
+        labels = drawn(pg, TREE_LABELS)
         assert len(labels) >= 3 and len(set(labels)) == len(labels), labels  # one per branch
         pg.locator("#view-plot").scroll_into_view_if_needed()
         area = box_of(pg, "#view-plot .js-plotly-plot .nsewdrag")
@@ -135,8 +132,7 @@ def test_the_inspector_on_a_phone_keeps_its_title_and_heatmaps_apart(browser, se
         click_until(pg, CELL_XY, ["pool", 0],
                     "() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout")
         pg.locator("#kv-plot").scroll_into_view_if_needed()
-        pg.wait_for_function(f"() => ({KV_PARTS})() !== null", timeout=60_000)
-        parts = pg.evaluate(KV_PARTS)
+        parts = drawn(pg, KV_PARTS)
         assert not _hit(parts["title"], parts["modebar"]), parts  # the toolbar over the title
         assert not any(_hit(b, parts["kArea"]) for b in parts["yLabels"]), parts  # V's on K
     finally:
@@ -152,8 +148,7 @@ def test_the_preemption_workload_on_a_phone_cuts_no_line(browser, served_app):
         seen = ""
         for _ in range(8):
             _back(pg, 5)
-            pg.wait_for_function(f"() => ({CUT})('#pool-plot') !== null", timeout=60_000)
-            assert pg.evaluate(CUT, "#pool-plot") == [], pg.evaluate("document.querySelector('#status')"
+            assert drawn(pg, CUT, "#pool-plot") == [], pg.evaluate("document.querySelector('#status')"
                                                                     "?.innerText")
             seen += pg.evaluate("() => [...document.querySelectorAll('#pool-plot .main-svg text')]"
                                 ".map((t) => t.textContent).join(' ')")

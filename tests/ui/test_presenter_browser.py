@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from tests.helpers import drawn
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -76,16 +77,14 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     pg = lesson_page(browser, served_app, 1280, 720)
     for _ in range(4):  # the presenter checkbox keeps the focus: the clicker's key still works
         press_next(pg)
-    pg.wait_for_function(f"() => ({NARRATION_BOTTOM})() !== null", timeout=60_000)
+    assert drawn(pg, NARRATION_BOTTOM) <= 720  # the sentence about the step, without scrolling
     assert pg.evaluate(CLIPPED) == []
-    assert pg.evaluate(NARRATION_BOTTOM) <= 720  # the sentence about the step, without scrolling
-    small = pg.evaluate(PICTURE)
+    small = drawn(pg, PICTURE)
     assert small["top"] < 720 / 4
     press_next(pg, "ArrowLeft")  # Back
     pg.close()
     big = lesson_page(browser, served_app, 1920, 1080)
-    big.wait_for_function(f"() => ({PICTURE})() !== null", timeout=60_000)
-    assert big.evaluate(PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
+    assert drawn(big, PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
     assert big.evaluate(CLIPPED) == []
     big.close()
 
@@ -100,10 +99,9 @@ def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
     pg.wait_for_function(f"() => ({PROGRESS})().includes('4 of')", timeout=180_000)
     pg.wait_for_function("() => document.querySelector('#lesson-narration')?.innerText"
                          ".includes('inspector')", timeout=60_000)
-    pg.wait_for_function(f"() => ({CELL_XY})(['pool', 1]) !== null", timeout=60_000)
     pg.wait_for_function(IDLE, timeout=180_000)  # the lesson's picture is drawn and bound
     for attempt in range(5):  # a click the page had not bound yet (a busy machine) is clicked again
-        x, y = pg.evaluate(f"({CELL_XY})(['pool', 1])")
+        x, y = drawn(pg, CELL_XY, ["pool", 1])
         pg.mouse.click(x, y)
         try:
             pg.wait_for_function("() => (document.querySelector('#inspector-note')?.innerText ?? '')"
