@@ -1,6 +1,7 @@
 """Shared pytest fixtures: ONE loaded instance of each real model for the whole test session, the
-served app and the browser that the ui/, classroom/ and bench/ folders drive; and the content
-oracle switched on for every test (PAGEDLAB_TRACK_KV_CONTENT, read by EngineConfig).
+served app and the browser that the ui/, classroom/ and bench/ folders drive; the order of the
+run and the two workers' shares of it; and the content oracle switched on for every test
+(PAGEDLAB_TRACK_KV_CONTENT, read by EngineConfig).
 
 Loading goes through `engine.runtime.models.load_model`, whose process-wide cache means that an engine
 built by a test (`LLMEngine(EngineConfig(model="default"))`) shares these very weights instead of
@@ -87,13 +88,13 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-def serve_app() -> Iterator[str]:
+def serve_app(env: dict[str, str] | None = None) -> Iterator[str]:
     """`python app.py` on the real default model, on a free loopback port, until the generator
     is closed: its URL."""
     from ui.app_process import free_port, launch
 
     port = free_port()
-    proc = launch(["app.py"], port)
+    proc = launch(["app.py"], port, env)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
@@ -101,10 +102,13 @@ def serve_app() -> Iterator[str]:
         proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served_app() -> Iterator[str]:
-    """The served app, one per module (tests/ui's modules share one: tests/ui/conftest.py)."""
-    yield from serve_app()
+    """The served app that tests/ui, tests/classroom and tests/bench share, one per test process
+    (an app takes 10-20 s to start on a 2-core machine). Each test opens its own pages, so its
+    own Gradio sessions, as a Space's visitors do one after another; the rooms it opens stay
+    open, so this app holds more than a default server's 8."""
+    yield from serve_app({"PAGEDLAB_MAX_ROOMS": "64"})
 
 
 #: folders whose tests share one costly package-wide fixture and so run on one xdist worker
@@ -112,15 +116,34 @@ def served_app() -> Iterator[str]:
 ONE_WORKER_FOLDERS = ("tests/vllm/",)
 
 
+def work_unit(nodeid: str) -> str:
+    """What one worker runs whole: a test file, or a folder above."""
+    path = nodeid.split("::", 1)[0]
+    return next((f for f in ONE_WORKER_FOLDERS if path.startswith(f)), path)
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """The folders run whole first (the longest units), then the units with a slow test, then the
+    rest, each unit kept whole and in its order: on two workers the long ones start early and the
+    many short ones fill the end (xdist hands units out in this order)."""
+    slow = {work_unit(i.nodeid) for i in items if i.get_closest_marker("slow")}
+
+    def rank(item: Any) -> int:
+        unit = work_unit(item.nodeid)
+        return 0 if unit in ONE_WORKER_FOLDERS else 1 if unit in slow else 2
+
+    items.sort(key=rank)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
-    """scripts/test.sh runs the suite on two xdist workers, a file at a time (a module's fixtures,
-    such as its served app, start once); the folders above go to one worker whole."""
+    """scripts/test.sh runs the suite on two xdist workers, a unit (work_unit) at a time, so a
+    module's fixtures start once, in the order of the collection."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class FileScheduling(LoadScopeScheduling):
+    class UnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return next((f for f in ONE_WORKER_FOLDERS if path.startswith(f)), path)
+            return work_unit(nodeid)
 
-    return FileScheduling(config, log)
+    config.option.loadscopereorder = False  # xdist's own order (most tests first) put a long
+    return UnitScheduling(config, log)      # one-test file, the slide walk, last and alone
