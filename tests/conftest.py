@@ -114,11 +114,16 @@ def served_app() -> Iterator[str]:
 #: folders whose tests share one costly package-wide fixture and so run on one xdist worker
 #: (tests/vllm: one vLLM server, a minute to start and gigabytes of KV cache)
 ONE_WORKER_FOLDERS = ("tests/vllm/",)
+#: files whose tests go out one by one: the slide walk, a lesson a test, minutes in all, would
+#: otherwise hold one worker while the other ran out of work
+ONE_BY_ONE_FILES = ("tests/ui/test_slides_browser.py",)
 
 
 def work_unit(nodeid: str) -> str:
-    """What one worker runs whole: a test file, or a folder above."""
+    """What one worker runs whole: a test file, a folder above or a test of the files above."""
     path = nodeid.split("::", 1)[0]
+    if path in ONE_BY_ONE_FILES:
+        return nodeid
     return next((f for f in ONE_WORKER_FOLDERS if path.startswith(f)), path)
 
 

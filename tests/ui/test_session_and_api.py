@@ -131,8 +131,12 @@ def test_a_session_pickles_as_its_log_and_replays_to_the_same_state():
 
 def test_sessions_beyond_the_cap_get_a_clear_message_and_closing_frees_a_place(monkeypatch):
     from ui import session as session_module
+    from ui.session_budget import SessionBudget
 
-    monkeypatch.setattr(session_module, "MAX_SESSIONS", session_module.live_sessions() + 1)
+    # an account of this test's own: sessions earlier tests in this process left idle would be
+    # let go to make room (as they should), and the second would find it
+    monkeypatch.setattr(session_module, "BUDGET", SessionBudget(1 << 40, 1, idle_s=900, pressure_idle_s=120))
+    monkeypatch.setattr(session_module, "MAX_SESSIONS", 1)
     first = dry_session()
     first.run(ops.AddSequence("abc"))
     second = dry_session()

@@ -7,7 +7,8 @@ screen at 24 px or more and the rest of its text at 20 px or more, the question 
 are in view, and the picture shows every token and every physical id whole (no "…", every text
 inside its cell) in type of 14 px or more.
 
-One page load per lesson; the window is resized once. Every wait is on a condition that is false
+A test per lesson (the two test workers share them out), one page load each; the window is
+resized once. Every wait is on a condition that is false
 (never an error) while the page renders.
 """
 
@@ -119,15 +120,14 @@ STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 
 def _check(pg, where: str, size: tuple[int, int], problems: list[str]) -> None:
     # drawn for this window (a redraw for an earlier box may land late: the page asks again)
-    try:
-        pg.wait_for_function(f"(s) => ({FITTED})(s) && ({SLIDE})() !== null && ({IDLE})()",
-                             arg=list(size), timeout=120_000)
+    try:  # measured in the poll that finds it drawn (a redraw may empty it right after)
+        bad = pg.wait_for_function(f"(s) => ({FITTED})(s) && ({IDLE})() && ({SLIDE})()",
+                                   arg=list(size), timeout=120_000).json_value()
     except Exception:
         problems.append(f"{where}: never drawn for the slide: {pg.evaluate(STATE % (IDLE, SLIDE))}")
         if SHOTS:
             pg.screenshot(path=os.path.join(SHOTS, where.replace(" ", "-") + "-stuck.png"))
         return
-    bad = pg.evaluate(SLIDE)
     if SHOTS:
         pg.screenshot(path=os.path.join(SHOTS, where.replace(" ", "-").replace(":", "") + ".png"))
     problems += [f"{where}: {b}" for b in bad]
@@ -145,41 +145,41 @@ def _turn(pg, key: str, size: tuple[int, int]) -> str:
 
 @pytest.fixture(scope="module")
 def served_app() -> Iterator[str]:
-    """An app of this module's own (tests/ui/conftest.py says why)."""
+    """An app of this module's own in each test process: it measures every page, so it does not
+    share a server with what other modules left in it."""
     yield from serve_app()
 
 
-def test_every_lesson_page_is_a_slide_at_1280x720_and_1920x1080(browser, served_app):
+@pytest.mark.parametrize("name", LESSONS)
+def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, served_app, name):
     small, big = (1280, 720), (1920, 1080)
     pg = browser.new_page(viewport={"width": small[0], "height": small[1]})
     problems: list[str] = []  # every page is checked; all that is wrong is reported at the end
     try:
-        for name in LESSONS:
-            pg.set_viewport_size({"width": small[0], "height": small[1]})
-            pg.goto(served_app + f"?lesson={name}")
-            pg.wait_for_function(f"() => ({PROGRESS})().includes('page 0 of')", timeout=180_000)
-            if not pg.evaluate("document.body.classList.contains('pl-presenter')"):
-                pg.click("#presenter")
-            pg.wait_for_function(FITTED, arg=list(small), timeout=120_000)
-            pages = 0
-            while True:
-                progress = pg.evaluate(PROGRESS)
-                _check(pg, f"{name} {pages} 1280x720", small, problems)
-                if "the end" in progress:
-                    break
-                _turn(pg, "ArrowRight", small)
-                pages += 1
-            pg.set_viewport_size({"width": big[0], "height": big[1]})
-            pg.wait_for_function(FITTED, arg=list(big), timeout=120_000)
-            # the larger screen: the last page (the score under it) and, Back, the one before it;
-            # the smaller screen, where a page is tightest, has had them all
-            _check(pg, f"{name} {pages} 1920x1080", big, problems)
-            if pages:
-                _turn(pg, "ArrowLeft", big)
-                _check(pg, f"{name} {pages - 1} 1920x1080", big, problems)
+        pg.goto(served_app + f"?lesson={name}")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('page 0 of')", timeout=180_000)
+        if not pg.evaluate("document.body.classList.contains('pl-presenter')"):
+            pg.click("#presenter")
+        pg.wait_for_function(FITTED, arg=list(small), timeout=120_000)
+        pages = 0
+        while True:
+            progress = pg.evaluate(PROGRESS)
+            _check(pg, f"{name} {pages} 1280x720", small, problems)
+            if "the end" in progress:
+                break
+            _turn(pg, "ArrowRight", small)
+            pages += 1
+        pg.set_viewport_size({"width": big[0], "height": big[1]})
+        pg.wait_for_function(FITTED, arg=list(big), timeout=120_000)
+        # the larger screen: the last page (the score under it) and, Back, the one before it;
+        # the smaller screen, where a page is tightest, has had them all
+        _check(pg, f"{name} {pages} 1920x1080", big, problems)
+        if pages:
+            _turn(pg, "ArrowLeft", big)
+            _check(pg, f"{name} {pages - 1} 1920x1080", big, problems)
     finally:
         pg.close()
     if problems and SHOTS:
-        with open(os.path.join(SHOTS, "problems.txt"), "w", encoding="utf-8") as f:
+        with open(os.path.join(SHOTS, f"problems-{name}.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(problems))
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
