@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 
 import pytest
 
 from lessons import load_all
-from tests.conftest import serve_app
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -141,13 +139,6 @@ def _turn(pg, key: str, size: tuple[int, int]) -> str:
                          f"&& ({IDLE})(); }}", arg=before, timeout=180_000)
     pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
     return pg.evaluate(PROGRESS)
-
-
-@pytest.fixture(scope="module")
-def served_app() -> Iterator[str]:
-    """An app of this module's own in each test process: it measures every page, so it does not
-    share a server with what other modules left in it."""
-    yield from serve_app()
 
 
 @pytest.mark.parametrize("name", LESSONS)
