@@ -18,7 +18,8 @@ echo "[test] ruff check"
 echo "[test] pytest"
 # passive OpenMP waits: tests/conftest.py says why (set there too, for a plain `pytest`)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-# Two workers, a file each at a time (tests/conftest.py): much of a test's time is a served app,
-# Chromium or a subprocess starting, so one process leaves a core idle. PAGEDLAB_TEST_WORKERS=0
-# runs in this one process; later arguments win (`-n 0`).
+# Two workers, a file each at a time (tests/conftest.py): the suite is mostly CPU-bound, so this
+# is not reliably faster on two cores (1,452 and 1,786 s against 1,692 s in one process), but it
+# runs every test beside a busy neighbour, which has found waits that read a plot twice.
+# PAGEDLAB_TEST_WORKERS=0 runs in this one process; later arguments win (`-n 0`).
 exec .venv/bin/python -m pytest -n "${PAGEDLAB_TEST_WORKERS:-2}" "$@"
