@@ -21,7 +21,7 @@ from ui.compare import compare_tab
 from ui.gpu import ON_ZEROGPU
 from ui.inspector_panel import inspector_panel
 from ui.lesson_player import lessons_tab
-from ui.page import Page, show
+from ui.page import Follower, Page, show, wire_follow
 from ui.picture_box import box_panel
 from ui.playground_panel import playground_panel
 from ui.room_pages import add_room_pages
@@ -197,7 +197,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # picture's own change event fires whenever Plotly redraws it, and the status
         # Markdown's fires again without a change: followers answering either kept the page
         # calling the server in a loop (lessons 10 and 5), so ui/motion.js presses `follow`
-        page.follow.click(tp_panel.shards_update, [page.state], [shards], show_progress="hidden")
+        page.followers.append(Follower(tp_panel.shards_update, [page.state], [shards]))
+        wire_follow(page)
     # classroom rooms: their own pages (/class, /room) and API; the registry is the app's
     # (on ZeroGPU nothing on the GPU outlives a call, so a room's long-lived engine stays on the CPU)
     demo.rooms = RoomRegistry("cpu" if ON_ZEROGPU else device)

@@ -23,7 +23,7 @@ import gradio as gr
 
 from ui import limits, tp_panel
 from ui.front import Front, front
-from ui.page import Page, guard, show
+from ui.page import Follower, Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
 
@@ -184,8 +184,7 @@ def inspector_panel(page: Page) -> Callable[[], None]:
     def wire() -> None:
         inspect.click(on_inspect, [block_id, layer, page.state, rank], [note, kv_plot])
         # the status line, not the picture: see the shards picture in ui/app.py
-        page.follow.click(on_follow, [layer, page.state, rank], [note, kv_plot],
-                          show_progress="hidden")
+        page.followers.append(Follower(on_follow, [layer, page.state, rank], [note, kv_plot]))
         click_go.click(on_click, [click_box, page.state],
                        [*page.outs, box, note, block_id, kv_plot], **page.quiet)
     return wire

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,16 @@ ON_STATUS = "show_progress_on"
 
 
 @dataclass
+class Follower:
+    """A part of the page redrawn when the status line changes: fn(*inputs) -> outputs' values
+    (a tuple, or the one value of a single output)."""
+
+    fn: Callable[..., Any]
+    inputs: list
+    outputs: list
+
+
+@dataclass
 class Page:
     device: str
     state: Any = None
@@ -36,6 +47,7 @@ class Page:
     seq: Any = None
     status: Any = None
     follow: Any = None  # a hidden button: the status line's text changed (ui/motion.js)
+    followers: list[Follower] = field(default_factory=list)  # what `follow` redraws (wire_follow)
     lesson: Any = None  # the Lessons tab's state (ui/lesson_pages.py: a LessonSession)
     gpu: GpuClock = field(default_factory=GpuClock)  # where serving work runs on ZeroGPU
 
@@ -47,6 +59,28 @@ class Page:
     @property
     def quiet(self) -> dict[str, Any]:
         return {ON_STATUS: [self.status]}
+
+
+def wire_follow(page: Page) -> None:
+    """Every follower hangs on ONE event of `follow`: each event costs the page Gradio's
+    loading-status work (a deep copy of its components' props) and a round trip, and three
+    per Back / Next were most of the browser's time after the picture was drawn."""
+    inputs = list(dict.fromkeys(c for f in page.followers for c in f.inputs))
+    outputs = [c for f in page.followers for c in f.outputs]
+
+    def on_follow(*values: Any) -> tuple:
+        given = dict(zip(map(id, inputs), values, strict=True))
+        out: list[Any] = []
+        for f in page.followers:
+            try:
+                got = f.fn(*(given[id(c)] for c in f.inputs))
+            except Exception:  # noqa: BLE001 (one follower's failure must not stop the others)
+                traceback.print_exc(file=sys.stderr)
+                got = tuple(gr.skip() for _ in f.outputs)
+            out.extend(got if len(f.outputs) > 1 else (got,))
+        return tuple(out)
+
+    page.follow.click(on_follow, inputs, outputs, show_progress="hidden")
 
 
 def show(session: Session) -> tuple:

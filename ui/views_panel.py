@@ -20,7 +20,7 @@ import gradio as gr
 
 from ui import limits
 from ui.front import front
-from ui.page import Page, guard, show
+from ui.page import Follower, Page, guard, show
 from ui.picture_box import take_box
 from ui.run_views import VIEWS
 from ui.session import Session
@@ -109,7 +109,7 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         state = page.state
         outs = [page.view_plot, choice]
         # the status line changes with every operation and move over the log (ui/app.py)
-        page.follow.click(on_view_follow, [state], outs, show_progress="hidden")
+        page.followers.append(Follower(on_view_follow, [state], outs))
         presenter.change(on_view_presenter, [presenter, state], outs, show_progress="hidden")
         page.box_go.click(on_view_box, [page.box_input, state], outs, show_progress="hidden")
         choice.input(on_view_choice, [choice, state], [*page.outs, *outs], **page.quiet)

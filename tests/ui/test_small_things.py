@@ -224,7 +224,13 @@ def test_the_inspector_describes_a_freed_block_as_free_or_cached(app_fns) -> Non
     out = app_fns["on_click"].fn("block:0|1", s)
     assert "**Block 0**: used, ref count 1, held by seq 0" in out[-3]
     s.selected_block = 1
-    follow = app_fns["on_follow"].fn
+    on_follow = app_fns["on_follow"]  # every follower of the status line in one event
+    at = next(i for i, c in enumerate(on_follow.outputs) if getattr(c, "elem_id", None) == "inspector-note")
+
+    def follow(layer, session):  # the inspector's note and K/V figure, as one follow sends them
+        out = on_follow.fn(layer, session, None)  # the layer, the session, the rank (all)
+        return out[at], out[at + 1]
+
     note, _ = follow(0, s)
     assert note.startswith("**Block 1**: used, ref count 1, held by seq 0")
     s.run(ops.Free(a))
