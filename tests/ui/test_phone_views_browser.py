@@ -60,6 +60,19 @@ def _back(pg, times: int) -> None:
         pg.wait_for_function(IDLE, timeout=60_000)
 
 
+POSITION = ("() => +(document.querySelector('#status')?.innerText.match(/operation (\\d+) of/)?.[1]"
+            " ?? -1)")
+
+
+def _goto(pg, position: int) -> None:
+    """Move over the log with the timeline slider's box, as a visitor types a position: one
+    move, not `position` Backs (a Back costs a phone's page about a second here)."""
+    box = pg.get_by_label("number input for timeline (operations)")
+    box.fill(str(position))
+    box.blur()  # the slider's release: the page goes there
+    pg.wait_for_function(f"(p) => ({POSITION})() === p && ({IDLE})()", arg=position, timeout=60_000)
+
+
 def test_serving_on_a_phone_cuts_nothing_and_a_name_selects(browser, served_app):
     pg = _phone(browser, served_app)
     try:
@@ -145,9 +158,9 @@ def test_the_preemption_workload_on_a_phone_cuts_no_line(browser, served_app):
     pg = _phone(browser, served_app)
     try:
         _workload(pg, "preemption (a pool too small)")
-        seen = ""
-        for _ in range(8):
-            _back(pg, 5)
+        seen, end = "", pg.evaluate(POSITION)
+        for position in range(end - 5, end - 45, -5):  # eight points of the run, 5 apart
+            _goto(pg, position)
             assert drawn(pg, CUT, "#pool-plot") == [], pg.evaluate("document.querySelector('#status')"
                                                                     "?.innerText")
             seen += pg.evaluate("() => [...document.querySelectorAll('#pool-plot .main-svg text')]"
