@@ -5,7 +5,8 @@ nothing scrolls, the picture (with the view of the run under it, where the lesso
 takes at least half of the screen, the page's key sentence is on
 screen at 24 px or more and the rest of its text at 20 px or more, the question and Back / Next
 are in view, and the picture shows every token and every physical id whole (no "…", every text
-inside its cell) in type of 14 px or more.
+inside its cell) in type of 14 px or more. Lessons 12-14 draw, somewhere on the walk, what their
+mechanism adds to the picture (DRAWS).
 
 A test per lesson (the two test workers share them out), one page load each; the window is
 resized once. Every wait is on a condition that is false
@@ -29,6 +30,16 @@ pytestmark = [pytest.mark.slow,
 ONLY = [n for n in os.environ.get("PAGEDLAB_SLIDE_LESSONS", "").split(",") if n]
 LESSONS = [lesson.name for lesson in load_all() if not ONLY or lesson.name in ONLY]
 SHOTS = os.environ.get("PAGEDLAB_SLIDE_SHOTS")  # a folder: save every slide there as a PNG
+# what the memory of 2026 engines must draw somewhere on the walk (the picture's trace names):
+# speculative decoding its kept and rejected draft slots, the hybrid lesson its dropped table
+# entries, the tier lesson its CPU tier and a block coming back
+DRAWS = {"12_speculative_decoding": {"draft kept", "draft rejected"},
+         "13_sliding_window": {"dropped entries"}, "14_cpu_tier": {"cpu tier", "load"}}
+# every trace name the picture draws, gathered while the walk runs (a page may redraw between
+# two polls of the test)
+GATHER_NAMES = """() => { window.plSeen = new Set();
+  setInterval(() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
+    (gd?._fullData ?? []).forEach((t) => window.plSeen.add(t.name)); }, 50); }"""
 
 PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
 # the page's picture is drawn for this window: its box was measured and the figure redrawn to it
@@ -152,6 +163,7 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
         if not pg.evaluate("document.body.classList.contains('pl-presenter')"):
             pg.click("#presenter")
         pg.wait_for_function(FITTED, arg=list(small), timeout=120_000)
+        pg.evaluate(GATHER_NAMES)
         pages = 0
         while True:
             progress = pg.evaluate(PROGRESS)
@@ -168,6 +180,8 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
         if pages:
             _turn(pg, "ArrowLeft", big)
             _check(pg, f"{name} {pages - 1} 1920x1080", big, problems)
+        unseen = DRAWS.get(name, set()) - set(pg.evaluate("[...window.plSeen]"))
+        problems += [f"{name}: the walk never drew {sorted(unseen)}"] if unseen else []
     finally:
         pg.close()
     if problems and SHOTS:
