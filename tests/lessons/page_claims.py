@@ -1,11 +1,13 @@
 """What a lesson page's text claims about its picture, and what the picture shows (issue 42: the
 text and the picture are checked against each other on every page, not only lesson 12's).
 
-`shown(fig)` reads the picture as drawn (the figure the page sends): the blocks drawn and each
-one's state, the table rows, the pending marks, the struck-out drafts and the kept ones, the
-marks of the step's events (each mapped back to the block it outlines). `problems(text, fig)`
-finds the claims of the page's text (the narration, and the question the page asks of its own
-picture) by the sentence forms the lessons use, and says where the picture disagrees.
+`page_problems(run)` draws the page a lesson run is on as a projector shows it and checks its
+text against that picture. `shown(fig)` reads the picture as drawn (the figure the page sends):
+the blocks drawn and each one's state, the table rows, the pending marks, the struck-out drafts
+and the kept ones, the marks of the step's events (each mapped back to the block it outlines).
+`problems(text, fig)` finds the claims of the page's text (the narration, and the question the
+page asks of its own picture) by the sentence forms the lessons use, and says where the picture
+disagrees.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+BOX = (766, 666)  # the picture's box on a 1280 x 720 slide (presenter mode, a lesson in front)
 IDS = r"(\d+(?:(?:, | and |, and )\d+)*)"  # "0, 1, 2 and 5"
 ROW_GAP = 0.5  # a mark's y within this of a row's centre belongs to that row
 
@@ -163,3 +166,18 @@ def _block_size(fig: Any) -> int:
     title = fig.layout.title.text or ""  # "... 24 blocks × 4 slots ..." (a phone's: "24×4")
     m = re.search(r"(\d+) slots", title) or re.search(r"×(\d+)", title)
     return int(m.group(1)) if m else 0
+
+
+def page_problems(run: Any) -> list[str]:
+    """The page `run` is on (its opening, or a step), as a projector at 1280 x 720 shows it
+    (ui/lesson_player.page_picture in presenter mode, fitted to the slide's box; every block drawn
+    where the page asks which block): what its text, the narration and the question it asks of
+    that picture, says that the picture does not show."""
+    from ui.lesson_ask import asks_block
+    from ui.lesson_pages import page_picture
+
+    step, q = run.current, run.question_for_next()
+    ask = q.text if q is not None and q.verdict is None else ""
+    text = (run.intro_markdown() if step is None else step.narration_markdown) + "\n\n" + ask
+    fig = page_picture(run, step, True, BOX, every_block=asks_block(run))
+    return [f"{run.lesson.name} page {run.index}: {p}" for p in problems(text, fig)]

@@ -1,6 +1,7 @@
 """Lessons: every lesson plays from first to last step on the engine it names, every check holds,
-every answer is computed, no placeholder is left; broken lessons fail with file and line; the safe
-evaluator refuses what it must; Back/Restart give the same state as replaying."""
+every answer is computed, no placeholder is left, each page's text agrees with its picture;
+broken lessons fail with file and line; the safe evaluator refuses what it must; Back/Restart
+give the same state as replaying."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from lessons import LessonCheckFailed, LessonError, LessonRun, load, load_all
 from lessons.loader import lesson_files
 from lessons.safe_eval import Evaluator, UnsafeExpression
+from tests.lessons.page_claims import page_problems
 
 LESSONS = lesson_files()
 # lessons that play in a second or two; the others run the real model for many steps (slow)
@@ -36,24 +38,34 @@ def test_there_are_fifteen_lessons_sorted() -> None:
 
 @pytest.mark.parametrize("path", LESSON_PARAMS)
 def test_lesson_plays_to_the_end(path: Path, default_model) -> None:
+    """Every page, the opening first: no placeholder left, every check and answer computed, a
+    key sentence the class can read, and what the text says of the picture the picture shows
+    (tests/lessons/page_claims.py), on the engine the lesson names with its default inputs."""
     lesson = load(path)
     run = _run(lesson)
-    assert "{{" not in run.intro_markdown()
-    for i, step in enumerate(lesson.steps):
-        q = run.question_for_next()
-        assert (q is None) == (step.question is None)
-        if q is not None:
-            assert "{{" not in q.text and q.text.strip()
-        view = run.next()
-        assert view.index == i and view.total == len(lesson.steps)
-        assert "{{" not in view.narration_markdown and "}}" not in view.narration_markdown
-        assert view.narration_markdown.strip()
-        assert len(view.checks) == len(step.checks)
-        if step.question is not None:
-            assert view.answer is not None and view.answer_text
-            assert view.explanation is None or "{{" not in view.explanation
-        assert_readable_page(view)
-    assert run.done and run.question_for_next() is None
+    found: list[str] = []
+    try:
+        assert "{{" not in run.intro_markdown()
+        found += page_problems(run)
+        for i, step in enumerate(lesson.steps):
+            q = run.question_for_next()
+            assert (q is None) == (step.question is None)
+            if q is not None:
+                assert "{{" not in q.text and q.text.strip()
+            view = run.next()
+            assert view.index == i and view.total == len(lesson.steps)
+            assert "{{" not in view.narration_markdown and "}}" not in view.narration_markdown
+            assert view.narration_markdown.strip()
+            assert len(view.checks) == len(step.checks)
+            if step.question is not None:
+                assert view.answer is not None and view.answer_text
+                assert view.explanation is None or "{{" not in view.explanation
+            assert_readable_page(view)
+            found += page_problems(run)
+        assert run.done and run.question_for_next() is None
+    finally:
+        run.close()
+    assert not found, "\n".join(found)
 
 
 KEY_WORDS = 40  # a key sentence a class reads in one breath, 24 px on a projector
