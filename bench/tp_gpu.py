@@ -9,8 +9,8 @@ all-reduce PAGEDLAB_TP_ALLREDUCE=auto picks (symmetric memory's one-shot in the 
 sets up, else NCCL: engine/tp/symm_allreduce.py) unless named NCCL, and the table says which each
 used:
 
-- `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (sync, async; an engine
-  each) against TP = 1;
+- `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (async, then the
+  same engine switched to sync) against TP = 1;
 - `pytest`: tests/engine/tp/test_tp_gpu.py (float32 TP = 2 equals TP = 1, graphs on and off,
   async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory);
 - `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed,

@@ -274,9 +274,9 @@ def test_workers_exit_when_the_engine_process_dies(kv2_path, tmp_path):
 
 def test_bench_smoke_runs_the_two_gpu_script_on_a_cpu(tmp_path):
     """bench/tp_gpu.py, the one run issue 43 makes on two GPUs, on the CPU (gloo, the two-layer
-    model): its float32 part runs TP = 1, TP = 2 and TP = 2 async, and the table says whether
-    their tokens are equal and which all-reduce each TP run used; the worker 0 timings and wire
-    totals come back in the JSON. The all-reduce part says why it did not run."""
+    model): its float32 part runs TP = 1, then TP = 2 async and sync on one engine, and the
+    table says whether their tokens are equal and which all-reduce each TP run used; the worker
+    0 timings and wire totals come back in the JSON. The all-reduce part says why it did not run."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "tp_gpu.py"), "--smoke",
                            "--only", "equal,allreduce", "--out", str(tmp_path),
                            "--model-dir", str(tmp_path)],
@@ -296,4 +296,4 @@ def test_bench_smoke_runs_the_two_gpu_script_on_a_cpu(tmp_path):
     lines = proc.stdout.splitlines()
     assert any(line.startswith("float32 greedy TP=2 = TP=1") and "4 of 4 / 4 of 4 [gloo]" in line
                for line in lines)
-    assert lines[-1].endswith("equal/tp2_sync gloo; equal/tp2_async gloo")
+    assert lines[-1].endswith("equal/tp2_async gloo; equal/tp2_sync gloo")  # one engine, async first
