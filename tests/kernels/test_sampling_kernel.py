@@ -106,11 +106,11 @@ def test_triton_sampling_counts_are_the_models_distribution():
     """Evenly spaced uniforms give exact counts (as test_sampler's torch tests); greedy rows
     share the step; top-k keeps the k best."""
     probs = [0.5, 0.3, 0.15, 0.05]
-    n = 400
+    n = 200  # counts exact at this n (top-k's renormalised 0.625 / 0.375 too); each row interpreted
     logits = torch.log(torch.tensor([probs] * (n + 1), device=DEVICE))
     logits[n] = torch.tensor([0.0, 3.0, 1.0, 2.0])  # a greedy row among them
-    for params, expected in ((SamplingParams(temperature=1.0), {0: 200, 1: 120, 2: 60, 3: 20}),
-                             (SamplingParams(temperature=1.0, top_k=2), {0: 250, 1: 150})):
+    for params, expected in ((SamplingParams(temperature=1.0), {0: 100, 1: 60, 2: 30, 3: 10}),
+                             (SamplingParams(temperature=1.0, top_k=2), {0: 125, 1: 75})):
         reqs = [SampleRequest(i, params, (i + 0.5) / n) for i in range(n)]
         out = TorchScores(logits, fused=True).sample_many(reqs + [SampleRequest(n, SamplingParams(), 0.0)])
         assert out[n][0] == 1 and out[n][1] == pytest.approx(float(torch.log_softmax(logits[n], -1)[1]))
