@@ -68,13 +68,17 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
     turn); `record(name, result)` after each. The first mode is the engine's own; a later one
     switches the idle engine's scheduling (`_set_async`): one start-up for both numbers. A TP
     engine must start async (its workers then keep their picks on the device, which a
-    synchronous step just does not read). `allreduce`: PAGEDLAB_TP_ALLREDUCE for the workers."""
+    synchronous step just does not read). `allreduce`: PAGEDLAB_TP_ALLREDUCE for the workers;
+    "auto-unfused" is auto with each sum and the norm after it apart (PAGEDLAB_TP_FUSED_NORM=0:
+    run 2's graphs)."""
     n, plen, new = spec
     if tp > 1 and not modes[0][1] and any(a for _, a in modes[1:]):
         raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
     os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
-    os.environ["PAGEDLAB_TP_ALLREDUCE"] = allreduce
+    mode, _, unfused = allreduce.partition("-")
+    os.environ["PAGEDLAB_TP_ALLREDUCE"] = mode
+    os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if unfused == "unfused" else "1"
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
                        block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 16,
                        max_num_seqs=n, enable_prefix_caching=False,  # no hits between runs
@@ -241,6 +245,8 @@ RUNS: dict[str, list[tuple[str, int, bool, str, Modes]]] = {
               ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],
     "small": [("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True))),
               ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
+              ("tp2_unfused", 2, True, "auto-unfused",
+               (("tp2_unfused_async", True), ("tp2_unfused_sync", False))),
               ("tp2_nccl", 2, True, "nccl", (("tp2_nccl_async", True), ("tp2_nccl_sync", False)))],
     "big": [("tp1", 1, True, "auto", (("tp1_async", True), ("tp1_sync", False))),
             ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],

@@ -9,8 +9,10 @@ runs the two-shot kernel too), then time, at each message size, NCCL, one-shot (
 buffer fused into the kernel), one-shot after a separate copy, and two-shot: 20 all-reduces of
 bf16 zeros captured in one graph, the graph replayed 20 times after a warm replay and a barrier;
 microseconds per all-reduce, on each rank. Sizes: 16 KiB (4 sequences at the 1.1B shape), 128 KiB
-(its 32), 512 KiB (the 8B's 64), 2 MiB. NVLink multicast stays off (engine/tp/launch.py's
-environment). bench/tp_gpu.py runs this as its part `allreduce`.
+(its 32), 512 KiB (the 8B's 64), 2 MiB. Then what a decode graph does with each sum, as rows of
+2,048 (the 1.1B's hidden size): one-shot and then `add_rms_norm` (run 2's graphs), the norm
+alone, and the one kernel of engine/tp/fused_norm.py that does both without a barrier. NVLink
+multicast stays off (engine/tp/launch.py's environment). bench/tp_gpu.py runs this as its part `allreduce`.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ os.environ.update(SAFE_NCCL_ENV)  # before torch
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from engine.tp import fused_norm  # noqa: E402
 from engine.tp.symm_allreduce import KiB, MiB, set_up  # noqa: E402
+from kernels.layer_ops import add_rms_norm  # noqa: E402
 
 WORLD = 2
 SIZES = (16 * KiB, 128 * KiB, 512 * KiB, 2 * MiB)
+HIDDEN = 2048  # the rows of the norm timings: the 1.1B shape's hidden size
 
 
 def _time(fn: Callable[[torch.Tensor], Any], x: torch.Tensor, inner: int = 20,
@@ -76,8 +81,11 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
     t0 = time.perf_counter()
     symm, why = set_up(store, dist.group.WORLD.group_name, rank, WORLD, device, torch.bfloat16,
                        4 * MiB, "symm")
+    rows = max(SIZES) // 2 // HIDDEN
+    fused, fused_why = fused_norm.set_up(store, dist.group.WORLD.group_name, rank, WORLD, device,
+                                         torch.bfloat16, rows, HIDDEN)
     out: dict[str, Any] = {"rank": rank, "setup_s": round(time.perf_counter() - t0, 2),
-                           "symmetric_memory": why or "ok",
+                           "symmetric_memory": why or "ok", "fused_norm": fused_why or "ok",
                            "allreduce": symm.describe() if symm else None, "us": {}}
     for size in SIZES:
         x = torch.zeros(size // 2, dtype=torch.bfloat16, device=device)
@@ -89,6 +97,7 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
             row["one_shot_copy_first"] = _time(lambda t: symm.reduce(t, "one_shot"), x)
             symm.fused_copy = fused
             row["two_shot"] = _time(lambda t: symm.reduce(t, "two_shot"), x)
+        row |= _with_norm(symm, fused, x.view(-1, HIDDEN))
         out["us"][f"{size // KiB} KiB"] = row
         Path(out_path).write_text(json.dumps(out, indent=1))
     Path(out_path).write_text(json.dumps(out, indent=1))
@@ -96,11 +105,24 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
     os._exit(0)  # no teardown: NCCL's and symmetric memory's can hang at exit
 
 
+def _with_norm(symm: Any, fused: Any, x: torch.Tensor) -> dict[str, float]:
+    """The sum of `x` ([rows, HIDDEN]) then the residual add and RMSNorm, as a decode graph
+    does them: apart (one-shot, then add_rms_norm), the norm alone, and fused in one kernel."""
+    res, w = torch.ones_like(x), torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    row = {"add_rms_norm_alone": _time(lambda t: add_rms_norm(t, res, w, 1e-5), x)}
+    if symm is not None:
+        row["one_shot_then_norm"] = _time(
+            lambda t: add_rms_norm(symm.reduce(t, "one_shot"), res, w, 1e-5), x)
+    if fused is not None:
+        row["fused_norm"] = _time(lambda t: fused(t, res, w, 1e-5), x)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
     ap.add_argument("--smoke", action="store_true", help="CPU: only say why it does not run")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds the ranks may take")
+    ap.add_argument("--timeout", type=float, default=36.0, help="seconds the ranks may take")
     ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

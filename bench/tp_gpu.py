@@ -12,14 +12,17 @@ used:
 - `equal`: the 1.1B shape in float32, 8 requests of 64 + 32: TP = 2 (async, then the
   same engine switched to sync) against TP = 1;
 - `pytest`: tests/engine/tp/test_tp_gpu.py (float32 TP = 2 equals TP = 1, graphs on and off,
-  async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory);
+  async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory, each
+  fused with the norm after it);
 - `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed,
-  TP = 2 graphed, then TP = 2 with NCCL all-reduces (run 1's), each engine timed sync and async:
+  TP = 2 graphed (sum and norm fused: engine/tp/fused_norm.py), TP = 2 with the one-shot sum and
+  the norm apart (run 2's), then TP = 2 with NCCL all-reduces (run 1's), each engine timed sync
+  and async:
   decode step, tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
 - `big`: Llama-3-8B's shape (untied LM head), 64 requests of 256 + 64 tokens, bf16: tokens/s of
   TP = 2 against TP = 1, async then sync scheduling;
 - `allreduce`: bench/tp_allreduce.py, the all-reduce alone in a CUDA graph at 16 KiB to 2 MiB:
-  NCCL, one-shot and two-shot.
+  NCCL, one-shot and two-shot; then with the norm after it: apart and fused.
 
 Writes under --out: tp_gpu.json (every part and the table's figures), tp_gpu.log (the parts'
 output), pytest.log, part_small.json, part_big.json, part_equal.json, part_allreduce.json.
@@ -44,9 +47,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
-# (part, seconds it may take at most on two H100s), the exactness checks first; the sum (510 s)
+# (part, seconds it may take at most on two H100s), the exactness checks first; the sum (530 s)
 # fits one ten-minute call with room for the machine's start
-PARTS = [("equal", 100), ("pytest", 140), ("small", 110), ("big", 120), ("allreduce", 40)]
+PARTS = [("equal", 90), ("pytest", 140), ("small", 135), ("big", 120), ("allreduce", 45)]
 
 
 def _env() -> dict[str, str]:
@@ -141,7 +144,7 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
     step, f = "median_decode_step_ms", {}
     for mode in ("sync", "async"):
-        for tp2 in ("tp2", "tp2_nccl"):
+        for tp2 in ("tp2", "tp2_unfused", "tp2_nccl"):
             f[f"small_{tp2}_over_tp1_decode_step_{mode}"] = _ratio(
                 _get(small, f"{tp2}_{mode}", step), _get(small, f"tp1_{mode}", step))
         f[f"big_tp2_over_tp1_tokens_per_s_{mode}"] = _ratio(
@@ -152,6 +155,7 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "engine": r.get("median_engine_host_ms"),
             "worker0_to_launch": _get(r, "worker0", "median_host_to_launch_ms"),
             "graph_gpu": _get(r, "worker0", "median_graph_gpu_ms"),
+            "unfused_graph_gpu": _get(runs, "tp2_unfused_sync", "worker0", "median_graph_gpu_ms"),
             "nccl_graph_gpu": _get(runs, "tp2_nccl_sync", "worker0", "median_graph_gpu_ms"),
             "step": r.get(step), "tp1_graph_gpu": _get(runs, "tp1_sync", "graph_gpu_ms")}
     eq = parts.get("equal", {}).get("runs", {})
@@ -163,6 +167,9 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         # two ranks' a + b is the same sum on either all-reduce: the tokens should be too
         f[f"bf16_small_tp2_{mode}_equals_nccl"] = _equal(
             _get(small, f"tp2_{mode}", "outputs"), _get(small, f"tp2_nccl_{mode}", "outputs"))
+        # the fused kernel rounds as the one-shot and add_rms_norm do: the same tokens
+        f[f"bf16_small_tp2_{mode}_equals_unfused"] = _equal(
+            _get(small, f"tp2_{mode}", "outputs"), _get(small, f"tp2_unfused_{mode}", "outputs"))
     f["pytest"] = parts.get("pytest", {}).get("summary")
     f["allreduce_used"] = {f"{p}/{name}": _allreduce(r) for p in ("equal", "small", "big")
                            for name, r in parts.get(p, {}).get("runs", {}).items()
@@ -185,7 +192,8 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         return f"[{_allreduce(runs.get(name))}]"
 
     hs, hb = f["small_tp2_sync_host_ms"], f["big_tp2_sync_host_ms"]
-    host = "{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph {tp1_graph_gpu})"
+    host = ("{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph "
+            "{tp1_graph_gpu})")
     rows = [
         ("1.1B, 32 seqs: TP=2 / TP=1 graphed decode step, sync (goal <= 1.0)",
          f"{f['small_tp2_over_tp1_decode_step_sync']} ({ms(small, 'tp2_sync')} / "
@@ -193,11 +201,15 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         ("1.1B, 32 seqs: the same, async scheduling",
          f"{f['small_tp2_over_tp1_decode_step_async']} ({ms(small, 'tp2_async')} / "
          f"{ms(small, 'tp1_async')}) {ar(small, 'tp2_async')}"),
+        ("1.1B: the same with the sum and the norm apart (run 2), sync / async",
+         f"{f['small_tp2_unfused_over_tp1_decode_step_sync']} / "
+         f"{f['small_tp2_unfused_over_tp1_decode_step_async']} {ar(small, 'tp2_unfused_sync')}"),
         ("1.1B: the same with NCCL all-reduces, sync / async",
          f"{f['small_tp2_nccl_over_tp1_decode_step_sync']} / "
          f"{f['small_tp2_nccl_over_tp1_decode_step_async']} {ar(small, 'tp2_nccl_sync')}"),
-        ("1.1B TP=2 graph GPU per step (worker 0), this all-reduce / NCCL / TP=1 graph (ms)",
-         f"{hs['graph_gpu']} / {hs['nccl_graph_gpu']} / {hs['tp1_graph_gpu']}"),
+        ("1.1B TP=2 graph GPU per step (worker 0), fused / apart / NCCL / TP=1 graph (ms)",
+         f"{hs['graph_gpu']} / {hs['unfused_graph_gpu']} / {hs['nccl_graph_gpu']} / "
+         f"{hs['tp1_graph_gpu']}"),
         ("8B, 64 x 256+64: TP=2 / TP=1 tokens/s, async (goal >= 1.5)",
          f"{f['big_tp2_over_tp1_tokens_per_s_async']} ({tps(big, 'tp2_async')} / "
          f"{tps(big, 'tp1_async')}) {ar(big, 'tp2_async')}"),
@@ -214,6 +226,8 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
          f"{f['bf16_small_tp2_sync_equal']} / {f['bf16_small_tp2_async_equal']}"),
         ("bf16 greedy TP=2 = TP=2 on NCCL, sync / async",
          f"{f['bf16_small_tp2_sync_equals_nccl']} / {f['bf16_small_tp2_async_equals_nccl']}"),
+        ("bf16 greedy TP=2 fused = apart, sync / async",
+         f"{f['bf16_small_tp2_sync_equals_unfused']} / {f['bf16_small_tp2_async_equals_unfused']}"),
         ("GPU tests (tests/engine/tp/test_tp_gpu.py)", str(f["pytest"])),
     ]
     rows += _allreduce_rows(f)

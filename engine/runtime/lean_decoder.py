@@ -54,8 +54,11 @@ class LeanWeights:
     num_kv_heads: int
     head_dim: int
     scale: float
-    # Tensor parallelism (engine/tp_shard.py): sums a row-parallel output over the ranks.
+    # Tensor parallelism (engine/tp/shard.py): sums a row-parallel output over the ranks.
     reduce: Any = None
+    # ... and, where it can (a CUDA graph's sums on symmetric memory: engine/tp/fused_norm.py),
+    # sums it, adds the residual and normalises in one kernel: (normed, residual) or None
+    reduce_norm: Any = None
 
 
 def fuse_projections(model: Any) -> LeanWeights | None:
@@ -142,19 +145,31 @@ def lean_forward(w: LeanWeights, meta: PagedMetadata, input_ids: torch.Tensor,
     h = F.embedding(input_ids, w.embed)
     residual = None
     for i, layer in enumerate(w.layers):
-        x, residual = ops.add_rms_norm(h, residual, layer.input_norm, w.eps)
+        # under tensor parallelism h is this rank's part of the last down_proj: summed here
+        x, residual = _sum_add_norm(w, ops, h, residual, layer.input_norm, partial=i > 0)
         qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
         k_cache, v_cache, slots, group = layer_cache(meta, i)
         q = ops.rope_write_kv(qkv, w.cos_sin, positions, k_cache, v_cache, slots, hq, hkv)
         attn = attend(meta, group, q, k_cache, v_cache, w.scale)
         h = F.linear(attn.flatten(1), layer.o_weight, layer.o_bias)
-        if w.reduce is not None:
-            h = w.reduce(h)
-        x, residual = ops.add_rms_norm(h, residual, layer.post_norm, w.eps)
+        x, residual = _sum_add_norm(w, ops, h, residual, layer.post_norm, partial=True)
         h = F.linear(ops.silu_and_mul(F.linear(x, layer.gate_up_weight)), layer.down_weight)
-        if w.reduce is not None:
-            h = w.reduce(h)
-    if last_rows is not None:  # the LM head only where a next token is wanted
+    if last_rows is not None:  # the LM head only where a next token is wanted (and its sum)
         h, residual = h[last_rows], residual[last_rows]
-    x, _ = ops.add_rms_norm(h, residual, w.final_norm, w.eps)
+    x, _ = _sum_add_norm(w, ops, h, residual, w.final_norm, partial=bool(w.layers))
     return F.linear(x, w.lm_head)
+
+
+def _sum_add_norm(w: LeanWeights, ops: Any, h: torch.Tensor, residual: torch.Tensor | None,
+                  weight: torch.Tensor, partial: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rms_norm(h, residual); where h is a rank's partial sum (tensor parallelism), of h
+    summed over the ranks: in one fused kernel where the reducer has one for it, else an
+    all-reduce and then the norm. Rows are summed independently, so a slice's sum is the sum's
+    slice."""
+    if partial and w.reduce is not None:
+        if w.reduce_norm is not None and residual is not None:
+            fused = w.reduce_norm(h, residual, weight, w.eps)
+            if fused is not None:
+                return fused
+        h = w.reduce(h)
+    return ops.add_rms_norm(h, residual, weight, w.eps)

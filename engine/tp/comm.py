@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.tp import symm_allreduce
+from engine.tp import fused_norm, symm_allreduce
 
 
 def gloo_group(store: Any, name: str, rank: int, size: int, timeout_s: float) -> Any:
@@ -40,6 +40,7 @@ class Reducer:
         self.rank, self.size, self.device = rank, size, device
         self.nccl = device.type == "cuda"
         self.symm: symm_allreduce.SymmAllReduce | None = None
+        self.fused: fused_norm.FusedNorm | None = None  # the graphs' sum + residual + norm
         self.info: dict[str, Any] = {"used": "nccl" if self.nccl else "gloo", "why": None}
         self.captured: Counter[str] = Counter()  # kernel -> all-reduces captured in graphs
         if self.nccl:
@@ -73,9 +74,37 @@ class Reducer:
         if log is not None:
             log(f"[pagedlab] all-reduce: {symm_allreduce.summary(self.describe())}")
 
+    def use_fused_norm(self, store: Any, rows: int, hidden: int, dtype: torch.dtype,
+                       graphs: bool, log: Callable[[str], None] | None) -> None:
+        """Set up the graphs' all-reduce fused with the norm after it (engine/tp/fused_norm.py)
+        for up to `rows` rows of `hidden` (collective, after use_symmetric_memory, before any
+        graph is captured); where it cannot, the sums stay as they were and `log` says why."""
+        if not self.nccl:
+            return
+        if self.info.get("requested") == "nccl" or not graphs:
+            why = f"{symm_allreduce.ENV}=nccl" if graphs else "no CUDA graphs to capture it in"
+        else:
+            self.fused, why = fused_norm.set_up(store, dist.group.WORLD.group_name, self.rank,
+                                                self.size, self.device, dtype, rows, hidden)
+        self.info["fused_norm"] = ("on" if self.fused is not None else f"off: {why}")
+        if self.fused is not None:
+            self.info |= self.fused.describe()
+        if log is not None:
+            log(f"[pagedlab] all-reduce + norm in one kernel: {self.info['fused_norm']}")
+
     def describe(self) -> dict[str, Any]:
         """Which all-reduce this rank uses (and why not the other), for engine_info."""
         return self.info | {"captured": dict(self.captured)}
+
+    def sum_norm(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """add_rms_norm(sum of h over the ranks, residual, weight, eps) in one kernel, where a
+        graph is being captured and the fused kernel takes h; None: sum and norm apart."""
+        if (self.fused is None or not torch.cuda.is_current_stream_capturing()
+                or not self.fused.applies(h, residual)):
+            return None
+        self.captured["fused_norm"] += 1
+        return self.fused(h, residual, weight, eps)
 
     def sum(self, t: torch.Tensor) -> torch.Tensor:
         """`t` summed over the ranks: in place on NCCL and gloo, a new tensor on symmetric

@@ -42,12 +42,13 @@ def check_tp_size(size: int, num_q_heads: int, num_kv_heads: int, model: str) ->
             f"heads: each rank must hold whole KV heads. Valid sizes: {sizes}")
 
 
-def shard_model(loaded: Any, rank: int, size: int, reduce: Callable[[torch.Tensor], torch.Tensor]
-                ) -> None:
+def shard_model(loaded: Any, rank: int, size: int, reduce: Callable[[torch.Tensor], torch.Tensor],
+                reduce_norm: Callable[..., Any] | None = None) -> None:
     """Cut `loaded` (an engine.runtime.models.LoadedModel) down to rank `rank`'s shard, in place.
 
     `reduce` sums a tensor over the ranks (an all-reduce) and returns it; it runs after every
-    o_proj and down_proj."""
+    o_proj and down_proj. `reduce_norm` (optional: the lean decoder's) does the sum together
+    with the residual add and RMSNorm after it, or returns None where it cannot."""
     model, cfg = loaded.model, loaded.config
     hq, hkv, d = loaded.num_q_heads, loaded.num_kv_heads, loaded.head_dim
     check_tp_size(size, hq, hkv, loaded.name)
@@ -74,7 +75,7 @@ def shard_model(loaded: Any, rank: int, size: int, reduce: Callable[[torch.Tenso
     cfg.num_key_value_heads = hkv // size
     cfg.intermediate_size = inter // size
     lean = fuse_projections(model)  # the shard's q/k/v and gate/up, fused again
-    loaded.lean = None if lean is None else replace(lean, reduce=reduce)
+    loaded.lean = None if lean is None else replace(lean, reduce=reduce, reduce_norm=reduce_norm)
 
 
 def _rows(linear: torch.nn.Linear, rank: int, size: int, total: int) -> None:

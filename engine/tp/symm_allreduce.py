@@ -169,7 +169,7 @@ def obstacle(mode: str, device: torch.device, world: int, dtype: torch.dtype) ->
     return None
 
 
-def _problem(step: Callable[[], str | None]) -> str | None:
+def problem_of(step: Callable[[], str | None]) -> str | None:
     """Run one set-up step; what went wrong, as one short line (None: nothing)."""
     try:
         return step()
@@ -188,7 +188,7 @@ def set_up(store: Any, group_name: str, rank: int, world: int, device: torch.dev
     made: dict[str, Any] = {}
 
     def allocate() -> None:
-        made["mod"] = mod = backend if backend is not None else _torch_symm_mem()
+        made["mod"] = mod = backend if backend is not None else torch_symm_mem()
         size = nbytes // torch.empty((), dtype=dtype).element_size()
         made["buffer"] = mod.empty(size, dtype=dtype, device=device).zero_()
 
@@ -208,7 +208,7 @@ def set_up(store: Any, group_name: str, rank: int, world: int, device: torch.dev
     steps = (("check", lambda: obstacle(mode, device, world, dtype)), ("buffer", allocate),
              ("rendezvous", meet), ("self-test", lambda: self_test(made["symm"], rank, world)))
     for name, step in steps:
-        why = agree(store, name, rank, world, _problem(step))
+        why = agree(store, name, rank, world, problem_of(step))
         if why:
             return None, why
     return made["symm"], None
@@ -249,7 +249,7 @@ def _replayed(symm: SymmAllReduce, x: torch.Tensor, kernel: str) -> torch.Tensor
     return y
 
 
-def _torch_symm_mem() -> Any:
+def torch_symm_mem() -> Any:
     import torch.distributed._symmetric_memory as symm_mem
 
     return symm_mem
@@ -265,14 +265,15 @@ def summary(info: dict[str, Any]) -> str:
     used = info.get("used")
     if used == "gloo":
         return "gloo (CPU)"
+    fused = f"; sum + norm in one kernel: {info['fused_norm']}" if info.get("fused_norm") else ""
     if used != "symm":
-        return f"NCCL ({info.get('why')})"
+        return f"NCCL ({info.get('why')})" + fused
     one, two = info["one_shot_max_bytes"], info["two_shot_max_bytes"]
     sizes = f"one-shot up to {_size(one)}" + (f", two-shot up to {_size(two)}" if two > one else "")
     counts = info.get("captured") or {}
     caught = ", ".join(f"{n} {k.replace('_', '-')}" for k, n in sorted(counts.items()))
     return (f"symmetric memory in the CUDA graphs ({sizes}; NCCL above and in eager steps)"
-            + (f"; captured at start: {caught}" if caught else ""))
+            + (f"; captured at start: {caught}" if caught else "") + fused)
 
 
 def _size(n: int) -> str:

@@ -149,7 +149,7 @@ class _Worker:
         check_tp_size(size, loaded.num_q_heads, loaded.num_kv_heads, cfg.model)
         reducer = Reducer(store, rank, size, device, ALL_REDUCE_TIMEOUT_S)
         _fast_all_reduce(reducer, store, cfg, loaded, rank)
-        shard_model(loaded, rank, size, reducer.sum)
+        shard_model(loaded, rank, size, reducer.sum, reducer.sum_norm)
         self.cache = _pool(cfg, loaded, device, reducer, size)
         self.runner = _runner(cfg, loaded, self.cache, rank)
         self.steps = StepRunner(self.runner, rank, keep_picks=cfg.async_scheduling,
@@ -244,8 +244,9 @@ def _max_rows(cfg: Any) -> tuple[int, int]:
 
 
 def _fast_all_reduce(reducer: Reducer, store: Any, cfg: Any, loaded: Any, rank: int) -> None:
-    """The symmetric-memory all-reduce for the graphs' sums (engine/tp/symm_allreduce.py),
-    before any graph is captured; the store answers within SETUP_TIMEOUT_S meanwhile, so a
+    """The symmetric-memory all-reduce for the graphs' sums (engine/tp/symm_allreduce.py) and the
+    kernel that fuses them with the norm after them (engine/tp/fused_norm.py), before any graph
+    is captured; the store answers within SETUP_TIMEOUT_S meanwhile, so a
     rank that fails half-way cannot leave the others waiting for a week."""
     batch, query = _max_rows(cfg)
     nbytes = buffer_bytes(batch * query, int(loaded.config.hidden_size), loaded.dtype)
@@ -253,6 +254,8 @@ def _fast_all_reduce(reducer: Reducer, store: Any, cfg: Any, loaded: Any, rank: 
     try:
         reducer.use_symmetric_memory(store, nbytes, loaded.dtype, _graphs_on(reducer.device),
                                      _log if rank == 0 else None)
+        reducer.use_fused_norm(store, batch * query, int(loaded.config.hidden_size), loaded.dtype,
+                               _graphs_on(reducer.device), _log if rank == 0 else None)
     finally:
         store.set_timeout(timedelta(seconds=WORKER_TIMEOUT_S))
 

@@ -1,6 +1,6 @@
 """Tensor parallelism on two GPUs (skipped without them): each rank's decode and verification
-steps are CUDA graphs with the all-reduces captured inside (one-shot on symmetric memory; NCCL
-in eager steps), and the tokens equal one GPU's in float32, with graphs on or off, synchronous
+steps are CUDA graphs with the all-reduces captured inside (each fused with the norm after it,
+on symmetric memory; NCCL in eager steps), and the tokens equal one GPU's in float32, with graphs on or off, synchronous
 or async, through beams, sampling, swaps, prefix hits and drafts.
 
 Run by bench/tp_gpu.py on the two-GPU machine (its part "pytest"); NVLink multicast stays off
@@ -93,11 +93,12 @@ def test_tp2_graphs_float32_equal_one_gpu_through_every_path(model, one_gpu):
         assert eng.runtime.wire.totals["device_steps"] > 0
         assert _serve(eng) == one_gpu["serve"]
         assert eng.scheduler.num_preemptions > 0 and eng.snapshot().metrics.prefix_hit_blocks > 0
-        # the graphs' all-reduces ran one-shot on symmetric memory (PAGEDLAB_TP_ALLREDUCE=auto)
-        # up to its size limit; the larger batch sizes' graphs hold NCCL's (run 2: 12 of 40)
+        # the graphs' sums ran on symmetric memory (PAGEDLAB_TP_ALLREDUCE=auto), each fused
+        # with the norm after it (engine/tp/fused_norm.py: the lean decoder's every sum)
         assert info["all-reduce"].startswith("symmetric memory"), info["all-reduce"]
+        assert "sum + norm in one kernel: on" in info["all-reduce"], info["all-reduce"]
         captured = eng.runtime.model_info["allreduce"]["captured"]
-        assert captured.get("one_shot", 0) > 0, captured
+        assert captured.get("fused_norm", 0) > 0, captured
     finally:
         eng.close()
 
