@@ -82,10 +82,10 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
     symm, why = set_up(store, dist.group.WORLD.group_name, rank, WORLD, device, torch.bfloat16,
                        4 * MiB, "symm")
     rows = max(SIZES) // 2 // HIDDEN
-    fused, fused_why = fused_norm.set_up(store, dist.group.WORLD.group_name, rank, WORLD, device,
-                                         torch.bfloat16, rows, HIDDEN)
+    with_norm, norm_why = fused_norm.set_up(store, dist.group.WORLD.group_name, rank, WORLD,
+                                            device, torch.bfloat16, rows, HIDDEN)
     out: dict[str, Any] = {"rank": rank, "setup_s": round(time.perf_counter() - t0, 2),
-                           "symmetric_memory": why or "ok", "fused_norm": fused_why or "ok",
+                           "symmetric_memory": why or "ok", "fused_norm": norm_why or "ok",
                            "allreduce": symm.describe() if symm else None, "us": {}}
     for size in SIZES:
         x = torch.zeros(size // 2, dtype=torch.bfloat16, device=device)
@@ -97,7 +97,7 @@ def rank_main(rank: int, store_path: str, out_path: str) -> None:
             row["one_shot_copy_first"] = _time(lambda t: symm.reduce(t, "one_shot"), x)
             symm.fused_copy = fused
             row["two_shot"] = _time(lambda t: symm.reduce(t, "two_shot"), x)
-        row |= _with_norm(symm, fused, x.view(-1, HIDDEN))
+        row |= _with_norm(symm, with_norm, x.view(-1, HIDDEN))
         out["us"][f"{size // KiB} KiB"] = row
         Path(out_path).write_text(json.dumps(out, indent=1))
     Path(out_path).write_text(json.dumps(out, indent=1))

@@ -54,9 +54,11 @@ def empty_bits(dtype: torch.dtype) -> tuple[torch.dtype, int]:
 
 @triton.jit
 def _is_empty(v, BITS: tl.constexpr):
-    if BITS == 16:
-        return v.to(tl.int16, bitcast=True) == -32768
-    return v.to(tl.int32, bitcast=True) == -2147483648
+    if BITS == 16:  # one branch compiled (a return inside would compile the other too)
+        empty = v.to(tl.int16, bitcast=True) == -32768
+    else:
+        empty = v.to(tl.int32, bitcast=True) == -2147483648
+    return empty
 
 
 @triton.jit
