@@ -6,7 +6,7 @@ NVLink), and an `add_rms_norm` launch followed each. The Lamport kernel needs no
 element's value is its own ready flag) and does the residual add and RMSNorm in the same launch,
 so each of the 44 costs one launch where it cost two.
 
-Where it runs: a CUDA graph's sum of up to `rows` rows that a norm follows (every row-parallel
+Where it runs: a CUDA graph's sum of up to `rows` rows and MAX_BYTES that a norm follows (every row-parallel
 output of the lean decoder: engine/runtime/lean_decoder.py), with a residual, in the dtype it
 was set up for. Anything else (eager steps, larger batches, the module path) keeps the reducer's
 other kernels. PAGEDLAB_TP_FUSED_NORM=0 turns it off (the bench measures both).
@@ -29,6 +29,10 @@ from engine.tp.symm_allreduce import agree, problem_of, torch_symm_mem
 
 ENV = "PAGEDLAB_TP_FUSED_NORM"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# Up to these many bytes a sum it takes (two H100s, run 3: 4.6 / 5.5 / 8.8 us at 16 / 128 /
+# 512 KiB against 10.3 / 11.4 / 14.9 for one-shot then add_rms_norm; 52.0 against 25.9 at 2 MiB,
+# a program per row of 512): above, the sum and the norm stay apart.
+MAX_BYTES = 512 * 1024
 
 
 class FusedNorm:
@@ -45,6 +49,7 @@ class FusedNorm:
     def applies(self, h: torch.Tensor, residual: torch.Tensor | None) -> bool:
         return (residual is not None and h.dtype == self.buffer.dtype and h.dim() == 2
                 and h.shape[1] == self.hidden and 0 < h.shape[0] <= self.rows
+                and h.numel() * h.element_size() <= MAX_BYTES
                 and h.is_contiguous() and residual.is_contiguous())
 
     def __call__(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -40,3 +40,12 @@ def test_it_takes_the_sums_its_buffer_holds():
     assert not f.applies(torch.zeros(5, 8, dtype=torch.bfloat16), torch.zeros(5, 8, dtype=torch.bfloat16))
     assert not f.applies(h.float(), res.float())  # another dtype than the buffer's
     assert not f.applies(torch.zeros(4, 16, dtype=torch.bfloat16)[:, ::2], res)  # not contiguous
+
+
+def test_above_its_measured_size_the_sum_and_norm_stay_apart():
+    rows, hidden = 512, 2048  # 2 MiB of bf16: slower fused than apart on two H100s (run 3)
+    f = FusedNorm(torch.zeros(1, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.int64),
+                  rank=0, world=2, rows=rows, hidden=hidden)
+    take = [t for t in (4, 32, 128, 256, 512)
+            if f.applies(*(torch.zeros(t, hidden, dtype=torch.bfloat16) for _ in range(2)))]
+    assert take == [4, 32, 128]  # up to 512 KiB

@@ -1,7 +1,7 @@
 """Tensor parallelism on two GPUs (skipped without them): each rank's decode and verification
 steps are CUDA graphs with the all-reduces captured inside (each fused with the norm after it,
-on symmetric memory; NCCL in eager steps), and the tokens equal one GPU's in float32, with graphs on or off, synchronous
-or async, through beams, sampling, swaps, prefix hits and drafts.
+on symmetric memory; NCCL in eager steps), and the tokens equal one GPU's in float32, with
+graphs on or off, synchronous or async, through beams, sampling, swaps, prefix hits and drafts.
 
 Run by bench/tp_gpu.py on the two-GPU machine (its part "pytest"); NVLink multicast stays off
 in every process (engine/tp/launch.py forces it off for the workers).
