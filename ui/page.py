@@ -63,8 +63,8 @@ class Page:
 
 def wire_follow(page: Page) -> None:
     """Every follower hangs on ONE event of `follow`: each event costs the page Gradio's
-    loading-status work (a deep copy of its components' props) and a round trip, and three
-    per Back / Next were most of the browser's time after the picture was drawn."""
+    loading-status work (a deep copy of its components' props) and a round trip; with three
+    events a move, a phone's renderer spent ~20% more CPU over 41 Backs (36 s against 30)."""
     inputs = list(dict.fromkeys(c for f in page.followers for c in f.inputs))
     outputs = [c for f in page.followers for c in f.outputs]
 
@@ -76,7 +76,8 @@ def wire_follow(page: Page) -> None:
                 got = f.fn(*(given[id(c)] for c in f.inputs))
             except Exception:  # noqa: BLE001 (one follower's failure must not stop the others)
                 traceback.print_exc(file=sys.stderr)
-                got = tuple(gr.skip() for _ in f.outputs)
+                out.extend(gr.skip() for _ in f.outputs)
+                continue
             out.extend(got if len(f.outputs) > 1 else (got,))
         return tuple(out)
 

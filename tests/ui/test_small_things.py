@@ -268,3 +268,20 @@ def test_the_shards_picture_follows_a_tensor_parallel_session(tmp_path, monkeypa
         assert shown["visible"] is True and shown["value"] is not None
     finally:
         s.close()
+
+
+def test_a_follower_that_fails_leaves_the_others_to_answer(app_fns, monkeypatch) -> None:
+    """The followers answer in one event (ui/page.wire_follow): one that raises skips its own
+    outputs, and the others' values still come, each in its place."""
+    from ui import tp_panel
+
+    on_follow = app_fns["on_follow"]
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    s.run(ops.AddSequence("abcdef"))
+    s.selected_block = 0
+    at = next(i for i, c in enumerate(on_follow.outputs) if getattr(c, "elem_id", None) == "inspector-note")
+    monkeypatch.setattr(tp_panel, "front", lambda _s: 1 / 0)  # the shards' follower now raises
+    out = on_follow.fn(0, s, None)
+    assert len(out) == len(on_follow.outputs)
+    assert str(out[at]).startswith("**Block 0**")  # the inspector still answered
+    assert isinstance(out[-1], type(gr.skip()))  # the shards' output (the last follower) skipped
