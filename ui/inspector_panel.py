@@ -23,7 +23,7 @@ import gradio as gr
 
 from ui import limits, tp_panel
 from ui.front import Front, front
-from ui.page import Follower, Page, guard, show
+from ui.page import SCRIPTED, Follower, Page, guard, show
 from ui.session import Session, UserError
 from viz import kv_figure
 
@@ -186,5 +186,5 @@ def inspector_panel(page: Page) -> Callable[[], None]:
         # the status line, not the picture: see the shards picture in ui/app.py
         page.followers.append(Follower(on_follow, [layer, page.state, rank], [note, kv_plot]))
         click_go.click(on_click, [click_box, page.state],
-                       [*page.outs, box, note, block_id, kv_plot], **page.quiet)
+                       [*page.outs, box, note, block_id, kv_plot], **page.quiet, **SCRIPTED)
     return wire

@@ -23,6 +23,10 @@ from ui.session import Session, UserError
 # failed event with an "Error" badge and blanks the main figure, though a refused operation
 # changes nothing.
 ON_STATUS = "show_progress_on"
+# The events of the hidden buttons that the page's script presses (ui/motion.js, ui/views.js): a
+# press while the last event is pending runs after it, where Gradio's default drops it (a
+# follow pressed during the page before's left the view under the picture that page's)
+SCRIPTED = {"trigger_mode": "always_last"}
 
 
 @dataclass
@@ -81,7 +85,7 @@ def wire_follow(page: Page) -> None:
             out.extend(got if len(f.outputs) > 1 else (got,))
         return tuple(out)
 
-    page.follow.click(on_follow, inputs, outputs, show_progress="hidden")
+    page.follow.click(on_follow, inputs, outputs, show_progress="hidden", **SCRIPTED)
 
 
 def show(session: Session) -> tuple:

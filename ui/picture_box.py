@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from ui.front import front
-from ui.page import Page
+from ui.page import SCRIPTED, Page
 from ui.session import Session
 
 BOX = re.compile(r"^(\d{2,5})x(\d{1,5})(?:#(\d{1,16}))?(?:#([01]))?$")
@@ -71,5 +71,5 @@ def box_panel(page: Page) -> Callable[[], None]:
         return gr.update() if picture is None else picture
 
     def wire() -> None:
-        go.click(on_box, [box, page.state], [page.plot], show_progress="hidden")
+        go.click(on_box, [box, page.state], [page.plot], show_progress="hidden", **SCRIPTED)
     return wire

@@ -20,7 +20,7 @@ import gradio as gr
 
 from ui import limits
 from ui.front import front
-from ui.page import Follower, Page, guard, show
+from ui.page import SCRIPTED, Follower, Page, guard, show
 from ui.picture_box import take_box
 from ui.run_views import VIEWS
 from ui.session import Session
@@ -51,9 +51,11 @@ def drawn_key(session: Session) -> tuple:
 def draw(session: Session) -> tuple:
     """The view's figure for the run in front (in what the picture leaves of the box), whether to
     show it, and the choice: the values of [page.view_plot, the choice]."""
-    shown = front(session)
+    shown, key = front(session), drawn_key(session)
     fig = shown.view_figure()
-    session.view_drawn = drawn_key(session)
+    # Next or an operation may have moved the run while the figure was drawn (its event runs
+    # beside this one): then this figure is not that key's, and the next follow draws again
+    session.view_drawn = key if drawn_key(session) == key else None
     return gr.update(value=fig, visible=fig is not None), gr.update(value=shown.view_choice)
 
 
@@ -111,7 +113,9 @@ def choice_part(page: Page, presenter: gr.Checkbox) -> Callable[[], None]:
         # the status line changes with every operation and move over the log (ui/app.py)
         page.followers.append(Follower(on_view_follow, [state], outs))
         presenter.change(on_view_presenter, [presenter, state], outs, show_progress="hidden")
-        page.box_go.click(on_view_box, [page.box_input, state], outs, show_progress="hidden")
+        page.box_go.click(on_view_box, [page.box_input, state], outs, show_progress="hidden",
+                          **SCRIPTED)
         choice.input(on_view_choice, [choice, state], [*page.outs, *outs], **page.quiet)
-        click_go.click(on_view_click, [click_box, state], [*page.outs, *outs], **page.quiet)
+        click_go.click(on_view_click, [click_box, state], [*page.outs, *outs], **page.quiet,
+                       **SCRIPTED)
     return wire

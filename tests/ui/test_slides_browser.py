@@ -148,7 +148,11 @@ def _turn(pg, key: str, size: tuple[int, int]) -> str:
     pg.keyboard.press(key)
     pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && t !== b "
                          f"&& ({IDLE})(); }}", arg=before, timeout=180_000)
-    pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
+    try:
+        pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
+    except Exception as e:  # say what the page showed: the box, the picture's fit, the view
+        raise AssertionError(f"after {key} from '{before}': never drawn for {size}: "
+                             f"{pg.evaluate(STATE % (IDLE, SLIDE))}") from e
     return pg.evaluate(PROGRESS)
 
 

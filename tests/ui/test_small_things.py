@@ -54,12 +54,17 @@ DRY = "dry (bookkeeping only, no model)"
 
 
 @pytest.fixture(scope="module")
-def app_fns() -> dict:
-    """The app's click handlers by name with the components that feed them (a dry build)."""
+def app_demo():
+    """The app's page, built dry (no model)."""
     from ui.app import build_app
 
-    demo = build_app(DRY)
-    return {f.name: f for f in demo.fns.values() if f.name.startswith("on_") or f.name == "compare"}
+    return build_app(DRY)
+
+
+@pytest.fixture(scope="module")
+def app_fns(app_demo) -> dict:
+    """The app's click handlers by name with the components that feed them (a dry build)."""
+    return {f.name: f for f in app_demo.fns.values() if f.name.startswith("on_") or f.name == "compare"}
 
 
 def _click(fn, values: tuple, session: Session):
@@ -285,3 +290,41 @@ def test_a_follower_that_fails_leaves_the_others_to_answer(app_fns, monkeypatch)
     assert len(out) == len(on_follow.outputs)
     assert str(out[at]).startswith("**Block 0**")  # the inspector still answered
     assert isinstance(out[-1], type(gr.skip()))  # the shards' output (the last follower) skipped
+
+
+def test_a_run_moved_while_the_view_is_drawn_is_drawn_again(app_fns, monkeypatch) -> None:
+    """Next's event runs beside the follow event of the page before it: a view drawn while the
+    run moved must not count as the new page's view, or the next follow skips it and the view
+    under the picture stays the old page's (a slide walk found it: never drawn for the slide)."""
+    from ui.front import SessionFront
+
+    on_follow = app_fns["on_follow"]
+    at = next(i for i, c in enumerate(on_follow.outputs) if getattr(c, "elem_id", None) == "view-plot")
+    s = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    s.run(ops.AddSequence("abcdef"))
+    s.view_choice, s.box = "timeline", (900, 0)  # a page's column 900 px wide
+    drawn = SessionFront.view_figure
+
+    def drawn_while_the_run_moves(self):
+        fig = drawn(self)
+        self.session.run(ops.AddSequence("ghij"))  # the other event's operation, mid-draw
+        return fig
+
+    monkeypatch.setattr(SessionFront, "view_figure", drawn_while_the_run_moves)
+    assert on_follow.fn(0, s, None)[at]["value"] is not None
+    monkeypatch.setattr(SessionFront, "view_figure", drawn)
+    again = on_follow.fn(0, s, None)[at]  # the status line changed: the new run's view comes
+    assert isinstance(again, dict) and again.get("__type__") == "update" and again["value"] is not None
+    assert on_follow.fn(0, s, None)[at] == gr.skip()  # and once drawn, it is not drawn again
+
+
+def test_the_page_scripts_clicks_are_never_dropped(app_demo) -> None:
+    """The page's script presses hidden buttons (the status line changed, the picture's box, a
+    click on the picture or the view): Gradio drops a button's click while its last event is
+    pending ("once"), which left the view under the picture on the page before when Next came
+    during its follow. Each runs the last click after the pending one instead."""
+    hidden = {bid for bid, b in app_demo.blocks.items()
+              if isinstance(b, gr.Button) and "pl-hidden" in (b.elem_classes or [])}
+    fired = [f for f in app_demo.fns.values() if any(bid in hidden for bid, _ in f.targets)]
+    assert {f.name for f in fired} >= {"on_follow", "on_box", "on_view_box", "on_click", "on_view_click"}
+    assert {f.name: f.trigger_mode for f in fired} == {f.name: "always_last" for f in fired}
