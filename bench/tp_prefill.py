@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.tensor_parallel import _replay_ms, drop_loaded_models, prompts  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.tp.models import LLAMA_8B, TINY_KV2, save_random_llama  # noqa: E402
+from engine.tp.worker_steps import kernel_times  # noqa: E402
 
 # a kernel's kind, by the first of these its name contains (lower case)
 KINDS = [("allreduce", ("nccl", "allreduce")), ("attention", ("attention", "attn")),
@@ -82,25 +83,16 @@ def prefill_step(eng: LLMEngine, batch: list[list[int]]) -> float:
     return dt
 
 
-def kernel_kinds(prof: Any) -> dict[str, Any]:
-    """GPU time (ms) of one profiled step by kind of kernel, and its ten longest kernels."""
+def kernel_kinds(rows: list[tuple[str, float, int]]) -> dict[str, Any]:
+    """A profiled step's GPU time (ms) by kind of kernel, and its ten longest kernels."""
     by_kind: dict[str, float] = defaultdict(float)
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        us = us if us is not None else getattr(e, "self_cuda_time_total", 0.0)
-        if not us or e.device_type.name != "CUDA":
-            continue
-        name = e.key.lower()
-        kind = next((k for k, words in KINDS if any(w in name for w in words)), "other")
-        by_kind[kind] += us / 1e3
-        rows.append((us / 1e3, e.count, e.key[:90], kind))
-    rows.sort(reverse=True)
+    for name, ms, _ in rows:
+        low = name.lower()
+        by_kind[next((k for k, words in KINDS if any(w in low for w in words)), "other")] += ms
     return {"gpu_ms_by_kind": {k: round(v, 2) for k, v in sorted(by_kind.items(),
                                                                   key=lambda kv: -kv[1])},
             "gpu_ms_total": round(sum(by_kind.values()), 2),
-            "top": [{"ms": round(ms, 3), "calls": c, "kernel": k, "kind": kind}
-                    for ms, c, k, kind in rows[:10]]}
+            "top": [{"ms": ms, "calls": c, "kernel": k} for k, ms, c in rows[:10]]}
 
 
 def one_gpu(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str, Any]:
@@ -116,7 +108,7 @@ def one_gpu(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str,
             with torch.profiler.profile(activities=acts) as prof:
                 prefill_step(eng, batch)
                 torch.cuda.synchronize()
-            out["profile"] = kernel_kinds(prof)
+            out["profile"] = kernel_kinds(kernel_times(prof, top=200))
             eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
             out["decode_graph_gpu_ms"] = _replay_ms(eng, n)
         return out
@@ -126,14 +118,29 @@ def one_gpu(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str,
 
 
 def tp2(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str, Any]:
+    """The prefill step on a TP = 2 engine: its wall time, the engine's own host time in it
+    (less the wait for worker 0's reply), worker 0's times of it (from the message to the
+    forward, the forward's GPU time, the whole step there), and its fifth prefill profiled
+    there by kernel (each timed prefill is the engine's one general step)."""
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
+    os.environ["PAGEDLAB_TP_PROFILE_STEP"] = "5"  # the warm-up, three timed, then this one
     eng = engine(model, 2, device, dtype, n, plen)
     try:
         batch = prompts(eng, n, plen)
         prefill_step(eng, batch)
-        walls = [prefill_step(eng, batch) for _ in range(3)]
+        eng.runtime.step_timings()  # forget the warm-up's
+        walls, hosts = [], []
+        for _ in range(3):
+            waited = eng.runtime.reply_wait_s
+            walls.append(prefill_step(eng, batch))
+            hosts.append(walls[-1] - (eng.runtime.reply_wait_s - waited))
+        eager = eng.runtime.step_timings()["eager"]
+        prefill_step(eng, batch)
+        profile = eng.runtime.step_timings()["profile"]
         return {"prefill_s": [round(w, 4) for w in walls],
                 "median_prefill_s": round(statistics.median(walls), 4),
+                "engine_host_ms_upper_bound": [round(1e3 * h, 2) for h in hosts],
+                "worker0": eager, "worker0_profile": profile and kernel_kinds(profile),
                 "allreduce": eng.engine_info()["all-reduce"]}
     finally:
         eng.close()

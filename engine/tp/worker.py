@@ -180,7 +180,7 @@ class _Worker:
             if cmd == "stop":
                 return
             if cmd == "execute":
-                self._answer(self.steps.general_step(msg["items"], msg.get("feed")))
+                self._answer(self.steps.general_step(msg["items"], msg.get("feed"), received))
             elif cmd == "logits" and self.rank == 0:  # the last step's, for a request that samples
                 self._answer(self.steps.logits())
             elif cmd == "stats" and self.rank == 0:

@@ -18,6 +18,8 @@ All ranks hold the same picks, as the all-reduce leaves every rank the same hidd
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Any
 
@@ -44,6 +46,9 @@ class StepRunner:
         self._rows: Any = None  # the last device step's rows of the persistent batch
         self.timing = timing and rank == 0
         self.times: list[tuple[float, float, float]] = []  # (host to launch, GPU, whole) ms
+        self.eager_steps = 0  # general steps run (PAGEDLAB_TP_PROFILE_STEP counts them)
+        self.eager_times: list[tuple[float, float, float]] = []  # ... of the general steps
+        self.profile: list[tuple[str, float, int]] | None = None  # (kernel, GPU ms, calls)
 
     # ---- a device step --------------------------------------------------------------------------
 
@@ -97,14 +102,36 @@ class StepRunner:
 
     # ---- a general step -------------------------------------------------------------------------
 
-    def general_step(self, items: list[Any], feed: list[tuple[int, int]] | None) -> bytes | None:
-        """A step the decode buffers do not take (prefills, mixed steps): run eagerly."""
+    def general_step(self, items: list[Any], feed: list[tuple[int, int]] | None,
+                     received: float | None = None) -> bytes | None:
+        """A step the decode buffers do not take (prefills, mixed steps): run eagerly. With
+        timing on, rank 0 times it (`received`: when its message was read) and profiles the
+        PAGEDLAB_TP_PROFILE_STEP-th one (1-based) by kernel."""
         fed = None
         if feed:
             if self.picks is None:
                 raise RuntimeError("a step reads tokens from the last step's picks, but this "
                                    "worker kept none")
             fed = (feed, self.picks)
+        self.eager_steps += 1
+        if not self.timing or self.runner.device.type != "cuda":
+            return self._general(items, fed)
+        profiled = self.eager_steps == int(os.environ.get("PAGEDLAB_TP_PROFILE_STEP", "0"))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        began = time.perf_counter()
+        with _profiler() if profiled else contextlib.nullcontext() as prof:
+            start.record()
+            reply = self._general(items, fed)  # its picks read on the host: the step is done
+            end.record()
+            end.synchronize()
+        done = time.perf_counter()
+        if prof is not None:
+            self.profile = kernel_times(prof)
+        self.eager_times.append((1e3 * (began - (received or began)), start.elapsed_time(end),
+                                 1e3 * (done - (received or began))))
+        return reply
+
+    def _general(self, items: list[Any], fed: Any) -> bytes | None:
         logits = self.runner.execute(items, fed)
         scores = TorchScores(logits, workspace=self.runner.sampler_workspace)
         return self._picks(scores, None, None)
@@ -156,8 +183,13 @@ class StepRunner:
     def stats(self) -> dict[str, Any]:
         """Rank 0's timings of its device steps since the last ask (ms), then forgotten."""
         times, self.times = self.times, []
+        eager, self.eager_times = self.eager_times, []
+        profile, self.profile = self.profile, None
         return {"steps": len(times), "host_to_launch_ms": [t[0] for t in times],
-                "graph_gpu_ms": [t[1] for t in times], "whole_ms": [t[2] for t in times]}
+                "graph_gpu_ms": [t[1] for t in times], "whole_ms": [t[2] for t in times],
+                "eager": {"steps": len(eager), "host_to_launch_ms": [t[0] for t in eager],
+                          "gpu_ms": [t[1] for t in eager], "whole_ms": [t[2] for t in eager]},
+                "profile": profile}
 
 
 class PendingReply:
@@ -188,3 +220,19 @@ def _logit_rows(drafts: Any, num_logits: Any, q: int) -> list[int]:
     return [i * q + j for i, (d, k) in enumerate(zip(drafts.tolist(), num_logits.tolist(),
                                                      strict=True))
             for j in range(d + 1 - k, d + 1)]
+
+
+def _profiler() -> Any:
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    return torch.profiler.profile(activities=acts)
+
+
+def kernel_times(prof: Any, top: int = 40) -> list[tuple[str, float, int]]:
+    """A profiled step's GPU kernels: (name, GPU ms, calls), the longest first."""
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        us = us if us is not None else getattr(e, "self_cuda_time_total", 0.0)
+        if us and e.device_type.name == "CUDA":
+            rows.append((e.key[:90], round(us / 1e3, 3), int(e.count)))
+    return sorted(rows, key=lambda r: -r[1])[:top]
