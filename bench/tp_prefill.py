@@ -117,13 +117,17 @@ def one_gpu(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str,
         drop_loaded_models()
 
 
-def tp2(model: str, device: str, dtype: str, n: int, plen: int) -> dict[str, Any]:
+def tp2(model: str, device: str, dtype: str, n: int, plen: int, trace: str | None = None
+        ) -> dict[str, Any]:
     """The prefill step on a TP = 2 engine: its wall time, the engine's own host time in it
     (less the wait for worker 0's reply), worker 0's times of it (from the message to the
     forward, the forward's GPU time, the whole step there), and its fifth prefill profiled
-    there by kernel (each timed prefill is the engine's one general step)."""
+    there by kernel (each timed prefill is the engine's one general step), its timeline written
+    to `trace` (Chrome's trace format)."""
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
     os.environ["PAGEDLAB_TP_PROFILE_STEP"] = "5"  # the warm-up, three timed, then this one
+    if trace:
+        os.environ["PAGEDLAB_TP_PROFILE_TRACE"] = trace
     eng = engine(model, 2, device, dtype, n, plen)
     try:
         batch = prompts(eng, n, plen)
@@ -197,6 +201,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--smoke", action="store_true", help="CPU, gloo, a two-layer model")
     ap.add_argument("--model-dir", default="/tmp/pagedlab-tp-models")
+    ap.add_argument("--parts", default="nccl,tp1,half,tp2", help="which, comma-separated")
     args = ap.parse_args()
     device, dtype = ("cpu", "float32") if args.smoke else ("cuda", "bfloat16")
     n, plen = (4, 16) if args.smoke else (64, 256)
@@ -217,8 +222,11 @@ def main() -> None:
     parts = [("nccl", lambda: nccl(args.smoke, shape["hidden_size"], n, plen)),
              ("tp1", lambda: one_gpu(folder("big", shape), device, dtype, n, plen)),
              ("half", lambda: one_gpu(folder("big-half", half), device, dtype, n, plen)),
-             ("tp2", lambda: tp2(folder("big", shape), device, dtype, n, plen))]
+             ("tp2", lambda: tp2(folder("big", shape), device, dtype, n, plen,
+                                trace=str(Path(args.out) / "tp2_prefill_trace.json")))]
     for name, fn in parts:
+        if name not in args.parts.split(","):
+            continue
         t0 = time.perf_counter()
         try:
             out["parts"][name] = fn() | {"seconds": round(time.perf_counter() - t0, 1)}

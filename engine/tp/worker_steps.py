@@ -127,6 +127,8 @@ class StepRunner:
         done = time.perf_counter()
         if prof is not None:
             self.profile = kernel_times(prof)
+            if os.environ.get("PAGEDLAB_TP_PROFILE_TRACE"):  # the step's timeline, for a viewer
+                prof.export_chrome_trace(os.environ["PAGEDLAB_TP_PROFILE_TRACE"])
         self.eager_times.append((1e3 * (began - (received or began)), start.elapsed_time(end),
                                  1e3 * (done - (received or began))))
         return reply
