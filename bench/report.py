@@ -352,6 +352,9 @@ def table() -> str:
               "float32 row, random weights; `bench/tp_gpu.py`).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
     lines += _markdown_rows(report_tp.tp_rows(tp, load("tp_gpu_h100x2_run2.json"), "run 2"))
+    lines += _markdown_rows(report_tp.later_big_rows(
+        load("tp_gpu_h100x2_run4_big.json"), "run 4",
+        "workers on one CPU thread; the 8B part alone, `tp_gpu_h100x2_run4_big.json`"))
     if os.path.exists(os.path.join(RESULTS, MEM)):  # issue 44's run, once it is committed
         mem = load(MEM)
         lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "

@@ -81,6 +81,21 @@ def _rows(r: dict[str, Any]) -> list[Row]:
     return out
 
 
+def later_big_rows(part: dict[str, Any], name: str, why: str) -> list[Row]:
+    """The 8B tokens/s rows of a later run of the `big` part alone (`name`, run after `why`):
+    each mode it measured; a mode it skipped is not shown."""
+    runs = part.get("runs", {})
+    out: list[Row] = []
+    for mode in ("async", "sync"):
+        a, b = _get(runs, f"tp2_{mode}", "tokens_per_s"), _get(runs, f"tp1_{mode}", "tokens_per_s")
+        if a is None or b is None:
+            continue
+        out.append(_ratio_row(f"Llama-3-8B shape, 64 × (256 + 64) tokens: tokens/s TP = 2 / "
+                              f"TP = 1, {mode}, {name} ({why})", round(a / b, 3), a, b,
+                              "tokens/s", 1.5, False))
+    return out
+
+
 def _all_equal(text: str) -> bool:
     same, _, of = text.partition(" of ")
     return same == of
