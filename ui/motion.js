@@ -237,6 +237,16 @@
     const progress = document.querySelector('#lesson-progress')?.innerText ?? '';
     const menu = !/page [1-9]\d* of/.test(progress) || progress.includes('the end');
     document.body.classList.toggle('pl-lesson-menu', menu);
+    // on a phone the lesson's place and Back / Next come first in the column: the inspector
+    // opens under them (ui/theme.py), so a student can turn the page with it open
+    const nav = document.querySelector('#lesson-nav'), col = document.querySelector('#controls-col');
+    const phone = window.innerWidth <= 600 && lesson && nav && col && nav.offsetParent !== null;
+    const under = phone
+      ? `${Math.ceil(nav.getBoundingClientRect().bottom - col.getBoundingClientRect().top + 6)}px` : '';
+    if (document.body.style.getPropertyValue('--pl-nav-bottom') !== under) {
+      if (under) document.body.style.setProperty('--pl-nav-bottom', under);
+      else document.body.style.removeProperty('--pl-nav-bottom');
+    }
   }, 150);
 
   // A presentation clicker sends the arrow keys or Page Down / Up: they press the lesson's Next

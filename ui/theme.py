@@ -163,9 +163,13 @@ body.pl-projector #room-side td { padding: 2px 6px !important }
    fills the column) it opens over the lesson's text, under the tabs, until it is closed */
 #controls-col { position: relative }
 body.pl-lesson #inspector:has(> .label-wrap.open) { position: absolute !important; top: 46px;
-  left: 0; right: 0; z-index: 30; max-height: calc(100% - 46px); overflow-y: auto;
+  left: 0; right: 0; z-index: 100; max-height: calc(100% - 46px); overflow-y: auto;
   box-shadow: 0 4px 18px rgba(15,23,42,.25); background: var(--block-background-fill, #fff) }
-body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 88vh }
+/* on a phone, whose column starts with the lesson's place and Back / Next, it opens under them
+   (ui/motion.js sets --pl-nav-bottom there only: a body rule in a media query is never matched,
+   as Gradio scopes it under its container) */
+body.pl-lesson:not(.pl-presenter) #inspector:has(> .label-wrap.open) { max-height: 88vh;
+  top: var(--pl-nav-bottom, 46px) }
 /* on a slide the column is the page's key sentence, its question and Next: the inspector opens
    over the lower part of the picture instead, until it is closed */
 body.pl-presenter.pl-lesson #inspector:has(> .label-wrap.open) { position: fixed !important;

@@ -33,6 +33,22 @@ def box(pg, sel: str) -> dict:
     return pg.locator(sel).first.bounding_box()
 
 
+def open_inspector(pg, block: int) -> None:
+    """Click `block` in the pool's picture until the inspector draws its K/V."""
+    pg.wait_for_function(f"() => ({CELL_XY})(['pool', {block}]) !== null && ({IDLE})()",
+                         timeout=60_000)
+    for attempt in range(5):  # a click the page had not bound yet is clicked again
+        x, y = pg.evaluate(f"({CELL_XY})(['pool', {block}])")
+        pg.mouse.click(x, y)
+        try:
+            pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')"
+                                 "?._fullLayout", timeout=30_000)
+            return
+        except Exception:
+            if attempt == 4:
+                raise
+
+
 def test_the_inspector_opens_beside_the_picture_after_back_and_next(browser, served_app):
     pg = browser.new_page(viewport={"width": 1440, "height": 900})
     try:
@@ -43,17 +59,7 @@ def test_the_inspector_opens_beside_the_picture_after_back_and_next(browser, ser
             pg.click(button)
             pg.wait_for_function(f"(b) => ({PROGRESS})() !== b && /page \\d/.test(({PROGRESS})()) "
                                  f"&& ({IDLE})()", arg=before, timeout=180_000)
-        pg.wait_for_function(f"() => ({CELL_XY})(['pool', 2]) !== null && ({IDLE})()", timeout=60_000)
-        for attempt in range(5):  # a click the page had not bound yet is clicked again
-            x, y = pg.evaluate(f"({CELL_XY})(['pool', 2])")
-            pg.mouse.click(x, y)
-            try:
-                pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')"
-                                     "?._fullLayout", timeout=30_000)
-                break
-            except Exception:
-                if attempt == 4:
-                    raise
+        open_inspector(pg, 2)
         assert "Block 2" in pg.locator("#inspector-note").inner_text()
         assert "went wrong" not in pg.locator("#status").inner_text()
         picture, kv = box(pg, "#pool-plot"), box(pg, "#kv-plot")
@@ -132,3 +138,28 @@ def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browse
     finally:
         teacher.close()
         student.close()
+
+
+# the element under the middle of Next is Next: nothing covers it
+NEXT_FREE = """() => { const n = document.querySelector('#lesson-next'); if (!n) return false;
+  const r = n.getBoundingClientRect();
+  return n.contains(document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2)); }"""
+
+
+def test_a_phone_turns_the_lessons_page_with_the_inspector_open(browser, served_app):
+    """On a phone the inspector opens over the page's text, under the lesson's place and Back /
+    Next (it used to cover them until closed): the student turns the page with it open."""
+    pg = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        pg.goto(served_app + "?lesson=03_fork_cow&step=4")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('4 of') && ({IDLE})()", timeout=180_000)
+        open_inspector(pg, 2)
+        pg.locator("#lesson-next").scroll_into_view_if_needed()
+        pg.wait_for_function(NEXT_FREE, timeout=30_000)
+        assert box(pg, "#inspector")["y"] >= box(pg, "#lesson-nav")["y"] + box(pg, "#lesson-nav")["height"]
+        pg.click("#lesson-next")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('5 of') && ({IDLE})()", timeout=180_000)
+        assert pg.locator("#inspector > .label-wrap.open").count() == 1  # still open, following
+        assert "Block 2" in pg.locator("#inspector-note").inner_text()
+    finally:
+        pg.close()
