@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from tests.helpers import open_room_page
-from tests.ui.test_browser import CELL_XY, IDLE
+from tests.helpers import open_inspector, open_room_page
+from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
@@ -31,22 +31,6 @@ VISIBLE = "(sel) => { const e = document.querySelector(sel); return !!e && e.off
 
 def box(pg, sel: str) -> dict:
     return pg.locator(sel).first.bounding_box()
-
-
-def open_inspector(pg, block: int) -> None:
-    """Click `block` in the pool's picture until the inspector draws its K/V."""
-    pg.wait_for_function(f"() => ({CELL_XY})(['pool', {block}]) !== null && ({IDLE})()",
-                         timeout=60_000)
-    for attempt in range(5):  # a click the page had not bound yet is clicked again
-        x, y = pg.evaluate(f"({CELL_XY})(['pool', {block}])")
-        pg.mouse.click(x, y)
-        try:
-            pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')"
-                                 "?._fullLayout", timeout=30_000)
-            return
-        except Exception:
-            if attempt == 4:
-                raise
 
 
 def test_the_inspector_opens_beside_the_picture_after_back_and_next(browser, served_app):

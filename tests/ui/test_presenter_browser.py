@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import drawn
+from tests.helpers import drawn, open_inspector
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -92,7 +92,6 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
 def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
     """Lesson 3 asks the student to click the copied blocks: in the Lessons tab a click on a
     block opens the inspector with that block of the lesson's engine."""
-    from tests.ui.test_browser import CELL_XY
 
     pg = browser.new_page(viewport={"width": 1440, "height": 900})
     pg.goto(served_app + "?lesson=03_fork_cow&step=4")
@@ -100,16 +99,5 @@ def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
     pg.wait_for_function("() => document.querySelector('#lesson-narration')?.innerText"
                          ".includes('inspector')", timeout=60_000)
     pg.wait_for_function(IDLE, timeout=180_000)  # the lesson's picture is drawn and bound
-    for attempt in range(5):  # a click the page had not bound yet (a busy machine) is clicked again
-        x, y = drawn(pg, CELL_XY, ["pool", 1])
-        pg.mouse.click(x, y)
-        try:
-            pg.wait_for_function("() => (document.querySelector('#inspector-note')?.innerText ?? '')"
-                                 ".includes('Block 1')", timeout=30_000)
-            break
-        except Exception:
-            if attempt == 4:
-                raise
-    pg.wait_for_function("() => !!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout",
-                         timeout=60_000)
+    open_inspector(pg, 1)
     pg.close()
