@@ -147,13 +147,18 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     if not gpu.token_level:  # one cell per block: its ref count in type that fits the row
         row_px = max(20.0, 1.55 * 12 * k, (1.25 * 12 * k + 4) if c.table_rows else 0)
     span = _span(c, gpu)
-    margin_t = title_px(k) * 1.45 + legend * legend_px * 1.6 + 12 * k  # plotly's line spacing
+    # the key's lines are <br>s of the title: plotly spaces them at 1.3x the title's own type,
+    # whatever their smaller spans say
+    margin_t = title_px(k) * 1.45 + legend * title_px(k) * LINE_SPACING + 12 * k
     needed = margin_t + span * row_px + 8
     sizes = Sizes(k, kt, plot_px, gpu, chars=chars, cells=cells_units, row_px=row_px,
                   height=int(needed), margin_l=margin_l, margin_t=margin_t,
                   legend_chars=legend_chars, legend_px=legend_px, fitted=True, narrow=narrow,
                   slot_text_px=unit - 0.4 * t, token_px=t)
     return sizes, needed, whole
+
+
+LINE_SPACING = 1.3  # plotly's svg_text_utils: a <br>'s line, in the text's font size
 
 
 def title_px(k: float) -> float:

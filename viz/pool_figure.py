@@ -41,6 +41,7 @@ from viz.block_tables import TableRow, group_words, links, row_labels, table_row
 from viz.draft_marks import draft_marks, rolled_back
 from viz.figure_text import FONT
 from viz.fit import (
+    LINE_SPACING,
     MAX_ROWS,
     PHONE_PX,
     ROW_PX,
@@ -348,7 +349,8 @@ def _frame(snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes, larg
         margin_l = sz.margin_l
     else:
         grown = 18 * k * max(0, len(lines) - (2 if large else 1))  # legend lines past the usual
-        margin_t = 72 * k + (24 if large else 0) + grown
+        key = title_px(k) * (1.45 + LINE_SPACING * len(lines)) + 12 * k  # every line whole
+        margin_t = max(72 * k + (24 if large else 0) + grown, key)
         height = int(min(2000, max(320, (84 + (ROW_PX if span <= 30 else 21) * span) * k + grown)))
         y_range = [bottom - 0.2, top + 1.3]
         margin_l = max(78, 8 + 8 * widest) * k

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import open_inspector, open_room_page
+from tests.helpers import drawn, open_inspector, open_room_page
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -145,5 +145,28 @@ def test_a_phone_turns_the_lessons_page_with_the_inspector_open(browser, served_
         pg.wait_for_function(f"() => ({PROGRESS})().includes('5 of') && ({IDLE})()", timeout=180_000)
         assert pg.locator("#inspector > .label-wrap.open").count() == 1  # still open, following
         assert "Block 2" in pg.locator("#inspector-note").inner_text()
+    finally:
+        pg.close()
+
+
+# where the picture's title and colour key end, and where its plot (the block tables) begins
+KEY_ENDS = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
+  const t = gd?.querySelector('.gtitle'), area = gd?.querySelector('.nsewdrag');
+  if (!gd?.layout?.meta?.fit?.fitted || !t || !area) return null;
+  return [t.getBoundingClientRect().bottom, area.getBoundingClientRect().top,
+          t.querySelectorAll('tspan.line').length]; }"""
+
+
+@pytest.mark.parametrize("page", [2, 4])
+def test_a_phones_colour_key_ends_above_the_block_tables(browser, served_app, page):
+    """Lesson 12's drafts give the key its most lines (five on a phone): each line is spaced as
+    the title's type says, so the key must not run into the tables' header."""
+    pg = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        pg.goto(served_app + f"?lesson=12_speculative_decoding&step={page}")
+        pg.wait_for_function(f"() => ({PROGRESS})().includes('page {page} of') && ({IDLE})()",
+                             timeout=180_000)
+        key_bottom, plot_top, lines = drawn(pg, KEY_ENDS)
+        assert key_bottom <= plot_top + 1, (key_bottom, plot_top, lines)
     finally:
         pg.close()

@@ -90,6 +90,9 @@ SLIDE = """() => {
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
   const heat = gd._fullData.filter((t) => t.type === 'heatmap');
+  // the title and its colour key end above the plot's area (the block tables' header is its top)
+  const title = gd.querySelector('.gtitle')?.getBoundingClientRect();
+  if (title && title.bottom > area.top + 1) bad.push(`title ends at ${title.bottom}, plot at ${area.top}`);
   for (const t of gd.querySelectorAll('.main-svg text')) {
     if (!t.textContent.trim() || t.closest('.hoverlayer')) continue;
     if (px(t) < 14 - 0.01) bad.push(`picture text ${px(t)} px: ${t.textContent}`);
