@@ -29,8 +29,10 @@ for _k, _v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     os.environ[_k] = _v
 
 import argparse  # noqa: E402
+import cProfile  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
+import pstats  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -43,6 +45,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.host_facts import host_cpus  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.runtime.models import cache_root  # noqa: E402
 from engine.tp.models import LLAMA_1B, LLAMA_8B, TINY_KV2, save_random_llama  # noqa: E402
@@ -70,15 +73,17 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
     engine must start async (its workers then keep their picks on the device, which a
     synchronous step just does not read). `allreduce`: PAGEDLAB_TP_ALLREDUCE for the workers;
     "auto-unfused" is auto with each sum and the norm after it apart (PAGEDLAB_TP_FUSED_NORM=0:
-    run 2's graphs)."""
+    run 2's graphs); "auto-pinned" pins each worker to a core of its own and this process to
+    the rest (engine/tp/cpu_pin.py; it stays pinned: a part runs such an engine last)."""
     n, plen, new = spec
     if tp > 1 and not modes[0][1] and any(a for _, a in modes[1:]):
         raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
     os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
-    mode, _, unfused = allreduce.partition("-")
+    mode, _, variant = allreduce.partition("-")
     os.environ["PAGEDLAB_TP_ALLREDUCE"] = mode
-    os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if unfused == "unfused" else "1"
+    os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if variant == "unfused" else "1"
+    os.environ["PAGEDLAB_TP_PIN"] = "1" if variant == "pinned" else "0"
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
                        block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 16,
                        max_num_seqs=n, enable_prefix_caching=False,  # no hits between runs
@@ -95,10 +100,11 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
                 record(name, {"skipped": f"{deadline - time.time():.0f} s left"})
                 continue
             _set_async(eng, async_)
-            out = _measure(eng, tp, spec) | {
+            out = _measure(eng, tp, spec, profile=name.endswith("_profile")) | {
                 "tensor_parallel_size": tp, "graphs": graphs, "async_scheduling": async_,
                 "dtype": dtype, "startup_s": startup if i == 0 else None,
-                "same_engine_as": modes[0][0] if i else None, "per_gpu": _held(eng, tp, device)}
+                "same_engine_as": modes[0][0] if i else None, "per_gpu": _held(eng, tp, device),
+                "cpus": host_cpus(eng.runtime.model_info.get("cpus") if tp > 1 else None)}
             if tp == 1 and device == "cuda" and graphs:
                 graph_ms = graph_ms if graph_ms is not None else _replay_ms(eng, n)
                 out["graph_gpu_ms"] = graph_ms
@@ -115,15 +121,20 @@ def _set_async(eng: LLMEngine, on: bool) -> None:
         eng.runtime._async = on
 
 
-def _measure(eng: LLMEngine, tp: int, spec: Spec) -> dict[str, Any]:
-    """A warm-up at the batch size, then the timed batch: the numbers of issue 43's table."""
+def _measure(eng: LLMEngine, tp: int, spec: Spec, profile: bool = False) -> dict[str, Any]:
+    """A warm-up at the batch size, then the timed batch: the numbers of issue 43's table.
+    `profile`: the engine's steps run under cProfile (its slower steps are not the table's),
+    and the functions taking the most of the engine's own time come back."""
     n, plen, new = spec
     batch = prompts(eng, n, plen)
     eng.generate(batch, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
     if tp > 1:
         eng.runtime.step_timings()  # forget the warm-up's
+    prof = cProfile.Profile() if profile else None
     timed = _timed(eng, batch, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True),
-                   tp)
+                   tp, prof)
+    if prof is not None:
+        timed["engine_profile"] = _top_functions(prof, timed["decode_steps"] or 1)
     out = timed | {"tokens_per_s": round(n * new / timed["seconds"], 1)}
     if tp > 1:
         out["worker0"] = _worker_medians(eng.runtime.step_timings())
@@ -134,8 +145,8 @@ def _measure(eng: LLMEngine, tp: int, spec: Spec) -> dict[str, Any]:
     return out
 
 
-def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: int
-           ) -> dict[str, Any]:
+def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: int,
+           prof: cProfile.Profile | None = None) -> dict[str, Any]:
     ids = [eng.add_request(p, params) for p in batch]
     done: dict[int, tuple[int, ...]] = {}
     steps, hosts, sent = [], [], []
@@ -143,7 +154,11 @@ def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: i
     while len(done) < len(ids):
         waited = eng.runtime.reply_wait_s if tp > 1 else 0.0
         s0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
         res = eng.step()
+        if prof is not None:
+            prof.disable()
         dt = time.perf_counter() - s0
         if res.num_decodes and not res.num_prefills:
             steps.append(dt)
@@ -162,6 +177,15 @@ def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: i
         out["message_bytes_per_decode_step"] = {"median": statistics.median(sent),
                                                 "max": max(sent)} if sent else None
     return out
+
+
+def _top_functions(prof: cProfile.Profile, steps: int, top: int = 30) -> list[str]:
+    """The functions of the most own time in a profiled run, per step (µs): where a step's host
+    time goes (waiting for the workers shows as the rings' spin and naps)."""
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, _, own s, cumulative s, _)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return [f"{1e6 * own / steps:8.1f} us own {1e6 * cum / steps:8.1f} us cum {calls / steps:6.1f}x "
+            f"{Path(f).name}:{line}({name})" for (f, line, name), (calls, _, own, cum, _) in rows]
 
 
 def _worker_medians(t: dict[str, Any]) -> dict[str, Any]:
@@ -243,15 +267,25 @@ def model_folder(name: str, smoke: bool, root: str) -> str:
 RUNS: dict[str, list[tuple[str, int, bool, str, Modes]]] = {
     "equal": [("tp1", 1, True, "auto", (("tp1", False),)),
               ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],
-    "small": [("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True))),
-              ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
-              ("tp2_unfused", 2, True, "auto-unfused",
-               (("tp2_unfused_async", True), ("tp2_unfused_sync", False))),
-              ("tp2_nccl", 2, True, "nccl", (("tp2_nccl_async", True), ("tp2_nccl_sync", False)))],
+    "small": [("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True),
+                                         ("tp1_sync_profile", False))),
+              ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False),
+                                        ("tp2_sync_profile", False))),
+              ("tp2_pinned", 2, True, "auto-pinned",  # last: this process stays pinned
+               (("tp2_pinned_async", True), ("tp2_pinned_sync", False)))],
     "big": [("tp1", 1, True, "auto", (("tp1_async", True), ("tp1_sync", False))),
-            ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],
+            ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
+            ("tp2_pinned", 2, True, "auto-pinned",
+             (("tp2_pinned_async", True), ("tp2_pinned_sync", False)))],
+    # run 2's and run 1's all-reduces against today's (not in the default run: measured)
+    "small_allreduce": [
+        ("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True))),
+        ("tp2_unfused", 2, True, "auto-unfused",
+         (("tp2_unfused_async", True), ("tp2_unfused_sync", False))),
+        ("tp2_nccl", 2, True, "nccl", (("tp2_nccl_async", True), ("tp2_nccl_sync", False)))],
 }
-SPECS = {"small": (32, 128, 128), "equal": (8, 64, 32), "big": (64, 256, 64)}
+SPECS = {"small": (32, 128, 128), "small_allreduce": (32, 128, 128), "equal": (8, 64, 32),
+         "big": (64, 256, 64)}
 
 
 def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float) -> None:
@@ -266,7 +300,7 @@ def part(name: str, smoke: bool, out_path: str, model_dir: str, deadline: float)
     if device == "cuda":
         out["device_name"] = torch.cuda.get_device_name()
     t0 = time.perf_counter()
-    folder = model_folder("small" if name == "equal" else name, smoke, model_dir)
+    folder = model_folder("big" if name == "big" else "small", smoke, model_dir)
     out["model"] = {"folder": folder, "build_or_find_s": round(time.perf_counter() - t0, 1),
                     "config": json.loads((Path(folder) / "config.json").read_text())}
     _write(out, out_path)

@@ -1,6 +1,7 @@
 """Issue 43 on two GPUs in one run: the exactness checks first, then the issue's table.
 
-    python bench/tp_gpu.py --out "$OUT"                 # 2 GPUs (H100s): ~7 minutes, < 8.5
+    python bench/tp_gpu.py --out "$OUT"                 # 2 GPUs (H100s): ~8 minutes, < 10.5
+    python bench/tp_gpu.py --only small,big --out "$OUT"  # the timing parts: ~6 minutes
     python bench/tp_gpu.py --smoke --out /tmp/tp_gpu     # CPU, gloo: the script runs
 
 Parts, each its own process with its own time budget (a part that fails, hangs or runs out loses
@@ -15,14 +16,16 @@ used:
   async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory, each
   fused with the norm after it);
 - `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed,
-  TP = 2 graphed (sum and norm fused: engine/tp/fused_norm.py), TP = 2 with the one-shot sum and
-  the norm apart (run 2's), then TP = 2 with NCCL all-reduces (run 1's), each engine timed sync
-  and async:
+  TP = 2 graphed (sum and norm fused: engine/tp/fused_norm.py), then the same with each worker
+  pinned to a core of its own (engine/tp/cpu_pin.py), each engine timed sync and async, and a
+  sync batch under cProfile (where the engine's host time goes):
   decode step, tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
 - `big`: Llama-3-8B's shape (untied LM head), 64 requests of 256 + 64 tokens, bf16: tokens/s of
-  TP = 2 against TP = 1, async then sync scheduling;
-- `allreduce`: bench/tp_allreduce.py, the all-reduce alone in a CUDA graph at 16 KiB to 2 MiB:
-  NCCL, one-shot and two-shot; then with the norm after it: apart and fused.
+  TP = 2 against TP = 1, async then sync scheduling, TP = 2 also pinned;
+- `small_allreduce` (only when named): the 1.1B TP = 2 with the one-shot sum and the norm apart
+  (run 2's), then with NCCL all-reduces (run 1's);
+- `allreduce` (only when named): bench/tp_allreduce.py, the all-reduce alone in a CUDA graph at
+  16 KiB to 2 MiB: NCCL, one-shot and two-shot; then with the norm after it: apart and fused.
 
 Writes under --out: tp_gpu.json (every part and the table's figures), tp_gpu.log (the parts'
 output), pytest.log, part_small.json, part_big.json, part_equal.json, part_allreduce.json.
@@ -49,7 +52,9 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
 # (part, seconds it may take at most on two H100s), the exactness checks first; the sum (560 s)
 # fits one ten-minute call with room for the machine's start
-PARTS = [("equal", 110), ("pytest", 130), ("small", 130), ("big", 150), ("allreduce", 40)]
+PARTS = [("equal", 110), ("pytest", 130), ("small", 150), ("big", 230), ("allreduce", 40),
+         ("small_allreduce", 130)]
+DEFAULT = ("equal", "pytest", "small", "big")  # 620 s: one call's ten minutes hold no more
 
 
 def _env() -> dict[str, str]:
@@ -141,17 +146,20 @@ def _allreduce(run: Any) -> str | None:
 
 def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The issue's table from the parts' runs (None where a run is missing)."""
-    small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
+    small, big = _small_runs(parts), parts.get("big", {}).get("runs", {})
     step, f = "median_decode_step_ms", {}
     for mode in ("sync", "async"):
-        for tp2 in ("tp2", "tp2_unfused", "tp2_nccl"):
+        for tp2 in ("tp2", "tp2_pinned", "tp2_unfused", "tp2_nccl"):
             f[f"small_{tp2}_over_tp1_decode_step_{mode}"] = _ratio(
                 _get(small, f"{tp2}_{mode}", step), _get(small, f"tp1_{mode}", step))
-        f[f"big_tp2_over_tp1_tokens_per_s_{mode}"] = _ratio(
-            _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"))
-    for name, runs in (("small", small), ("big", big)):
-        r = runs.get("tp2_sync") or {}
-        f[f"{name}_tp2_sync_host_ms"] = {
+        for tp2 in ("tp2", "tp2_pinned"):
+            f[f"big_{tp2}_over_tp1_tokens_per_s_{mode}"] = _ratio(
+                _get(big, f"{tp2}_{mode}", "tokens_per_s"),
+                _get(big, f"tp1_{mode}", "tokens_per_s"))
+    for (name, runs), tp2 in ((n, t) for n in (("small", small), ("big", big))
+                              for t in ("tp2", "tp2_pinned")):
+        r = runs.get(f"{tp2}_sync") or {}
+        f[f"{name}_{tp2}_sync_host_ms"] = {
             "engine": r.get("median_engine_host_ms"),
             "worker0_to_launch": _get(r, "worker0", "median_host_to_launch_ms"),
             "graph_gpu": _get(r, "worker0", "median_graph_gpu_ms"),
@@ -171,7 +179,8 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         f[f"bf16_small_tp2_{mode}_equals_unfused"] = _equal(
             _get(small, f"tp2_{mode}", "outputs"), _get(small, f"tp2_unfused_{mode}", "outputs"))
     f["pytest"] = parts.get("pytest", {}).get("summary")
-    f["allreduce_used"] = {f"{p}/{name}": _allreduce(r) for p in ("equal", "small", "big")
+    f["allreduce_used"] = {f"{p}/{name}": _allreduce(r)
+                           for p in ("equal", "small", "small_allreduce", "big")
                            for name, r in parts.get(p, {}).get("runs", {}).items()
                            if name.startswith("tp2")}
     ar = parts.get("allreduce", {})
@@ -179,8 +188,14 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return f
 
 
+def _small_runs(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The 1.1B runs: the part `small`'s, and the all-reduce comparisons where they ran (their
+    own TP = 1 baseline only where `small` has none)."""
+    return parts.get("small_allreduce", {}).get("runs", {}) | parts.get("small", {}).get("runs", {})
+
+
 def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
-    small, big = parts.get("small", {}).get("runs", {}), parts.get("big", {}).get("runs", {})
+    small, big = _small_runs(parts), parts.get("big", {}).get("runs", {})
 
     def ms(runs: dict, name: str) -> str:
         return f"{_get(runs, name, 'median_decode_step_ms')} ms"
@@ -192,6 +207,7 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         return f"[{_allreduce(runs.get(name))}]"
 
     hs, hb = f["small_tp2_sync_host_ms"], f["big_tp2_sync_host_ms"]
+    hsp, hbp = f["small_tp2_pinned_sync_host_ms"], f["big_tp2_pinned_sync_host_ms"]
     host = ("{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph "
             "{tp1_graph_gpu})")
     rows = [
@@ -201,6 +217,9 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         ("1.1B, 32 seqs: the same, async scheduling",
          f"{f['small_tp2_over_tp1_decode_step_async']} ({ms(small, 'tp2_async')} / "
          f"{ms(small, 'tp1_async')}) {ar(small, 'tp2_async')}"),
+        ("1.1B: the same, each worker pinned to a core of its own, sync / async",
+         f"{f['small_tp2_pinned_over_tp1_decode_step_sync']} / "
+         f"{f['small_tp2_pinned_over_tp1_decode_step_async']}"),
         ("1.1B: the same with the sum and the norm apart (run 2), sync / async",
          f"{f['small_tp2_unfused_over_tp1_decode_step_sync']} / "
          f"{f['small_tp2_unfused_over_tp1_decode_step_async']} {ar(small, 'tp2_unfused_sync')}"),
@@ -216,9 +235,14 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         ("8B: the same, sync",
          f"{f['big_tp2_over_tp1_tokens_per_s_sync']} ({tps(big, 'tp2_sync')} / "
          f"{tps(big, 'tp1_sync')}) {ar(big, 'tp2_sync')}"),
+        ("8B: pinned, sync / async",
+         f"{f['big_tp2_pinned_over_tp1_tokens_per_s_sync']} / "
+         f"{f['big_tp2_pinned_over_tp1_tokens_per_s_async']}"),
         ("1.1B TP=2 sync step: engine host + worker 0 to launch vs graph GPU (ms)",
          host.format(**hs)),
+        ("1.1B, pinned: the same (ms)", host.format(**hsp)),
         ("8B TP=2 sync step: the same (ms)", host.format(**hb)),
+        ("8B, pinned: the same (ms)", host.format(**hbp)),
         ("float32 greedy TP=2 = TP=1 (1.1B, 8 x 32 tokens), sync / async",
          f"{f['float32_tp2_sync_equal']} / {f['float32_tp2_async_equal']} "
          f"[{_allreduce(_get(parts, 'equal', 'runs', 'tp2_sync'))}]"),
@@ -262,7 +286,7 @@ def main() -> None:
     parts: dict[str, dict[str, Any]] = {}
     with open(Path(args.out) / "tp_gpu.log", "w") as log:
         for name, budget in PARTS:
-            if args.only and name not in args.only.split(","):
+            if name not in (args.only.split(",") if args.only else DEFAULT):
                 continue
             parts[name] = run_part(name, budget * (3 if args.smoke else 1), args, log)
     f = figures(parts)
