@@ -80,6 +80,8 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
         raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
     os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
+    # worker 0 profiles the host work of one device step of the second (sync) batch
+    os.environ["PAGEDLAB_TP_PROFILE_DEVICE_STEP"] = str(int(1.5 * new) + 8)
     mode, _, variant = allreduce.partition("-")
     os.environ["PAGEDLAB_TP_ALLREDUCE"] = mode
     os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if variant == "unfused" else "1"
@@ -192,7 +194,8 @@ def _worker_medians(t: dict[str, Any]) -> dict[str, Any]:
     return {"device_steps_timed": t["steps"],
             "median_host_to_launch_ms": _med(t["host_to_launch_ms"]),
             "median_graph_gpu_ms": _med(t["graph_gpu_ms"]),
-            "median_whole_ms": _med(t["whole_ms"])}
+            "median_whole_ms": _med(t["whole_ms"]),
+            "device_step_host_us": t.get("device_step_host")}
 
 
 def _med(xs: list[float]) -> float | None:

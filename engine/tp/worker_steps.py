@@ -47,6 +47,8 @@ class StepRunner:
         self.timing = timing and rank == 0
         self.times: list[tuple[float, float, float]] = []  # (host to launch, GPU, whole) ms
         self.eager_steps = 0  # general steps run (PAGEDLAB_TP_PROFILE_STEP counts them)
+        self.device_steps = 0  # ... and device steps (PAGEDLAB_TP_PROFILE_DEVICE_STEP)
+        self.host_profile: list[tuple[str, float, int]] | None = None  # (op, host µs, calls)
         self.eager_times: list[tuple[float, float, float]] = []  # ... of the general steps
         self.profile: list[tuple[str, float, int]] | None = None  # (kernel, GPU ms, calls)
 
@@ -54,7 +56,18 @@ class StepRunner:
 
     def device_step(self, msg: DeviceStep, received: float) -> bytes | PendingReply | None:
         """Run one device step; rank 0 returns its reply. `received`: when the message was
-        read (perf_counter), for the timings."""
+        read (perf_counter), for the timings. With timing on, the
+        PAGEDLAB_TP_PROFILE_DEVICE_STEP-th one's host work is profiled by operation."""
+        self.device_steps += 1
+        if self.timing and self.device_steps == int(os.environ.get(
+                "PAGEDLAB_TP_PROFILE_DEVICE_STEP", "0")):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                reply = self._device_step(msg, received)
+            self.host_profile = host_times(prof)
+            return reply
+        return self._device_step(msg, received)
+
+    def _device_step(self, msg: DeviceStep, received: float) -> bytes | PendingReply | None:
         g, n, q = self.runner.graphs, msg.n, msg.q
         rows = msg.rows if msg.rows is not None else self._rows
         self._rows = rows
@@ -187,11 +200,12 @@ class StepRunner:
         times, self.times = self.times, []
         eager, self.eager_times = self.eager_times, []
         profile, self.profile = self.profile, None
+        host_profile, self.host_profile = self.host_profile, None
         return {"steps": len(times), "host_to_launch_ms": [t[0] for t in times],
                 "graph_gpu_ms": [t[1] for t in times], "whole_ms": [t[2] for t in times],
                 "eager": {"steps": len(eager), "host_to_launch_ms": [t[0] for t in eager],
                           "gpu_ms": [t[1] for t in eager], "whole_ms": [t[2] for t in eager]},
-                "profile": profile}
+                "profile": profile, "device_step_host": host_profile}
 
 
 class PendingReply:
@@ -227,6 +241,13 @@ def _logit_rows(drafts: Any, num_logits: Any, q: int) -> list[int]:
 def _profiler() -> Any:
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     return torch.profiler.profile(activities=acts)
+
+
+def host_times(prof: Any, top: int = 25) -> list[tuple[str, float, int]]:
+    """A profiled step's host operations: (name, own host µs, calls), the longest first."""
+    rows = [(e.key[:90], round(e.self_cpu_time_total, 1), int(e.count))
+            for e in prof.key_averages() if e.self_cpu_time_total]
+    return sorted(rows, key=lambda r: -r[1])[:top]
 
 
 def kernel_times(prof: Any, top: int = 40) -> list[tuple[str, float, int]]:
