@@ -80,8 +80,12 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
         raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
     os.environ["PAGEDLAB_TP_GRAPHS"] = "1" if graphs else "0"
     os.environ["PAGEDLAB_TP_TIMING"] = "1"
-    # worker 0 profiles the host work of one device step of the second (sync) batch
-    os.environ["PAGEDLAB_TP_PROFILE_DEVICE_STEP"] = str(int(1.5 * new) + 8)
+    # worker 0 profiles the host work of one device step in the middle of the `_profile` batch
+    # (each batch runs new + 2 device steps: 3 after its warm-up's prefill, new - 1 after its
+    # own), never in a batch whose figures the table reads
+    at = next((i for i, (name, _) in enumerate(modes) if name.endswith("_profile")), None)
+    os.environ["PAGEDLAB_TP_PROFILE_DEVICE_STEP"] = "0" if at is None else str(
+        at * (new + 2) + 3 + (new - 1) // 2)
     mode, _, variant = allreduce.partition("-")
     os.environ["PAGEDLAB_TP_ALLREDUCE"] = mode
     os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if variant == "unfused" else "1"
@@ -275,7 +279,8 @@ RUNS: dict[str, list[tuple[str, int, bool, str, Modes]]] = {
               ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False),
                                         ("tp2_sync_profile", False))),
               ("tp2_pinned", 2, True, "auto-pinned",  # last: this process stays pinned
-               (("tp2_pinned_async", True), ("tp2_pinned_sync", False)))],
+               (("tp2_pinned_async", True), ("tp2_pinned_sync", False),
+                ("tp2_pinned_sync_profile", False)))],
     "big": [("tp1", 1, True, "auto", (("tp1_async", True), ("tp1_sync", False))),
             ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
             ("tp2_pinned", 2, True, "auto-pinned",
@@ -325,7 +330,9 @@ def _attempts(tp: int, graphs: bool, allreduce: str, level: int) -> list[tuple[i
     graphs; then eager workers. A failure sends the rest of the part to the next level."""
     if tp == 1:
         return [(0, (graphs, allreduce))]
-    ladder = [(graphs, allreduce), (graphs, "nccl"), (False, "nccl")]
+    variant = allreduce.partition("-")[2]  # pinned stays pinned on NCCL
+    nccl = f"nccl-{variant}" if variant and variant != "unfused" else "nccl"
+    ladder = [(graphs, allreduce), (graphs, nccl), (False, nccl)]
     out: list[tuple[int, tuple]] = []
     for i, c in enumerate(ladder[level:], start=level):
         if all(c != tried for _, tried in out):

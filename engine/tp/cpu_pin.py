@@ -37,16 +37,16 @@ def _parse_list(text: str) -> set[int]:
     return out
 
 
-def cores(allowed: Iterable[int], siblings_of: Callable[[int], set[int]] = siblings
+def cores(allowed: Iterable[int], siblings_of: Callable[[int], set[int]] | None = None
           ) -> list[frozenset[int]]:
     """The allowed CPUs grouped by core, in order of each core's first CPU."""
-    allowed = set(allowed)
-    groups = {frozenset(siblings_of(c) & allowed) | {c} for c in allowed}
+    allowed, of = set(allowed), siblings_of or siblings
+    groups = {frozenset(of(c) & allowed) | {c} for c in allowed}
     return sorted(groups, key=min)
 
 
 def worker_cpus(size: int, allowed: Iterable[int],
-                siblings_of: Callable[[int], set[int]] = siblings) -> list[set[int]] | None:
+                siblings_of: Callable[[int], set[int]] | None = None) -> list[set[int]] | None:
     """Rank r's CPUs: the (r+1)-th core from the end. None where there are not more cores than
     ranks (the engine needs one too): then nothing is pinned."""
     found = cores(allowed, siblings_of)
@@ -56,7 +56,7 @@ def worker_cpus(size: int, allowed: Iterable[int],
 
 
 def engine_cpus(size: int, allowed: Iterable[int],
-                siblings_of: Callable[[int], set[int]] = siblings) -> set[int] | None:
+                siblings_of: Callable[[int], set[int]] | None = None) -> set[int] | None:
     """The CPUs the workers' cores leave (None: nothing pinned)."""
     allowed = set(allowed)
     workers = worker_cpus(size, allowed, siblings_of)
@@ -65,3 +65,20 @@ def engine_cpus(size: int, allowed: Iterable[int],
 
 def pin_requested() -> bool:
     return os.environ.get("PAGEDLAB_TP_PIN", "0") == "1"
+
+
+def pin_worker(rank: int, size: int) -> set[int] | None:
+    """Pin this process, rank `rank` of `size`, to its core (None: too few cores, not pinned)."""
+    workers = worker_cpus(size, os.sched_getaffinity(0))
+    if workers is None:
+        return None
+    os.sched_setaffinity(0, workers[rank])
+    return workers[rank]
+
+
+def pin_engine(size: int) -> set[int] | None:
+    """Keep this process (the engine's) off the cores of its `size` workers, once they run."""
+    mine = engine_cpus(size, os.sched_getaffinity(0))
+    if mine:
+        os.sched_setaffinity(0, mine)
+    return mine

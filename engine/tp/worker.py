@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from engine.tp.comm import Reducer
-from engine.tp.cpu_pin import pin_requested, worker_cpus
+from engine.tp.cpu_pin import pin_requested, pin_worker
 from engine.tp.device_batch import GraphSpec
 from engine.tp.link import ring_paths
 from engine.tp.shm_ring import ShmRing, Waiter
@@ -148,9 +148,7 @@ class _Worker:
             # run with one thread too
             torch.set_num_threads(1)
             if pin_requested():
-                mine = worker_cpus(size, os.sched_getaffinity(0))
-                if mine is not None:
-                    os.sched_setaffinity(0, mine)
+                pin_worker(rank, size)
         else:
             torch.set_num_threads(threads)  # N workers share the cores
         loaded = load_model(cfg.model, str(device), cfg.dtype)

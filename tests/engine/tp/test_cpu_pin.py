@@ -44,3 +44,19 @@ def test_cores_never_share_a_cpu_and_cover_the_allowed(n_cores, threads, size):
     assert len(mine) == len(set(mine))  # no CPU of two ranks
     assert not set(mine) & engine_cpus(size, range(n), of)
     assert all(frozenset(w) in found for w in workers)  # whole cores
+
+
+def test_a_worker_and_its_engine_pin_themselves_to_their_cpus(monkeypatch):
+    """What the worker and the engine hand Linux: rank 1's one core (not every rank's), and the
+    rest (run 5's pinned runs failed here: a list of sets went to sched_setaffinity)."""
+    import engine.tp.cpu_pin as pin
+
+    asked = []
+    monkeypatch.setattr(pin.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(pin.os, "sched_setaffinity", lambda pid, cpus: asked.append(set(cpus)),
+                        raising=False)
+    monkeypatch.setattr(pin, "siblings", smt(4))
+    assert pin.pin_worker(1, 2) == {2, 6}
+    assert pin.pin_engine(2) == {0, 1, 4, 5}
+    assert asked == [{2, 6}, {0, 1, 4, 5}]
+    assert all(isinstance(c, int) for cpus in asked for c in cpus)
