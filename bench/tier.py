@@ -22,6 +22,7 @@ Random weights (bench/hybrid.py's `build`) in SmolLM2-135M's shapes and in Llama
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -124,7 +126,8 @@ def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:
     return out
 
 
-def overlap(path: str, device: str, sizes: dict) -> dict:
+def overlap(path: str, device: str, sizes: dict, probe: Any = None) -> dict:
+    """`probe` (bench/tier_profile.py): wraps each step and hears how it went."""
     n, plen, new = sizes["decoders"], sizes["decoder_prompt"], sizes["overlap_new"]
     prefixes = hybrid._prompts(sizes["prefixes"], sizes["system"], sizes["system"], 30)
     per_prefix = -(-sizes["system"] // 16) + 1
@@ -137,13 +140,16 @@ def overlap(path: str, device: str, sizes: dict) -> dict:
     quiet, loading, arrivals = [], [], iter(prefixes)
     steps = 0
     while eng.has_pending_work():
-        t0 = time.perf_counter()
-        result = eng.step()
-        wall = time.perf_counter() - t0
+        with probe.step(steps) if probe else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            result = eng.step()
+            wall = time.perf_counter() - t0
         steps += 1
         loads = any(e.kind == "load" for e in result.events)
         if result.num_decodes >= n and not result.num_prefills:
             (loading if loads else quiet).append(wall)
+        if probe:
+            probe.heard(steps - 1, wall, loads, result.num_decodes >= n and not result.num_prefills)
         if steps % 8 == 0 and steps > 16:
             p = next(arrivals, None)
             if p is not None:
@@ -221,6 +227,10 @@ def main() -> None:
             result["repeat"] = repeat(paths, args.device, sizes)
         elif stage == "profile":
             result["profile"] = profile(paths["smollm2"], args.device, sizes)
+        elif stage == "overlap_profile":
+            from bench.tier_profile import profiled_overlap
+            result["overlap_profile"] = profiled_overlap(paths["one_b"], args.device, sizes,
+                                                         Path(args.out).parent)
         elif stage == "overlap":
             result["overlap"] = overlap(paths["one_b"], args.device, sizes)
             print(json.dumps(result["overlap"]), flush=True)
