@@ -147,9 +147,9 @@ def _try(c: Content, t: float, floor: float, width: float, narrow: bool,
     if not gpu.token_level:  # one cell per block: its ref count in type that fits the row
         row_px = max(20.0, 1.55 * 12 * k, (1.25 * 12 * k + 4) if c.table_rows else 0)
     span = _span(c, gpu)
-    # the key's lines are <br>s of the title: plotly spaces them at 1.3x the title's own type,
-    # whatever their smaller spans say
-    margin_t = title_px(k) * 1.45 + legend * title_px(k) * LINE_SPACING + 12 * k
+    # the key's lines are <br>s of the title, whose own type is the key's (pool_figure._frame):
+    # plotly spaces each at 1.3x that type
+    margin_t = title_px(k) * 1.45 + legend * legend_px * LINE_SPACING + 12 * k
     needed = margin_t + span * row_px + 8
     sizes = Sizes(k, kt, plot_px, gpu, chars=chars, cells=cells_units, row_px=row_px,
                   height=int(needed), margin_l=margin_l, margin_t=margin_t,

@@ -337,8 +337,10 @@ def _frame(snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes, larg
         lines = [groups_words] + lines
         groups_words = ""
     head = figure_text.title(snap, sz.narrow) + (f" · {groups_words}" if groups_words else "")
-    text = (f"{head}<br><span style='font-size:{sz.legend_px or 12 * k:.0f}px'>"
-            f"{'<br>'.join(lines)}</span>")
+    # the title's own type is the key's: plotly spaces every <br> line at 1.3x the title's
+    # type, so the key's lines sit as close as their type allows and the head grows in a span
+    key_px = sz.legend_px or 12 * k
+    text = f"<span style='font-size:{title_px(k):.0f}px'>{head}</span><br>{'<br>'.join(lines)}"
     span = top + 1.6 - bottom
     margin_b = 8
     if sz.fitted:  # the rows at the fit's height; what the box has beyond them stays white
@@ -349,7 +351,7 @@ def _frame(snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes, larg
         margin_l = sz.margin_l
     else:
         grown = 18 * k * max(0, len(lines) - (2 if large else 1))  # legend lines past the usual
-        key = title_px(k) * (1.45 + LINE_SPACING * len(lines)) + 12 * k  # every line whole
+        key = title_px(k) * 1.45 + key_px * LINE_SPACING * len(lines) + 12 * k  # lines whole
         margin_t = max(72 * k + (24 if large else 0) + grown, key)
         height = int(min(2000, max(320, (84 + (ROW_PX if span <= 30 else 21) * span) * k + grown)))
         y_range = [bottom - 0.2, top + 1.3]
@@ -367,7 +369,7 @@ def _frame(snap: Snapshot, events: Sequence[Event], notes: list, sz: Sizes, larg
         hoverlabel={"align": "left", "font": {"size": 13 * k}}, dragmode=False,
         meta={"anim": anim_key(snap, events), "fit": _fit_meta(sz, box)},
         title={"text": text, "x": 0.01, "xanchor": "left", "yref": "container", "y": 1,
-               "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": title_px(k)}},
+               "yanchor": "top", "pad": {"t": 12 * k}, "font": {"size": key_px}},
         xaxis={"visible": False, "fixedrange": True, "range": [-0.3, sz.gpu.width + 0.3]},
         yaxis={"visible": False, "fixedrange": True, "range": y_range},
     )
