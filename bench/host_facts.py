@@ -7,19 +7,28 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.tp.cpu_pin import siblings
 
-
-def host_cpus(worker0: list[int] | None = None) -> dict[str, Any]:
-    """The CPU model, how many, this process's CPUs, the CPUs sharing a core with its first (two:
-    hyperthreads) and worker 0's CPUs where given (its hello's)."""
+def host_cpus() -> dict[str, Any]:
+    """The CPU model, how many, this process's CPUs and the CPUs sharing a core with its first
+    (two: hyperthreads)."""
     mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     model = next((line.split(":", 1)[1].strip() for line in _cpuinfo().splitlines()
                   if line.startswith("model name")), None)
     out = {"model": model, "count": os.cpu_count(), "engine": span(mine),
            "siblings_of_first": span(sorted(siblings(mine[0]))) if mine else None}
-    if worker0 is not None:
-        out["worker0"] = span(worker0)
+    return out
+
+
+def siblings(cpu: int) -> set[int]:
+    """The CPUs sharing `cpu`'s core (itself included), as Linux reports them."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+    except OSError:
+        return {cpu}
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
     return out
 
 

@@ -346,15 +346,13 @@ def table() -> str:
     lines += ["", "Two GPUs that pay (issue 43): the workers keep the persistent batch, the engine "
               "sends one shared-memory message a step, and each rank's decode step is a CUDA graph "
               "with its all-reduces inside, each sum fused with the norm after it in one kernel. "
-              "From `bench/results/tp_gpu_h100x2.json` (run 3; a row marked with an earlier run "
-              "is from that run's file, where run 3 did not reach it) (two "
+              "From `bench/results/tp_gpu_h100x2.json` (run 6: the equality, 1.1B and 8B parts "
+              "on one lease; a row marked run 3 is from `tp_gpu_h100x2_run3.json`, where run 6 "
+              "did not run that part) (two "
               f"{small.get('device_name', 'GPUs')}, torch {small.get('torch')}, bf16 but the "
               "float32 row, random weights; `bench/tp_gpu.py`).",
               "", "| target | measured | met |", "| --- | --- | --- |"]
-    lines += _markdown_rows(report_tp.tp_rows(tp, load("tp_gpu_h100x2_run2.json"), "run 2"))
-    lines += _markdown_rows(report_tp.later_big_rows(
-        load("tp_gpu_h100x2_run4_big.json"), "run 4",
-        "workers on one CPU thread; the 8B part alone, `tp_gpu_h100x2_run4_big.json`"))
+    lines += _markdown_rows(report_tp.tp_rows(tp, load("tp_gpu_h100x2_run3.json"), "run 3"))
     if os.path.exists(os.path.join(RESULTS, MEM)):  # issue 44's run, once it is committed
         mem = load(MEM)
         lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "

@@ -56,10 +56,8 @@ def _rows(r: dict[str, Any]) -> list[Row]:
             _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"),
             "tokens/s", 1.5, False))
     h = f["small_tp2_sync_host_ms"]
-    out.append(("1.1B TP = 2 graph per step on the GPU: each sum fused with its norm / apart "
-                "(run 2's kernels) / one GPU's graph",
-                f"{h.get('graph_gpu')} / {h.get('unfused_graph_gpu')} / {h.get('tp1_graph_gpu')} ms",
-                None))
+    out.append(("1.1B TP = 2 graph per step on the GPU / one GPU's graph",
+                f"{h.get('graph_gpu')} / {h.get('tp1_graph_gpu')} ms", None))
     for name, label in (("small", "1.1B"), ("big", "8B")):
         h = f[f"{name}_tp2_sync_host_ms"]
         host = None if None in (h["engine"], h["worker0_to_launch"]) else \
@@ -75,24 +73,10 @@ def _rows(r: dict[str, Any]) -> list[Row]:
     sent = _get(small, "tp2_sync", "message_bytes_per_decode_step")
     out.append(("bytes to the workers per decode step, 1.1B, 32 sequences (was 1,455)",
                 f"median {_get(sent, 'median')}, at most {_get(sent, 'max')}", None))
-    tests = f["pytest"] or "not run"
-    out.append(("GPU tests (tests/engine/tp/test_tp_gpu.py)", tests,
+    tests = f["pytest"]
+    out.append(("GPU tests (tests/engine/tp/test_tp_gpu.py)", tests or "not run",
+                None if tests is None else
                 "passed" in tests and "failed" not in tests and "error" not in tests))
-    return out
-
-
-def later_big_rows(part: dict[str, Any], name: str, why: str) -> list[Row]:
-    """The 8B tokens/s rows of a later run of the `big` part alone (`name`, run after `why`):
-    each mode it measured; a mode it skipped is not shown."""
-    runs = part.get("runs", {})
-    out: list[Row] = []
-    for mode in ("async", "sync"):
-        a, b = _get(runs, f"tp2_{mode}", "tokens_per_s"), _get(runs, f"tp1_{mode}", "tokens_per_s")
-        if a is None or b is None:
-            continue
-        out.append(_ratio_row(f"Llama-3-8B shape, 64 × (256 + 64) tokens: tokens/s TP = 2 / "
-                              f"TP = 1, {mode}, {name} ({why})", round(a / b, 3), a, b,
-                              "tokens/s", 1.5, False))
     return out
 
 

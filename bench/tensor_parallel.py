@@ -73,8 +73,7 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
     engine must start async (its workers then keep their picks on the device, which a
     synchronous step just does not read). `allreduce`: PAGEDLAB_TP_ALLREDUCE for the workers;
     "auto-unfused" is auto with each sum and the norm after it apart (PAGEDLAB_TP_FUSED_NORM=0:
-    run 2's graphs); "auto-pinned" pins each worker to a core of its own and this process to
-    the rest (engine/tp/cpu_pin.py; it stays pinned: a part runs such an engine last)."""
+    run 2's graphs)."""
     n, plen, new = spec
     if tp > 1 and not modes[0][1] and any(a for _, a in modes[1:]):
         raise ValueError("a TP engine started synchronous cannot switch to async scheduling")
@@ -89,7 +88,6 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
     mode, _, variant = allreduce.partition("-")
     os.environ["PAGEDLAB_TP_ALLREDUCE"] = mode
     os.environ["PAGEDLAB_TP_FUSED_NORM"] = "0" if variant == "unfused" else "1"
-    os.environ["PAGEDLAB_TP_PIN"] = "1" if variant == "pinned" else "0"
     cfg = EngineConfig(model=model, tensor_parallel_size=tp, device=device, dtype=dtype,
                        block_size=16, num_gpu_blocks=n * -(-(plen + new) // 16) + 16,
                        max_num_seqs=n, enable_prefix_caching=False,  # no hits between runs
@@ -110,7 +108,7 @@ def run(model: str, tp: int, dtype: str, device: str, spec: Spec, graphs: bool,
                 "tensor_parallel_size": tp, "graphs": graphs, "async_scheduling": async_,
                 "dtype": dtype, "startup_s": startup if i == 0 else None,
                 "same_engine_as": modes[0][0] if i else None, "per_gpu": _held(eng, tp, device),
-                "cpus": host_cpus(eng.runtime.model_info.get("cpus") if tp > 1 else None)}
+                "cpus": host_cpus()}
             if tp == 1 and device == "cuda" and graphs:
                 graph_ms = graph_ms if graph_ms is not None else _replay_ms(eng, n)
                 out["graph_gpu_ms"] = graph_ms
@@ -277,14 +275,9 @@ RUNS: dict[str, list[tuple[str, int, bool, str, Modes]]] = {
     "small": [("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True),
                                          ("tp1_sync_profile", False))),
               ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False),
-                                        ("tp2_sync_profile", False))),
-              ("tp2_pinned", 2, True, "auto-pinned",  # last: this process stays pinned
-               (("tp2_pinned_async", True), ("tp2_pinned_sync", False),
-                ("tp2_pinned_sync_profile", False)))],
+                                        ("tp2_sync_profile", False)))],
     "big": [("tp1", 1, True, "auto", (("tp1_async", True), ("tp1_sync", False))),
-            ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False))),
-            ("tp2_pinned", 2, True, "auto-pinned",
-             (("tp2_pinned_async", True), ("tp2_pinned_sync", False)))],
+            ("tp2", 2, True, "auto", (("tp2_async", True), ("tp2_sync", False)))],
     # run 2's and run 1's all-reduces against today's (not in the default run: measured)
     "small_allreduce": [
         ("tp1", 1, True, "auto", (("tp1_sync", False), ("tp1_async", True))),
@@ -330,9 +323,7 @@ def _attempts(tp: int, graphs: bool, allreduce: str, level: int) -> list[tuple[i
     graphs; then eager workers. A failure sends the rest of the part to the next level."""
     if tp == 1:
         return [(0, (graphs, allreduce))]
-    variant = allreduce.partition("-")[2]  # pinned stays pinned on NCCL
-    nccl = f"nccl-{variant}" if variant and variant != "unfused" else "nccl"
-    ladder = [(graphs, allreduce), (graphs, nccl), (False, nccl)]
+    ladder = [(graphs, allreduce), (graphs, "nccl"), (False, "nccl")]
     out: list[tuple[int, tuple]] = []
     for i, c in enumerate(ladder[level:], start=level):
         if all(c != tried for _, tried in out):

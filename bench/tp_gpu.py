@@ -16,12 +16,12 @@ used:
   async, beams, sampling, swaps, prefix hits, drafts; the graphs' sums on symmetric memory, each
   fused with the norm after it);
 - `small`: TinyLlama-1.1B's shape, 32 greedy requests of 128 + 128 tokens, bf16: TP = 1 graphed,
-  TP = 2 graphed (sum and norm fused: engine/tp/fused_norm.py), then the same with each worker
-  pinned to a core of its own (engine/tp/cpu_pin.py), each engine timed sync and async, and a
-  sync batch under cProfile (where the engine's host time goes):
+  TP = 2 graphed (sum and norm fused: engine/tp/fused_norm.py), each engine timed sync and
+  async, then a sync batch under cProfile (where the engine's host time goes; worker 0 profiles
+  one of its device steps by host operation):
   decode step, tokens/s, the host and GPU time of a TP = 2 decode step (worker 0's CUDA events);
 - `big`: Llama-3-8B's shape (untied LM head), 64 requests of 256 + 64 tokens, bf16: tokens/s of
-  TP = 2 against TP = 1, async then sync scheduling, TP = 2 also pinned;
+  TP = 2 against TP = 1, async then sync scheduling;
 - `small_allreduce` (only when named): the 1.1B TP = 2 with the one-shot sum and the norm apart
   (run 2's), then with NCCL all-reduces (run 1's);
 - `allreduce` (only when named): bench/tp_allreduce.py, the all-reduce alone in a CUDA graph at
@@ -149,17 +149,14 @@ def figures(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     small, big = _small_runs(parts), parts.get("big", {}).get("runs", {})
     step, f = "median_decode_step_ms", {}
     for mode in ("sync", "async"):
-        for tp2 in ("tp2", "tp2_pinned", "tp2_unfused", "tp2_nccl"):
+        for tp2 in ("tp2", "tp2_unfused", "tp2_nccl"):
             f[f"small_{tp2}_over_tp1_decode_step_{mode}"] = _ratio(
                 _get(small, f"{tp2}_{mode}", step), _get(small, f"tp1_{mode}", step))
-        for tp2 in ("tp2", "tp2_pinned"):
-            f[f"big_{tp2}_over_tp1_tokens_per_s_{mode}"] = _ratio(
-                _get(big, f"{tp2}_{mode}", "tokens_per_s"),
-                _get(big, f"tp1_{mode}", "tokens_per_s"))
-    for (name, runs), tp2 in ((n, t) for n in (("small", small), ("big", big))
-                              for t in ("tp2", "tp2_pinned")):
-        r = runs.get(f"{tp2}_sync") or {}
-        f[f"{name}_{tp2}_sync_host_ms"] = {
+        f[f"big_tp2_over_tp1_tokens_per_s_{mode}"] = _ratio(
+            _get(big, f"tp2_{mode}", "tokens_per_s"), _get(big, f"tp1_{mode}", "tokens_per_s"))
+    for name, runs in (("small", small), ("big", big)):
+        r = runs.get("tp2_sync") or {}
+        f[f"{name}_tp2_sync_host_ms"] = {
             "engine": r.get("median_engine_host_ms"),
             "worker0_to_launch": _get(r, "worker0", "median_host_to_launch_ms"),
             "graph_gpu": _get(r, "worker0", "median_graph_gpu_ms"),
@@ -207,7 +204,6 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         return f"[{_allreduce(runs.get(name))}]"
 
     hs, hb = f["small_tp2_sync_host_ms"], f["big_tp2_sync_host_ms"]
-    hsp, hbp = f["small_tp2_pinned_sync_host_ms"], f["big_tp2_pinned_sync_host_ms"]
     host = ("{engine} + {worker0_to_launch} vs {graph_gpu} (step {step}; TP=1 graph "
             "{tp1_graph_gpu})")
     rows = [
@@ -217,9 +213,6 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         ("1.1B, 32 seqs: the same, async scheduling",
          f"{f['small_tp2_over_tp1_decode_step_async']} ({ms(small, 'tp2_async')} / "
          f"{ms(small, 'tp1_async')}) {ar(small, 'tp2_async')}"),
-        ("1.1B: the same, each worker pinned to a core of its own, sync / async",
-         f"{f['small_tp2_pinned_over_tp1_decode_step_sync']} / "
-         f"{f['small_tp2_pinned_over_tp1_decode_step_async']}"),
         ("1.1B: the same with the sum and the norm apart (run 2), sync / async",
          f"{f['small_tp2_unfused_over_tp1_decode_step_sync']} / "
          f"{f['small_tp2_unfused_over_tp1_decode_step_async']} {ar(small, 'tp2_unfused_sync')}"),
@@ -235,14 +228,9 @@ def table(f: dict[str, Any], parts: dict[str, dict[str, Any]]) -> str:
         ("8B: the same, sync",
          f"{f['big_tp2_over_tp1_tokens_per_s_sync']} ({tps(big, 'tp2_sync')} / "
          f"{tps(big, 'tp1_sync')}) {ar(big, 'tp2_sync')}"),
-        ("8B: pinned, sync / async",
-         f"{f['big_tp2_pinned_over_tp1_tokens_per_s_sync']} / "
-         f"{f['big_tp2_pinned_over_tp1_tokens_per_s_async']}"),
         ("1.1B TP=2 sync step: engine host + worker 0 to launch vs graph GPU (ms)",
          host.format(**hs)),
-        ("1.1B, pinned: the same (ms)", host.format(**hsp)),
         ("8B TP=2 sync step: the same (ms)", host.format(**hb)),
-        ("8B, pinned: the same (ms)", host.format(**hbp)),
         ("float32 greedy TP=2 = TP=1 (1.1B, 8 x 32 tokens), sync / async",
          f"{f['float32_tp2_sync_equal']} / {f['float32_tp2_async_equal']} "
          f"[{_allreduce(_get(parts, 'equal', 'runs', 'tp2_sync'))}]"),

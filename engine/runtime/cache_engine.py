@@ -240,7 +240,7 @@ class CacheEngine:
         """Before a forward pass over these block tables: wait (on the device) for the loads
         from the CPU tier that write their blocks. Nothing to look at when none is in flight."""
         if self.tier is not None and self.tier.pending:
-            self.tier.wait_for_blocks([b for t in tables for b in t if b is not None])
+            self.tier.wait_for_blocks(set().union(*tables))  # None (a dropped entry) never waits
 
     def _loaded_first(self, pairs: list[tuple[int, int]]) -> None:
         """A copy reading pool blocks whose load from the CPU tier may still be under way (a

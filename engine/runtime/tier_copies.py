@@ -29,6 +29,7 @@ still reading, a load of a slot an offload is still writing). On a CPU both move
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -109,14 +110,13 @@ class TierCopies:
         """Whether a load's blocks have not been waited for yet."""
         return bool(self._block_event)
 
-    def wait_for_blocks(self, blocks: list[int]) -> None:
-        """The compute stream waits (on the device) for the loads of these blocks, if any."""
-        pending = self._block_event
+    def wait_for_blocks(self, blocks: Collection[int]) -> None:
+        """The compute stream waits (on the device) for the loads of these blocks, if any: once
+        a load. The loads in flight are few blocks, a step's tables many (a load step's 32
+        decoders read ~1,300): the pending ones are looked up in the step's, not the other way."""
         stream = torch.cuda.current_stream(self.device)
-        for b in blocks:
-            event = pending.pop(b, None)
-            if event is not None:
-                stream.wait_event(event)
+        for event in take_loads(self._block_event, blocks):
+            stream.wait_event(event)
 
     def read(self, slot: int) -> torch.Tensor:
         """A slot's bytes, [page_layers, 2, bs, heads, dim], once its copies are done."""
@@ -137,6 +137,17 @@ class TierCopies:
     def _wait_slots(self, stream: Any, slots: list[int]) -> None:
         for event in {id(e): e for s in slots if (e := self._slot_event.get(s)) is not None}.values():
             stream.wait_event(event)
+
+
+def take_loads(pending: dict[int, Any], blocks: Collection[int]) -> list[Any]:
+    """The loads (events) that write any of `blocks`, each once, taken out of `pending`
+    (block -> its load's event) with every block they write: the stream that waits for a load
+    once (always the compute stream) has every later read of its blocks after it."""
+    wanted = blocks if isinstance(blocks, set | frozenset) else set(blocks)
+    events = {id(e): e for b, e in pending.items() if b in wanted}
+    for b in [b for b, e in pending.items() if id(e) in events]:
+        del pending[b]
+    return list(events.values())
 
 
 def _ids(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:

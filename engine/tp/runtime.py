@@ -37,7 +37,6 @@ import torch
 from engine.config import EngineConfig
 from engine.core.kv_groups import groups_of
 from engine.runtime.protocols import Feed, StepItem
-from engine.tp.cpu_pin import pin_engine, pin_requested
 from engine.tp.device_batch import DeviceBatch, GraphSpec
 from engine.tp.link import START_TIMEOUT_S, TensorParallelError, start_link
 from engine.tp.remote_scores import RemoteScores, StepReply, WorkerTokens
@@ -81,8 +80,6 @@ class TPRuntime:
         # a benchmark may want a hung start or step to fail sooner than a server would
         start_timeout_s = float(os.environ.get("PAGEDLAB_TP_START_TIMEOUT_S", start_timeout_s))
         self._link = start_link(n, config.to_dict(), start_timeout_s)
-        if device.type == "cuda" and pin_requested():  # after the workers took their cores
-            pin_engine(n)
         if "PAGEDLAB_TP_STEP_TIMEOUT_S" in os.environ:
             self._link.step_timeout_s = float(os.environ["PAGEDLAB_TP_STEP_TIMEOUT_S"])
         self.wire = WireStats()

@@ -36,7 +36,6 @@ import torch
 import torch.distributed as dist
 
 from engine.tp.comm import Reducer
-from engine.tp.cpu_pin import pin_requested, pin_worker
 from engine.tp.device_batch import GraphSpec
 from engine.tp.link import ring_paths
 from engine.tp.shm_ring import ShmRing, Waiter
@@ -147,8 +146,6 @@ class _Worker:
             # 40 ms on worker 0 with 32 threads, against ~3 ms in one process); vLLM's workers
             # run with one thread too
             torch.set_num_threads(1)
-            if pin_requested():
-                pin_worker(rank, size)
         else:
             torch.set_num_threads(threads)  # N workers share the cores
         loaded = load_model(cfg.model, str(device), cfg.dtype)
@@ -316,7 +313,6 @@ def _describe(loaded: Any, cache: Any, runner: Any, full: dict[str, int]) -> dic
                                  for p in loaded.model.parameters()),
         "load_seconds": loaded.load_seconds, "warm_up_seconds": runner.warm_up_seconds,
         "graphs": GraphSpec.of(runner),
-        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         # what this rank's GPU holds once weights and pool are in (None on a CPU)
         "device_bytes_allocated": (torch.cuda.memory_allocated(loaded.device)
                                    if loaded.device.type == "cuda" else None),

@@ -10,7 +10,7 @@ import torch
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.core import scheduler
-from engine.runtime.tier_copies import TierCopies, _runs
+from engine.runtime.tier_copies import TierCopies, _runs, take_loads
 
 
 def pool(blocks: int = 12) -> torch.Tensor:
@@ -42,6 +42,18 @@ def test_a_load_writes_exactly_its_blocks() -> None:
 def test_consecutive_slots_go_in_one_copy() -> None:
     assert _runs([3, 4, 5, 9, 10, 2]) == [(3, 6, 0), (9, 11, 3), (2, 3, 5)]
     assert _runs([0]) == [(0, 1, 0)]
+
+
+def test_a_forward_waits_once_for_each_load_that_writes_a_block_it_reads() -> None:
+    """A step's tables hold many blocks and the loads in flight few: the loads that write any
+    block read are found (each once, however many of its blocks are read) and forgotten; the
+    others stay pending for the step that reads them."""
+    first, second = object(), object()
+    pending = {40: first, 41: first, 42: first, 90: second}
+    got = take_loads(pending, set(range(0, 41)) | {None})
+    assert got == [first] and pending == {90: second}
+    assert take_loads(pending, [1, 2, 3]) == [] and pending == {90: second}
+    assert take_loads(pending, (90,)) == [second] and pending == {}
 
 
 DEVICE = "cuda"  # the tests below that need a GPU run there
