@@ -73,9 +73,10 @@ def drawn(pg: Any, fn: str, arg: Any = None, timeout: float = 60_000) -> Any:
     return pg.wait_for_function(found, arg=arg, timeout=timeout).json_value()["v"]
 
 
-def open_inspector(pg: Any, block: int) -> None:
+def open_inspector(pg: Any, block: int, kv: bool = True) -> None:
     """Click `block`'s cell in the pool's picture until the inspector names it and draws its
-    K/V (a click the page had not bound yet, on a busy machine, is clicked again)."""
+    K/V (`kv`: the dry mode has none to draw; a click the page had not bound yet, on a busy
+    machine, is clicked again)."""
     from tests.ui.test_browser import CELL_XY, IDLE  # that module imports this one
 
     drawn(pg, f"() => ({CELL_XY})(['pool', {block}]) !== null && ({IDLE})() || null")
@@ -83,10 +84,11 @@ def open_inspector(pg: Any, block: int) -> None:
         x, y = drawn(pg, CELL_XY, ["pool", block])
         pg.mouse.click(x, y)
         try:
+            drew = "!!document.querySelector('#kv-plot .js-plotly-plot')?._fullLayout" if kv \
+                else "true"
             pg.wait_for_function(
                 f"() => (document.querySelector('#inspector-note')?.innerText ?? '')"
-                f".includes('Block {block}') && !!document.querySelector("
-                "'#kv-plot .js-plotly-plot')?._fullLayout", timeout=30_000)
+                f".includes('Block {block}') && {drew}", timeout=30_000)
             return
         except Exception:
             if attempt == 4:

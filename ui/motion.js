@@ -30,21 +30,48 @@
     return true;
   }
 
-  function onClick(ev) {
+  // the picture's traces a click acts on ('free blocks': a folded run's id cells, drawn while
+  // a lesson asks which block)
+  const CLICKABLE = ['pool', 'free blocks', 'block tables', 'cpu pool', 'cpu tier'];
+
+  function onClick(ev, gd) {
     const pt = ev && ev.points && ev.points[0];
     if (!pt || !pt.data) return;
+    let name = pt.data.name;
     let cd = pt.customdata;
     if (cd === undefined && Array.isArray(pt.pointIndex) && pt.data.customdata) {
       cd = pt.data.customdata[pt.pointIndex[0]][pt.pointIndex[1]];
     }
+    if (!CLICKABLE.includes(name)) { // an outline drawn over a cell (a freed block's) took it
+      const hit = cellAt(gd, ev);
+      if (!hit) return;
+      [name, cd] = hit;
+    }
     if (!cd) return;
-    // 'free blocks': a folded run's id cells, drawn while a lesson asks which block
-    const block = pt.data.name === 'pool' || pt.data.name === 'free blocks';
+    const block = name === 'pool' || name === 'free blocks';
     if (block && pickBlock(cd[0])) return;
     if (block) send('block:' + cd[0]);
-    else if (pt.data.name === 'block tables') send('seq:' + cd[0]);
-    else if (pt.data.name === 'cpu pool') send('cpu:' + cd[0]);
-    else if (pt.data.name === 'cpu tier') send('tier:' + cd[0]);
+    else if (name === 'block tables') send('seq:' + cd[0]);
+    else if (name === 'cpu pool') send('cpu:' + cd[0]);
+    else if (name === 'cpu tier') send('tier:' + cd[0]);
+  }
+
+  // [trace name, customdata] of the clickable cell under the pointer (heatmaps: x holds the
+  // cells' edges, y their rows' centres), or null
+  function cellAt(gd, ev) {
+    const e = ev && ev.event, drag = gd && gd.querySelector('.nsewdrag');
+    const xa = gd && gd._fullLayout && gd._fullLayout.xaxis, ya = gd && gd._fullLayout.yaxis;
+    if (!e || !drag || !xa || !ya) return null;
+    const area = drag.getBoundingClientRect();
+    const x = xa.p2l(e.clientX - area.left), y = ya.p2l(e.clientY - area.top);
+    for (const t of gd.data) {
+      if (!CLICKABLE.includes(t.name) || !t.customdata || !t.x || !t.y) continue;
+      const c = t.x.findIndex((v, i) => i + 1 < t.x.length && v <= x && x <= t.x[i + 1]);
+      const r = t.y.findIndex((v) => Math.abs(v - y) < 0.5);
+      const cd = c >= 0 && r >= 0 && t.customdata[r] ? t.customdata[r][c] : null;
+      if (cd) return [t.name, cd];
+    }
+    return null;
   }
 
   // The svg group of a scatter trace, found by its name.
@@ -99,7 +126,7 @@
     document.querySelectorAll('#pool-plot .js-plotly-plot').forEach((gd) => {
       if (!gd.on || !gd._fullLayout) return;
       if (gd.__plEvents !== gd._ev) {
-        gd.on('plotly_click', onClick);
+        gd.on('plotly_click', (ev) => onClick(ev, gd));
         // a sequence's name left of its table row (viz/block_tables.py names it "seq:<id>")
         gd.on('plotly_clickannotation', (ev) => {
           const m = /^seq:(\d+)$/.exec((ev && ev.annotation && ev.annotation.name) || '');
@@ -227,9 +254,12 @@
   setInterval(() => {
     const tab = document.querySelector('#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected');
     const lesson = !!tab && tab.innerText.trim() === 'Lessons';
-    if (document.body.classList.contains('pl-lesson') !== lesson) {
+    const serving = !!tab && tab.innerText.trim() === 'Serving';
+    if (document.body.classList.contains('pl-lesson') !== lesson
+        || document.body.classList.contains('pl-serving') !== serving) {
       document.body.classList.toggle('pl-lesson', lesson);
-      // an inspector left open in another tab would open over the lesson's own controls
+      document.body.classList.toggle('pl-serving', serving);
+      // an inspector left open in another tab would open over this tab's own controls
       document.querySelector('#inspector > .label-wrap.open')?.click();
     }
     // the lesson list and Start on the slide: before a lesson starts, on its opening page, at

@@ -159,11 +159,11 @@ body.pl-projector #room-side td { padding: 2px 6px !important }
   font-size: 1.08em; background: none }
 #lesson-narration blockquote p { margin: 0 }
 /* the block inspector opens beside the picture, not a screen under it: in the playground it
-   sits right under the controls and the step's events; with a lesson in front (whose text
-   fills the column) it opens over the lesson's text, under the tabs, until it is closed */
+   sits right under the controls and the step's events; with a lesson or Serving in front
+   (whose text or controls fill the column) it opens over them, under the tabs, until closed */
 #controls-col { position: relative }
-body.pl-lesson #inspector:has(> .label-wrap.open) { position: absolute !important; top: 46px;
-  left: 0; right: 0; z-index: 100; max-height: calc(100% - 46px); overflow-y: auto;
+body:is(.pl-lesson, .pl-serving) #inspector:has(> .label-wrap.open) { position: absolute !important;
+  top: 46px; left: 0; right: 0; z-index: 100; max-height: calc(100% - 46px); overflow-y: auto;
   box-shadow: 0 4px 18px rgba(15,23,42,.25); background: var(--block-background-fill, #fff) }
 /* on a phone, whose column starts with the lesson's place and Back / Next, it opens under them
    (ui/motion.js sets --pl-nav-bottom there only: a body rule in a media query is never matched,

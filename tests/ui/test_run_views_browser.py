@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import box_of
+from tests.helpers import box_of, open_inspector
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -168,5 +168,29 @@ def test_each_view_fits_a_slide_and_a_phone(browser, dry_app, size):
             assert fonts and min(fonts) >= (16 if w > 600 else 11), (view, min(fonts))
             name = f"{key}-{'presenter' if w > 600 else 'phone'}.png"
             pg.screenshot(path=os.path.join(SHOTS, name), full_page=w < 600)
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (1280, 720)], ids=["laptop", "presenter"])
+def test_a_serving_runs_block_opens_the_inspector_on_the_first_screen(browser, dry_app, size):
+    """Serving's controls fill the column: a clicked block's inspector opens over them, under
+    the tabs, not a screen below where a projected room never sees it."""
+    w, h = size
+    pg = browser.new_page(viewport={"width": w, "height": h})
+    try:
+        pg.goto(dry_app)
+        pg.wait_for_selector("#pool-plot .js-plotly-plot", timeout=120_000)
+        if w < 1440:
+            pg.click("#presenter")
+            pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
+        run_workload(pg, "a shared prefix (a class's system prompt)")
+        pg.evaluate("window.scrollTo(0, 0)")
+        open_inspector(pg, 1, kv=False)  # the dry mode's inspector: the block's words, no K/V
+        pg.evaluate("window.scrollTo(0, 0)")
+        note, tabs = box_of(pg, "#inspector-note"), box_of(pg, "#controls-col [role=tablist]")
+        assert note["y"] + note["height"] < h, note  # on the screen, without scrolling
+        assert note["y"] >= tabs["y"] + tabs["height"] - 2  # under the tabs, which stay usable
+        pg.screenshot(path=os.path.join(SHOTS, f"serving-inspector-{w}x{h}.png"))
     finally:
         pg.close()
