@@ -22,7 +22,7 @@ import report_tp  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
-MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest H100 run (run 3; run 1: mem_h100_run1.json)
+MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest H100 run (run 1: _run1)
 
 
 def load(name: str) -> dict:
