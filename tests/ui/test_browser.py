@@ -92,6 +92,11 @@ def click_and_wait(pg, selector: str, until: str, timeout: int = 60_000) -> None
                          timeout=timeout)
 
 
+# the type of the picture's head line (its title's first span; the title's own type is the key's)
+HEAD_PX = ("(() => +(/^<span style='font-size:(\\d+)px'>/.exec(document.querySelector("
+           "'#pool-plot .js-plotly-plot')?.layout?.title?.text ?? '') ?? [0, 0])[1])()")
+
+
 def picture_box(pg) -> dict:
     return box_of(pg, "#pool-plot .js-plotly-plot")
 
@@ -112,8 +117,7 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
                 b = pg.locator(sel).bounding_box()
                 assert b["x"] >= box["x"] + box["width"] - 1 and b["y"] + b["height"] <= viewport["height"]
             pg.click("#presenter")  # presenter mode: large type on the page and in the picture
-            pg.wait_for_function("() => document.querySelector('#pool-plot .js-plotly-plot')"
-                                 "?.layout?.title?.font?.size > 20", timeout=30_000)
+            pg.wait_for_function(HEAD_PX + " > 20", timeout=30_000)
             assert pg.evaluate("document.body.classList.contains('pl-presenter')")
             pg.click("#presenter")
         else:  # on a phone the controls follow the picture; the picture shows the new sequence
