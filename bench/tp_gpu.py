@@ -57,13 +57,14 @@ PARTS = [("equal", 110), ("pytest", 130), ("small", 150), ("big", 230), ("allred
 DEFAULT = ("equal", "pytest", "small", "big")  # 620 s: one call's ten minutes hold no more
 
 
-def _env() -> dict[str, str]:
+def _env(smoke: bool) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                TRANSFORMERS_VERBOSITY="error", PYTHONPATH=str(ROOT), **SAFE_ENV)
-    # a hung start (a capture that never ends) or step fails in time for the part's next run
-    # (run 1's slowest start: 34 s, the 8B's TP = 2)
-    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "90")
-    env.setdefault("PAGEDLAB_TP_STEP_TIMEOUT_S", "60")
+    # on GPUs a hung start (a capture that never ends) or step fails in time for the part's
+    # next run (run 1's slowest start: 34 s, the 8B's TP = 2); the CPU smoke's workers share two
+    # loaded cores with a test suite, where importing torch alone took over 90 s
+    env.setdefault("PAGEDLAB_TP_START_TIMEOUT_S", "300" if smoke else "90")
+    env.setdefault("PAGEDLAB_TP_STEP_TIMEOUT_S", "300" if smoke else "60")
     carried = ROOT / ".gpu_carry"
     if "PAGEDLAB_CACHE" not in env and carried.is_dir():
         env["PAGEDLAB_CACHE"] = str(carried)
@@ -89,7 +90,7 @@ def run_part(name: str, budget: float, args: argparse.Namespace, log: Any) -> di
     log.write(f"\n==== part {name} (budget {budget:.0f} s): {' '.join(cmd)}\n")
     log.flush()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(args.smoke), stdout=sink, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         code = proc.wait(timeout=budget)
@@ -276,7 +277,7 @@ def main() -> None:
         for name, budget in PARTS:
             if name not in (args.only.split(",") if args.only else DEFAULT):
                 continue
-            parts[name] = run_part(name, budget * (3 if args.smoke else 1), args, log)
+            parts[name] = run_part(name, budget * (5 if args.smoke else 1), args, log)
     f = figures(parts)
     result = {"figures": f, "parts": parts, "seconds": round(time.perf_counter() - start, 1)}
     (Path(args.out) / "tp_gpu.json").write_text(json.dumps(result, indent=1))
