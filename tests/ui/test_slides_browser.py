@@ -122,6 +122,13 @@ SLIDE = """() => {
 }"""
 
 
+# what is still busy on the page (progress shown, where), the focus and Next's state
+BUSY = """() => JSON.stringify({busy: [...document.querySelectorAll('.progress-text')]
+  .filter((e) => e.offsetParent !== null).map((e) => e.closest('[id]')?.id ?? '?'),
+  focus: document.activeElement?.tagName + '#' + (document.activeElement?.id ?? ''),
+  next: !!document.querySelector('#lesson-next')?.offsetParent,
+  status: document.querySelector('#status')?.innerText?.slice(0, 120)})"""
+
 # what the page shows while a wait for it runs out: the picture's fit and the view under it
 STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
   const v = document.querySelector('#view-plot .js-plotly-plot');
@@ -149,8 +156,12 @@ def _turn(pg, key: str, size: tuple[int, int]) -> str:
     """Press a key (→ Next, ← Back), wait for the new page drawn to fit `size`; its progress."""
     before = pg.evaluate(PROGRESS)
     pg.keyboard.press(key)
-    pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) && t !== b "
-                         f"&& ({IDLE})(); }}", arg=before, timeout=180_000)
+    try:
+        pg.wait_for_function(f"(b) => {{ const t = ({PROGRESS})(); return /page \\d+ of/.test(t) "
+                             f"&& t !== b && ({IDLE})(); }}", arg=before, timeout=180_000)
+    except Exception as e:  # the press did nothing, or the page never came to rest: which
+        raise AssertionError(f"after {key} from '{before}': the page shows '{pg.evaluate(PROGRESS)}', "
+                             f"{pg.evaluate(BUSY)}") from e
     try:
         pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
     except Exception as e:  # say what the page showed: the box, the picture's fit, the view
