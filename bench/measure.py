@@ -2,7 +2,8 @@
 load runs) and percentiles of latencies (bench/load.py and bench/room_load.py both import it, so
 neither needs the other for it: they used to import each other); repeated timings as median and
 minimum, and runs stored under a label beside earlier ones (bench/checkpoints.py,
-bench/dry_step.py)."""
+bench/dry_step.py); a cProfile's functions of the most own time (bench/tensor_parallel.py,
+bench/tier_profile.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -69,3 +71,12 @@ def save_labeled(path: str, label: str, run: dict) -> None:
     print(json.dumps(run, indent=1))
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
+
+
+def top_functions(stats: Any, per: float = 1.0, top: int = 30) -> list[str]:
+    """A `pstats.Stats`'s functions of the most own time, one line each: own and cumulative µs
+    and calls, divided by `per` (a run's steps: per step)."""
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (cc, nc, own, cum, _)
+    return [f"{1e6 * own / per:8.1f} us own {1e6 * cum / per:8.1f} us cum {calls / per:6.1f}x "
+            f"{os.path.basename(f)}:{line}({name})"
+            for (f, line, name), (_, calls, own, cum, _) in rows]

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.host_facts import host_cpus  # noqa: E402
+from bench.measure import top_functions  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from engine.runtime.models import cache_root  # noqa: E402
 from engine.tp.models import LLAMA_1B, LLAMA_8B, TINY_KV2, save_random_llama  # noqa: E402
@@ -138,7 +139,7 @@ def _measure(eng: LLMEngine, tp: int, spec: Spec, profile: bool = False) -> dict
     timed = _timed(eng, batch, SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True),
                    tp, prof)
     if prof is not None:
-        timed["engine_profile"] = _top_functions(prof, timed["decode_steps"] or 1)
+        timed["engine_profile"] = top_functions(pstats.Stats(prof), timed["decode_steps"] or 1)
     out = timed | {"tokens_per_s": round(n * new / timed["seconds"], 1)}
     if tp > 1:
         out["worker0"] = _worker_medians(eng.runtime.step_timings())
@@ -181,15 +182,6 @@ def _timed(eng: LLMEngine, batch: list[list[int]], params: SamplingParams, tp: i
         out["message_bytes_per_decode_step"] = {"median": statistics.median(sent),
                                                 "max": max(sent)} if sent else None
     return out
-
-
-def _top_functions(prof: cProfile.Profile, steps: int, top: int = 30) -> list[str]:
-    """The functions of the most own time in a profiled run, per step (µs): where a step's host
-    time goes (waiting for the workers shows as the rings' spin and naps)."""
-    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, _, own s, cumulative s, _)
-    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
-    return [f"{1e6 * own / steps:8.1f} us own {1e6 * cum / steps:8.1f} us cum {calls / steps:6.1f}x "
-            f"{Path(f).name}:{line}({name})" for (f, line, name), (calls, _, own, cum, _) in rows]
 
 
 def _worker_medians(t: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from bench import tier
+from bench.measure import top_functions
 
 WINDOW = (24, 48)  # steps under torch.profiler: loads begin after step 16, every 8 steps
 
@@ -75,15 +76,8 @@ class StepProbe:
 
     def host_tables(self) -> dict[str, list[str]]:
         """Each kind of step's top functions by own time (summed over its steps)."""
-        out = {}
-        for loads, st in self.host.items():
-            if st is not None:
-                rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:30]
-                out["load" if loads else "quiet"] = [
-                    f"{1e3 * own:8.2f} ms own {1e3 * cum:8.2f} ms cum {calls:6d}x "
-                    f"{Path(f).name}:{line}({name})"
-                    for (f, line, name), (_, calls, own, cum, _) in rows]
-        return out
+        return {"load" if loads else "quiet": top_functions(st)
+                for loads, st in self.host.items() if st is not None}
 
 
 def profiled_overlap(path: str, device: str, sizes: dict, out: Path) -> dict:
