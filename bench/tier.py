@@ -231,6 +231,10 @@ def main() -> None:
             from bench.tier_profile import profiled_overlap
             result["overlap_profile"] = profiled_overlap(paths["one_b"], args.device, sizes,
                                                          Path(args.out).parent)
+        elif stage == "repeat_timeline":
+            from bench.tier_profile import repeat_timeline
+            result["repeat_timeline"] = repeat_timeline(paths["one_b"], args.device, sizes,
+                                                        Path(args.out).parent)
         elif stage == "overlap":
             result["overlap"] = overlap(paths["one_b"], args.device, sizes)
             print(json.dumps(result["overlap"]), flush=True)

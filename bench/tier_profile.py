@@ -88,3 +88,74 @@ def profiled_overlap(path: str, device: str, sizes: dict, out: Path) -> dict:
     figures = tier.overlap(path, device, sizes, probe)
     return {"figures_profiled": figures, "host": probe.host_tables(), "window": probe.walls,
             **probe.tables}
+
+
+def repeat_timeline(path: str, device: str, sizes: dict, out: Path) -> dict:
+    """One repeat of the evicted document (`tier.repeat_cycle`'s), with the tier and without,
+    under torch.profiler with each engine step marked: when each step's host work began and
+    ended, and what each GPU stream ran when (ms from the request's arrival). The timeline goes
+    to tier_repeat_trace_<name>.json beside the results."""
+    got = {}
+    for name, slots in (("tier", 512), ("recompute", 0)):
+        eng = tier.engine(path, device, sizes["pool"], slots)
+        prefix = tier.hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0]
+        evictor = tier.hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
+        for r in range(3):
+            eng.generate([prefix + [7, 8, 9, 10 + r]], tier.ONE)
+            eng.generate([evictor[r:] + evictor[:r]], tier.ONE)
+            if r < 2:
+                eng.generate([prefix + [11, 12, 13, 14 + r]], tier.ONE)
+        tier.sync(device)
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if device == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            with torch.profiler.record_function("request"):
+                eng.add_request(prefix + [11, 12, 13, 20], tier.ONE)
+                step = 0
+                while eng.has_pending_work():
+                    with torch.profiler.record_function(f"step {step}"):
+                        eng.step()
+                    step += 1
+                tier.sync(device)
+        eng.close()
+        trace = out / f"tier_repeat_trace_{name}.json"
+        prof.export_chrome_trace(str(trace))
+        got[name] = timeline(trace)
+    return got
+
+
+def timeline(trace: Path) -> dict:
+    """The marked spans (request, steps) and every GPU kernel and copy, by stream, in ms from
+    the request's start; with each stream's busy time."""
+    import json
+
+    events = json.loads(trace.read_text())["traceEvents"]
+    marks = [e for e in events if e.get("cat") == "user_annotation"]
+    start = min(e["ts"] for e in marks if e["name"] == "request")
+    gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                 key=lambda e: e["ts"])
+
+    def ms(t: float) -> float:
+        return round((t - start) / 1e3, 3)
+
+    streams: dict[str, list] = {}
+    for e in gpu:
+        streams.setdefault(str(e.get("tid")), []).append(
+            (ms(e["ts"]), round(e["dur"] / 1e3, 3), e["name"][:48]))
+    return {"marks": [(m["name"], ms(m["ts"]), round(m["dur"] / 1e3, 3)) for m in marks],
+            "busy_ms": {s: round(sum(d for _, d, _ in v), 3) for s, v in streams.items()},
+            "streams": {s: _merge_runs(v) for s, v in streams.items()}}
+
+
+def _merge_runs(ops: list[tuple[float, float, str]]) -> list[tuple[float, float, str, int]]:
+    """Consecutive ops of one name as one row (start, total ms, name, count): a layer's
+    kernels repeat 16 times in a row, and a timeline of thousands of rows is unread."""
+    rows: list[list] = []
+    for start, dur, name in ops:
+        if rows and rows[-1][2] == name:
+            rows[-1][1] += dur
+            rows[-1][3] += 1
+        else:
+            rows.append([start, dur, name, 1])
+    return [(s, round(d, 3), n, c) for s, d, n, c in rows]

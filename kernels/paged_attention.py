@@ -303,7 +303,8 @@ def paged_attention(
 
     `max_query_len` / `max_seq_len` size the grid; when omitted they are read from the device
     (one synchronisation each). `num_splits` forces the split-K path's split count (1 = off);
-    None picks it by heuristic, only for pure-decode batches.
+    None picks it by heuristic on a GPU (`choose_num_splits`): decodes, and the few query tiles
+    of a short chunk over a long context (a prompt's last tokens after its prefix was loaded).
     """
     window = int(window or 0)
     assert window >= 0, "window must be None, 0 (no window) or positive"
@@ -325,11 +326,11 @@ def paged_attention(
     num_q_tiles = triton.cdiv(max_query_len, block_q)
 
     if num_splits is None:
-        if max_query_len == 1 and q.device.type == "cuda":
+        if q.device.type == "cuda":
             if max_seq_len is None:
                 max_seq_len = int(seq_lens.max())
-            num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, cfg.block_n,
-                                           q.device, window)
+            num_splits = choose_num_splits(num_seqs * num_q_tiles, num_kv_heads, max_seq_len,
+                                           cfg.block_n, q.device, window)
         else:
             num_splits = 1
     num_splits = max(1, int(num_splits))

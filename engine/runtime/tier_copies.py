@@ -17,9 +17,9 @@ Where each move runs, so that neither kind of copy holds up the batch:
 - **offload** (an evicted cached block into a slot): the gather runs on the compute stream, in the
   step's order, so the block can be written by its new owner right after; the copy to the host
   runs on a low-priority stream and nothing waits for it but a later copy of the same slot;
-- **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, after
-  what the compute stream had queued (the blocks' previous bytes may still be read by an
-  offload's gather), the copy from the host and the scatter into the blocks. The engine
+- **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, the copy
+  from the host into a staging buffer, then, after what the compute stream had queued (the
+  blocks' previous bytes may still be read by an offload's gather), the scatter into the blocks. The engine
   computes nothing in those blocks until its next step (the request waits one step), and that
   step's forward pass waits on the load's event, not on the device.
 
@@ -89,14 +89,16 @@ class TierCopies:
             _scatter(kv_cache, blocks, self.slots[slots])
             return
         queued = torch.cuda.Event()
-        queued.record()  # whatever the compute stream still does with these blocks, first
+        queued.record()  # whatever the compute stream still does with these blocks
         with torch.cuda.stream(self._load_stream):
-            self._load_stream.wait_event(queued)
             self._wait_slots(self._load_stream, slots)
             staged = torch.empty((len(slots), *self.slots.shape[1:]), dtype=self.slots.dtype,
                                  device=self.device)
             for first, last, at in self._count(slots, "in"):
                 staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
+            # only the scatter waits for it: the bus copy into staging overlaps an offload's
+            # gather of these very blocks (their old bytes) still queued on the compute stream
+            self._load_stream.wait_event(queued)
             _scatter(kv_cache, blocks, staged)
             done = torch.cuda.Event()
             done.record()

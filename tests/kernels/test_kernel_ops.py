@@ -166,6 +166,26 @@ def test_triton_attention_bf16():
     assert rel_error(out, dense_attention_f64(case)) < 1e-2
 
 
+@needs_cuda
+def test_a_short_chunk_after_a_long_prefix_is_split(monkeypatch):
+    """A prompt's last 4 tokens after 4,096 loaded ones (the CPU tier's repeat): one query tile
+    a KV head is too small a grid, so the keys are split, and the result is still the oracle's."""
+    import kernels.paged_attention as pa_module
+
+    chosen = []
+
+    def spy(*args, **kw):
+        chosen.append(choose(*args, **kw))
+        return chosen[-1]
+
+    choose = pa_module.choose_num_splits
+    monkeypatch.setattr(pa_module, "choose_num_splits", spy)
+    case = make_case(16, 4, 2, 64, [4], [4100], seed=5)
+    out = pa_module.paged_attention(**case)
+    assert chosen and chosen[0] > 1
+    torch.testing.assert_close(out, reference.paged_attention(**case), atol=2e-5, rtol=2e-5)
+
+
 def test_split_heuristic_only_for_few_long_decodes():
     from kernels.paged_attention import choose_num_splits
 
