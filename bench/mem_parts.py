@@ -124,6 +124,8 @@ def hybrid(paths: dict[str, str], device: str, sizes: dict) -> dict:
                 sync(device)
                 times.append(time.perf_counter() - t0)
             phases = _phases(eng, prompts_of._prompts(n, plen, plen, 30), params, device)
+            phases["prefill_profile"] = _prefill_profile(eng, prompts_of._prompts(
+                n, plen, plen, 40), params, device)
             steady = device_step.mid_run(eng, prompts_of._prompts(n, plen, plen, 20), params)
             eng.close()
             row[name] = {"tokens_per_s": round(n * new / statistics.median(times), 1),
@@ -150,6 +152,31 @@ def _phases(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) 
             decode += wall
     sync(device)
     return {"prefill_steps_s": round(prefill, 4), "decode_steps_s": round(decode, 4)}
+
+
+def _prefill_profile(eng: LLMEngine, prompts: list, params: SamplingParams, device: str,
+                     steps: int = 3) -> dict:
+    """The first `steps` steps of a run (prefills) under torch.profiler: their wall, and the GPU
+    kernels that took most of it (why a hybrid model's prefill is no faster than a full one's)."""
+    for p in prompts:
+        eng.add_request(p, params)
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    sync(device)
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            eng.step()
+        sync(device)
+    wall = time.perf_counter() - t0
+    while eng.has_pending_work():
+        eng.step()
+    key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:8]
+    return {"steps": steps, "wall_ms": round(1e3 * wall, 2),
+            "top": [{"name": e.key[:60], "ms": round(getattr(e, key, 0) / 1e3, 3),
+                     "calls": e.count} for e in rows]}
 
 
 def link_bandwidth(device: str, nbytes: int = 64 << 20) -> dict:
