@@ -102,6 +102,16 @@ class DraftPolicy:
             seq.drafting = DraftState(NgramIndex(self.n_min, self.n_max))
         return seq.drafting
 
+    def due(self, seqs: list[Sequence], step: int) -> list[Sequence]:
+        """Those of `seqs` this step's drafting has anything to do for: new to drafting, a
+        shadow draft to compare, or free to look up. The rest (backing off after a miss,
+        cooling down) `propose` and `wants_lookup` would pass over untouched; this runs for
+        every decoding sequence of every step, so it skips them in one comprehension, no call
+        per sequence (issue 44: a step that drafts nothing costs what one without drafts
+        does)."""
+        return [s for s in seqs if (st := s.drafting) is None or st.shadow is not None
+                or (step >= st.next_lookup and step >= st.paused_until)]
+
     def propose(self, seq: Sequence, k: int, step: int) -> list[int]:
         """The sequence's draft of up to k tokens, or [] (none found, backing off or paused)."""
         st = self.state(seq)

@@ -189,3 +189,33 @@ def test_drafts_that_sampling_rejects_soon_stop_at_a_batch_where_verification_co
     assert 0 < cheap <= 5
     alone, _ = _drafting_steps(lambda n, q: 1.2, params, n=1)
     assert 0 < alone <= 5  # paused 8, 16, 32 steps after each rejection: not every other step
+
+
+def test_only_sequences_with_drafting_to_do_are_due() -> None:
+    """New to drafting, a shadow to compare, or free to look up: due. Backing off after a
+    miss or cooling down after rejected drafts: skipped without a look."""
+    p = policy()
+    new, free, missed, paused, shadowed = (Sequence(i, token_ids=[1, 2, 3, 4, 5, 6]) for i in range(5))
+    for s in (free, missed, paused, shadowed):
+        p.state(s)
+    p.propose(missed, 4, 0)
+    p.propose(missed, 4, 1)  # two misses: it waits two steps
+    p.verified(paused, 4, 0, step=0)
+    p.verified(paused, 4, 0, step=0)  # two drafts rejected: it cools down
+    p.state(shadowed).shadow = (6, (7, 8))
+    p.state(shadowed).next_lookup = 99
+    assert p.due([new, free, missed, paused, shadowed], 2) == [new, free, shadowed]
+    assert missed in p.due([missed], p.state(missed).next_lookup)
+
+
+def test_a_step_skips_the_sequences_that_wait_or_cool_down(monkeypatch) -> None:
+    """64 sampled sequences whose drafts sampling rejects: most of them wait or cool down at any
+    step, and the policy looks at those that do not (a step drafting nothing costs what one
+    without drafts does), the tokens those of the engine without drafts."""
+    visits = []
+    state = DraftPolicy.state
+    monkeypatch.setattr(DraftPolicy, "state", lambda self, seq: visits.append(seq) or state(self, seq))
+    params = SamplingParams(max_tokens=64, temperature=1.0, seed=1, ignore_eos=True)
+    drafting, steps = _drafting_steps(lambda n, q: 2.0 if n > 8 else 1.2, params)
+    assert 0 < drafting <= 2
+    assert 0 < len(visits) < 0.3 * 64 * steps  # a visit to every sequence every step before
