@@ -219,3 +219,45 @@ def test_a_step_skips_the_sequences_that_wait_or_cool_down(monkeypatch) -> None:
     drafting, steps = _drafting_steps(lambda n, q: 2.0 if n > 8 else 1.2, params)
     assert 0 < drafting <= 2
     assert 0 < len(visits) < 0.3 * 64 * steps  # a visit to every sequence every step before
+
+
+def test_drafts_found_before_a_token_in_flight_count_as_likely_as_their_first_token() -> None:
+    """A draft found from the tail before the token in flight guesses that token first: the
+    landing it asks for pays only at the rate squared. At a GPU's cost of a verification
+    (2.5 decode steps, its lost overlap included) 64 sequences at the prior rate do not land
+    a step; once their drafts are mostly kept they do."""
+    p = policy(2.5)
+    loops = [Sequence(i, token_ids=[7, 8, 9, 7, 8, 9, 7, 8, -1]) for i in range(64)]
+    assert not p.wants_lookup(loops, 0, 64)
+    learned = policy(2.5)
+    for s in loops:
+        for _ in range(3):
+            learned.verified(s, 4, 4, step=0)
+    assert learned.wants_lookup(loops, 1, 64)
+
+
+def test_sampled_text_under_async_scheduling_lands_no_step_for_drafts_it_would_not_take() -> None:
+    """The dry mode's random picks at a GPU's cost of a verification: lookups find drafts
+    (one matching token drafts), sampling would reject them, and no step gives up its overlap
+    for them; the tokens are those without drafts."""
+    def run(spec: dict) -> tuple[int, int, list]:
+        eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=64 * 8 + 16,
+                                     max_num_seqs=64, async_scheduling=True, **spec))
+        if spec:
+            eng.scheduler.drafting.cost = lambda n, q: 2.5
+        params = SamplingParams(max_tokens=48, temperature=1.0, seed=1, ignore_eos=True)
+        for i in range(64):
+            eng.add_request("one two three four " * 4 + str(i), params)
+        landed = steps = 0
+        outs = {}
+        while eng.has_pending_work():
+            result = eng.step()
+            steps += 1
+            landed += eng._flight.launched is None and result.num_decodes > 0
+            outs.update({o.request_id: o.outputs[0].token_ids for o in result.finished})
+        return landed, steps, [outs[r] for r in sorted(outs)]
+
+    plain_landed, _, plain = run({})
+    landed, steps, got = run({**SPEC, "prompt_lookup_min": 1})
+    assert got == plain and steps > 48
+    assert landed == plain_landed  # the last step's only: no landing for a draft
