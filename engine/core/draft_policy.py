@@ -32,7 +32,11 @@ tail is not known). A step that verifies drafts never overlaps the next, so a dr
 drafts every step. When nobody drafts, steps overlap; each sequence in flight then looks up the
 tail it does know (all but that last token), under the same back-off and cool-down, and only
 where the drafts found would pay by the same rule does the step land at once, so that the next
-one can draft (`wants_lookup`). Text that never repeats keeps every step overlapped.
+one can draft (`wants_lookup`). Such a draft's first token guesses the one in flight, and the
+next step drafts on only where that guess comes true, so each counts its sequence's rate times
+what it is expected to keep: a landing whose next step drafts nothing loses the overlap for
+nothing (issue 44: sampled text whose lookups keep finding drafts landed steps at the prior's
+one in two). Text that never repeats keeps every step overlapped.
 """
 
 from __future__ import annotations
@@ -102,6 +106,16 @@ class DraftPolicy:
             seq.drafting = DraftState(NgramIndex(self.n_min, self.n_max))
         return seq.drafting
 
+    def due(self, seqs: list[Sequence], step: int) -> list[Sequence]:
+        """Those of `seqs` this step's drafting has anything to do for: new to drafting, a
+        shadow draft to compare, or free to look up. The rest (backing off after a miss,
+        cooling down) `propose` and `wants_lookup` would pass over untouched; this runs for
+        every decoding sequence of every step, so it skips them in one comprehension, no call
+        per sequence (issue 44: a step that drafts nothing costs what one without drafts
+        does)."""
+        return [s for s in seqs if (st := s.drafting) is None or st.shadow is not None
+                or (step >= st.next_lookup and step >= st.paused_until)]
+
     def propose(self, seq: Sequence, k: int, step: int) -> list[int]:
         """The sequence's draft of up to k tokens, or [] (none found, backing off or paused)."""
         st = self.state(seq)
@@ -118,11 +132,17 @@ class DraftPolicy:
         """The draft tokens this sequence is expected to keep of a draft of `draft_len`."""
         return self.state(seq).rate * draft_len
 
-    def pays(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int) -> bool:
-        """Whether verifying these drafts beats a plain decode step of `num_decodes` sequences."""
+    def pays(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int,
+             in_flight: bool = False) -> bool:
+        """Whether verifying these drafts beats a plain decode step of `num_decodes` sequences.
+        `in_flight`: drafts found from before a token still on the device (`wants_lookup`),
+        whose first token guesses it: the next step drafts on from there only where the guess
+        comes true, as likely as any draft token is kept (the rate), so each counts that much
+        of what it is expected to keep."""
         if not drafts:
             return False
-        gain = sum(self.expected(s, len(d)) for s, d in drafts)
+        gain = sum(self.expected(s, len(d)) * (self.state(s).rate if in_flight else 1.0)
+                   for s, d in drafts)
         return num_decodes + gain >= self.cost(num_decodes, 1 + self.max_tokens) * num_decodes
 
     def choose(self, drafts: list[tuple[Sequence, list[int]]], num_decodes: int, step: int
@@ -189,7 +209,7 @@ class DraftPolicy:
                 st.back_off(step)
         if not found:
             return False
-        if self.pays([(s, d) for s, _, d in found], num_decodes or len(in_flight)):
+        if self.pays([(s, d) for s, _, d in found], num_decodes or len(in_flight), in_flight=True):
             return True
         self._unused(found, step)
         return False

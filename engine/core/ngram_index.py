@@ -4,9 +4,9 @@ Speculative decoding by prompt lookup proposes the tokens that followed an earli
 sequence's last n tokens (engine/core/speculation.py). Searching the whole text for them every
 step costs a sequence's length a step; this index costs a few dictionary operations a step:
 
-- every position e has the hash of the `n_min` tokens before it; `head[hash]` is the latest such
-  position and `prev[e]` the one before it with the same hash (a hash chain, as LZ77
-  compressors keep one);
+- every position e has a key, the hash of the `n_min` tokens before it (the token itself where
+  n_min is 1); `head[key]` is the latest such position and `prev[e]` the one before it with
+  the same key (a hash chain, as LZ77 compressors keep one);
 - a proposal looks up the tail's `n_min`-gram and walks its chain back over at most `chain`
   earlier occurrences, the latest first, extending each match backwards up to `n_max` tokens; the
   longest match wins (the latest one among equals), and the tokens after it are the draft. With
@@ -24,6 +24,7 @@ sequence whose tokens shrank below what it indexed (nothing does that today) is 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 
 
 class NgramIndex:
@@ -39,18 +40,24 @@ class NgramIndex:
         return new
 
     def catch_up(self, tokens: list[int], known: int) -> None:
-        """Index every position up to `known - 1` (the tokens before it are all known)."""
+        """Index every position up to `known - 1` (the tokens before it are all known). A
+        sequence that backs off or cools down looks up rarely, so this often indexes many
+        positions at once: their keys in C loops (`_keys`), then one pass for the chains."""
         if known < self.indexed:
             self.__init__(self.n_min, self.n_max, self.chain)
-        n, head, prev = self.n_min, self.head, self.prev
-        for e in range(self.indexed, known):
-            if e < n:
-                prev.append(-1)
-                continue
-            key = hash(tuple(tokens[e - n:e]))
-            prev.append(head.get(key, -1))
+        start = self.indexed
+        if known <= start:
+            return
+        head, get = self.head, self.head.get
+        first = min(known, max(start, self.n_min))
+        self.prev.extend([-1] * (first - start))  # fewer than n_min tokens before them
+        links = []
+        for e, key in zip(range(first, known), _keys(tokens, self.n_min, first, known),
+                          strict=True):
+            links.append(get(key, -1))
             head[key] = e
-        self.indexed = max(self.indexed, known)
+        self.prev.extend(links)
+        self.indexed = known
 
     def propose(self, tokens: list[int], end: int, k: int) -> list[int]:
         """Up to k tokens that followed the best earlier occurrence of the tokens before `end`
@@ -60,7 +67,7 @@ class NgramIndex:
             return []
         self.catch_up(tokens, end)  # up to end - 1: the tail's own n-gram (ending at end) is not
         tail = tokens[end - n:end]
-        e = self.head.get(hash(tuple(tail)), -1)
+        e = self.head.get(tail[0] if n == 1 else hash(tuple(tail)), -1)
         best, best_len = -1, 0
         for _ in range(self.chain):
             if e < 0:
@@ -77,6 +84,14 @@ class NgramIndex:
         if best < 0:
             return []
         return continuation(tokens, best, end, k)
+
+
+def _keys(tokens: list[int], n: int, first: int, end: int) -> Iterable[int]:
+    """The key of each position e in [first, end), first >= n: the n tokens before it, hashed
+    (one token is its own key)."""
+    if n == 1:
+        return tokens[first - 1:end - 1]
+    return map(hash, zip(*[tokens[first - n + j:end - n + j] for j in range(n)], strict=True))
 
 
 def continuation(tokens: list[int], start: int, end: int, k: int) -> list[int]:

@@ -201,12 +201,16 @@ class Scheduler:
         for its draft after its pending token, all or nothing, while the free blocks and the
         step's token budget last; proposals the step does not take back off. Beams do not draft,
         nor does a sequence whose last token is still on the device (async scheduling): its tail
-        is not known."""
+        is not known. Only the sequences the policy has work for are visited: most wait or
+        cool down, and a step none of them drafts in should cost what one without drafts does."""
         cfg, policy, step = self.config, self.drafting, self.kv.step
-        groups = {g.request_id: g for g in self.running}
+        due = policy.due(out.decodes, step)
+        if not due:
+            return
+        groups = self.registry.groups
         proposals: list[tuple[Sequence, list[int]]] = []
         waiting: list[Sequence] = []  # their last token on the device: no lookup this step
-        for seq in out.decodes:
+        for seq in due:
             group = groups[seq.request_id]
             room = group.params.max_tokens - len(seq.output_ids) - 1  # the last pick: no draft
             k = min(cfg.num_speculative_tokens, room)

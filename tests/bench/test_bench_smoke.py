@@ -99,3 +99,11 @@ def test_checkpoints_bench_smoke(tmp_path):
     assert result["default_model_64_blocks"]["saved_kv_bytes"] > 0
     for engine in ("dry_4096_blocks", "default_model_64_blocks"):
         assert all(result[engine][what]["min_ms"] > 0 for what in ("take", "restore"))
+
+
+@pytest.mark.slow
+def test_spec_host_bench_smoke(tmp_path):
+    result = run("spec_host.py", tmp_path / "spec_host.json", 300)
+    for mode in ("dry", "tiny_model"):
+        assert result[mode]["same_tokens"] and result[mode]["k0"]["lookups"] == 0
+        assert result[mode]["k4"]["host_ms_per_step"] > 0 and result[mode]["k4"]["steps"] > 0

@@ -189,3 +189,75 @@ def test_drafts_that_sampling_rejects_soon_stop_at_a_batch_where_verification_co
     assert 0 < cheap <= 5
     alone, _ = _drafting_steps(lambda n, q: 1.2, params, n=1)
     assert 0 < alone <= 5  # paused 8, 16, 32 steps after each rejection: not every other step
+
+
+def test_only_sequences_with_drafting_to_do_are_due() -> None:
+    """New to drafting, a shadow to compare, or free to look up: due. Backing off after a
+    miss or cooling down after rejected drafts: skipped without a look."""
+    p = policy()
+    new, free, missed, paused, shadowed = (Sequence(i, token_ids=[1, 2, 3, 4, 5, 6]) for i in range(5))
+    for s in (free, missed, paused, shadowed):
+        p.state(s)
+    p.propose(missed, 4, 0)
+    p.propose(missed, 4, 1)  # two misses: it waits two steps
+    p.verified(paused, 4, 0, step=0)
+    p.verified(paused, 4, 0, step=0)  # two drafts rejected: it cools down
+    p.state(shadowed).shadow = (6, (7, 8))
+    p.state(shadowed).next_lookup = 99
+    assert p.due([new, free, missed, paused, shadowed], 2) == [new, free, shadowed]
+    assert missed in p.due([missed], p.state(missed).next_lookup)
+
+
+def test_a_step_skips_the_sequences_that_wait_or_cool_down(monkeypatch) -> None:
+    """64 sampled sequences whose drafts sampling rejects: most of them wait or cool down at any
+    step, and the policy looks at those that do not (a step drafting nothing costs what one
+    without drafts does), the tokens those of the engine without drafts."""
+    visits = []
+    state = DraftPolicy.state
+    monkeypatch.setattr(DraftPolicy, "state", lambda self, seq: visits.append(seq) or state(self, seq))
+    params = SamplingParams(max_tokens=64, temperature=1.0, seed=1, ignore_eos=True)
+    drafting, steps = _drafting_steps(lambda n, q: 2.0 if n > 8 else 1.2, params)
+    assert 0 < drafting <= 2
+    assert 0 < len(visits) < 0.3 * 64 * steps  # a visit to every sequence every step before
+
+
+def test_drafts_found_before_a_token_in_flight_count_as_likely_as_their_first_token() -> None:
+    """A draft found from the tail before the token in flight guesses that token first: the
+    landing it asks for pays only at the rate squared. At a GPU's cost of a verification
+    (2.5 decode steps, its lost overlap included) 64 sequences at the prior rate do not land
+    a step; once their drafts are mostly kept they do."""
+    p = policy(2.5)
+    loops = [Sequence(i, token_ids=[7, 8, 9, 7, 8, 9, 7, 8, -1]) for i in range(64)]
+    assert not p.wants_lookup(loops, 0, 64)
+    learned = policy(2.5)
+    for s in loops:
+        for _ in range(3):
+            learned.verified(s, 4, 4, step=0)
+    assert learned.wants_lookup(loops, 1, 64)
+
+
+def test_sampled_text_under_async_scheduling_lands_no_step_for_drafts_it_would_not_take() -> None:
+    """The dry mode's random picks at a GPU's cost of a verification: lookups find drafts
+    (one matching token drafts), sampling would reject them, and no step gives up its overlap
+    for them; the tokens are those without drafts."""
+    def run(spec: dict) -> tuple[int, int, list]:
+        eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=64 * 8 + 16,
+                                     max_num_seqs=64, async_scheduling=True, **spec))
+        if spec:
+            eng.scheduler.drafting.cost = lambda n, q: 2.5
+        params = SamplingParams(max_tokens=48, temperature=1.0, seed=1, ignore_eos=True)
+        for i in range(64):
+            eng.add_request("one two three four " * 4 + str(i), params)
+        landed = steps = 0
+        outs = {}
+        while eng.has_pending_work():
+            result = eng.step()
+            steps += 1
+            landed += eng._flight.launched is None and result.num_decodes > 0
+            outs.update({o.request_id: o.outputs[0].token_ids for o in result.finished})
+        return landed, steps, [outs[r] for r in sorted(outs)]
+
+    plain_landed, _, plain = run({})
+    landed, steps, got = run({**SPEC, "prompt_lookup_min": 1})
+    assert got == plain and steps > 48
+    assert landed == plain_landed  # the last step's only: no landing for a draft
