@@ -172,11 +172,16 @@ def _prefill_profile(eng: LLMEngine, prompts: list, params: SamplingParams, devi
     wall = time.perf_counter() - t0
     while eng.has_pending_work():
         eng.step()
-    key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
-    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:8]
     return {"steps": steps, "wall_ms": round(1e3 * wall, 2),
-            "top": [{"name": e.key[:60], "ms": round(getattr(e, key, 0) / 1e3, 3),
-                     "calls": e.count} for e in rows]}
+            "top": _top_ops(prof, "self_device_time_total" if device == "cuda"
+                            else "self_cpu_time_total"),
+            "host_top": _top_ops(prof, "self_cpu_time_total")}
+
+
+def _top_ops(prof: Any, key: str, n: int = 8) -> list[dict]:
+    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0), reverse=True)[:n]
+    return [{"name": e.key[:60], "ms": round(getattr(e, key, 0) / 1e3, 3), "calls": e.count}
+            for e in rows]
 
 
 def link_bandwidth(device: str, nbytes: int = 64 << 20) -> dict:

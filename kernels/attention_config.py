@@ -73,10 +73,10 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_
                       device: torch.device, window: int | None = None) -> int:
     """Split-K only when the plain grid cannot keep the GPU busy: under ~2 programs per SM, and
     never slices shorter than 256 keys (each split pays a merge and a Q load). With a sliding
-    window a decode reads at most `window` keys, so that is the length split. `num_seqs` counts
-    query tiles where a sequence has several: a 4-token chunk after a 4,096-token prefix loaded
-    from the CPU tier is one tile a KV head, 8 programs of a Llama-3.2-1B shape, each reading all
-    4,096 keys alone (107 µs a layer on an H100, `mem_h100_run3_profiles.txt`) unless split.
+    window a decode reads at most `window` keys, so that is the length split. A chunk of a few
+    tokens is one query tile a sequence, like a decode: the 4 tokens after a 4,096-token prefix
+    loaded from the CPU tier are 8 programs of a Llama-3.2-1B shape, each reading all 4,096 keys
+    alone (107 µs a layer on an H100, `mem_h100_run3_profiles.txt`) unless split.
 
     Two per SM, not four: on an H100 (132 SMs) a 1.2B decode of 64 sequences has 512 programs,
     and unsplit it took 32.6 µs a layer in a CUDA graph against 35.9 µs split in two plus the
