@@ -118,11 +118,25 @@ def rows(result: dict) -> list[Row]:
     return out
 
 
-def table(result: dict) -> str:
-    """The rows as a Markdown table, with the tests' line under it."""
-    lines = ["| what | measured | met |", "| --- | --- | --- |"]
-    lines += [f"| {w} | {m} | {'—' if ok is None else 'yes' if ok else '**no**'} |"
-              for w, m, ok in rows(result)]
+def _met(ok: bool | None) -> str:
+    return "—" if ok is None else "yes" if ok else "**no**"
+
+
+def table(result: dict, also: tuple[str, dict] | None = None) -> str:
+    """The rows as a Markdown table, with the tests' line under it. `also` (label, another
+    run's JSON of the same code) adds its figures in a column of their own: a row whose
+    steps are bound by the host moved by a third from one lease to the next, and one run
+    would hide that."""
+    if also is None:
+        lines = ["| what | measured | met |", "| --- | --- | --- |"]
+        lines += [f"| {w} | {m} | {_met(ok)} |" for w, m, ok in rows(result)]
+    else:
+        label, other = also
+        theirs = {w: (m, ok) for w, m, ok in rows(other)}
+        lines = [f"| what | measured | met | {label} | met |", "| --- | --- | --- | --- | --- |"]
+        for w, m, ok in rows(result):
+            m2, ok2 = theirs.get(w, ("not run", None))
+            lines.append(f"| {w} | {m} | {_met(ok)} | {m2} | {_met(ok2)} |")
     tests = result.get("tests") or {}
     lines.append(f"\nGPU tests: {tests.get('summary', 'not run')} "
                  f"({result.get('device', '?')}, {result.get('total_s', '?')} s in all)")

@@ -22,7 +22,8 @@ import report_tp  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
-MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest H100 run (run 1: _run1)
+MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run (run 5)
+MEM_ALSO = ("run 6", "mem_h100_run6.json")  # the same code on another lease, without the tests
 
 
 def load(name: str) -> dict:
@@ -358,8 +359,10 @@ def table() -> str:
         lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "
                   "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
                   f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
-                  f"{mem['torch']}, bf16, random weights, one run, both sides warm; "
-                  "`bench/mem_gpu.py`).", "", mem_table.table(mem)]
+                  f"{mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py`). "
+                  f"Beside it, {MEM_ALSO[0]} of the same code on another lease "
+                  f"(`{MEM_ALSO[1]}`): rows bound by the host move that much from one machine "
+                  "to the next.", "", mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
     return "\n".join(lines)
 
 

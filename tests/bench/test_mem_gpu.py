@@ -47,6 +47,20 @@ def test_the_table_says_each_goal_met_or_not_and_why_a_row_is_missing() -> None:
     assert text.count("| **no** |") == 2 and "12 passed" in text
 
 
+def test_a_second_run_of_the_same_code_gets_a_column_of_its_own() -> None:
+    other = _result()
+    other["hybrid"]["4096"]["hybrid_over_full"] = 1.1  # another lease: under the goal
+    other.pop("roofline")
+    lines = table(_result(), ("run 6", other)).splitlines()
+    assert lines[0] == "| what | measured | met | run 6 | met |"
+    hybrid = next(line for line in lines if "4,096-token prompts" in line)
+    cells = [c.strip() for c in hybrid.strip("|").split(" | ")]
+    assert cells[1].startswith("1.450x") and cells[2] == "yes"
+    assert cells[3].startswith("1.100x") and cells[4] == "**no**"
+    roof = next(line for line in lines if "64 sequences" in line)
+    assert roof.endswith("| yes | not run | — |")
+
+
 def test_a_rejects_model_has_a_small_vocabulary_and_serves_with_the_stand_in(tmp_path) -> None:
     tok = mem_models.stand_in_tokenizer()
     assert len(tok) == 49152 and (tok.bos_token_id, tok.eos_token_id) == (1, 2)
