@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import json
 import pstats
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,8 +129,6 @@ def repeat_timeline(path: str, device: str, sizes: dict, out: Path) -> dict:
 def timeline(trace: Path) -> dict:
     """The marked spans (request, steps) and every GPU kernel and copy, by stream, in ms from
     the request's start; with each stream's busy time."""
-    import json
-
     events = json.loads(trace.read_text())["traceEvents"]
     marks = [e for e in events if e.get("cat") == "user_annotation"]
     start = min(e["ts"] for e in marks if e["name"] == "request")

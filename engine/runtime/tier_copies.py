@@ -19,9 +19,9 @@ Where each move runs, so that neither kind of copy holds up the batch:
   runs on a low-priority stream and nothing waits for it but a later copy of the same slot;
 - **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, the copy
   from the host into a staging buffer, then, after what the compute stream had queued (the
-  blocks' previous bytes may still be read by an offload's gather), the scatter into the blocks. The engine
-  computes nothing in those blocks until its next step (the request waits one step), and that
-  step's forward pass waits on the load's event, not on the device.
+  blocks' previous bytes may still be read by an offload's gather), the scatter into the
+  blocks. The engine computes nothing in those blocks until its next step (the request waits
+  one step), and that step's forward pass waits on the load's event, not on the device.
 
 Every copy of a slot waits for the one before it of that slot (an offload into a slot a load is
 still reading, a load of a slot an offload is still writing). On a CPU both moves are plain copies.
