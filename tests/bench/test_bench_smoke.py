@@ -107,3 +107,11 @@ def test_spec_host_bench_smoke(tmp_path):
     for mode in ("dry", "tiny_model"):
         assert result[mode]["same_tokens"] and result[mode]["k0"]["lookups"] == 0
         assert result[mode]["k4"]["host_ms_per_step"] > 0 and result[mode]["k4"]["steps"] > 0
+
+
+@pytest.mark.slow
+def test_dry_bookkeeping_bench_smoke(tmp_path):
+    result = run("dry_bookkeeping.py", tmp_path / "dry_bookkeeping.json", 300)
+    assert result["repeat"]["tier"]["offload_hit_blocks"] > 0  # the document came from the tier
+    assert result["repeat"]["recompute"]["offload_hit_blocks"] == 0
+    assert all(s > 0 for side in result["prefill"].values() for s in side["prefill_host_s"])
