@@ -14,32 +14,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench import hybrid, mem_parts, tier  # noqa: E402
-from engine.runtime import tier_copies  # noqa: E402
-from engine.runtime.tier_copies import TierCopies, _scatter  # noqa: E402
+from engine.runtime.tier_copies import TierCopies  # noqa: E402
 
 NEW = TierCopies.load
 
 
-@torch.inference_mode()
 def old_load(self, kv_cache, pairs):
-    """TierCopies.load as it was: the bus copy waits for the compute stream too."""
-    slots, blocks = tier_copies._ids(sorted(pairs))
+    """TierCopies.load as it was: the bus copy waited for the compute stream's queue too."""
     queued = torch.cuda.Event()
     queued.record()
-    with torch.cuda.stream(self._load_stream):
-        self._load_stream.wait_event(queued)
-        self._wait_slots(self._load_stream, slots)
-        staged = torch.empty((len(slots), *self.slots.shape[1:]), dtype=self.slots.dtype,
-                             device=self.device)
-        for first, last, at in self._count(slots, "in"):
-            staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
-        _scatter(kv_cache, blocks, staged)
-        done = torch.cuda.Event()
-        done.record()
-    for s in slots:
-        self._slot_event[s] = done
-    for b in blocks:
-        self._block_event[b] = done
+    self._load_stream.wait_event(queued)  # before any of NEW's work on the load stream
+    NEW(self, kv_cache, pairs)
 
 
 folder = Path(tempfile.mkdtemp())
