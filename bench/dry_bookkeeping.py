@@ -1,6 +1,7 @@
 """The block bookkeeping of issue 44's long prompts, alone: the dry engine (no tensors) runs the
 tier's document repeat and the hybrid's 4,096-token prefill, so what is timed is the host's
-allocation, eviction, hashing and writing, a block at a time.
+allocation, eviction, hashing and writing of a long prompt's blocks. The startup heap is frozen
+first (`--heap as-is`: not) and the garbage collector's pauses are counted.
 
     python bench/dry_bookkeeping.py --out bench/results/dry_bookkeeping.json
     python bench/dry_bookkeeping.py --smoke --out /tmp/dry.json
@@ -27,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import hybrid, tier  # noqa: E402
 from bench.host_facts import host_cpus  # noqa: E402
+from bench.measure import GcPauses, freeze_startup_heap  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 
 FULL = dict(doc=4096, evictor=4600, pool=300, cycles=8, requests=32, prompt=4096, runs=3)
@@ -80,12 +82,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--heap", choices=["frozen", "as-is"], default="frozen",
+                    help="the startup heap frozen first (as bench/mem_gpu.py), or not")
     args = ap.parse_args()
     sizes = SMOKE if args.smoke else FULL
-    out: dict = {"host": host_cpus(), "sizes": sizes}
-    out["repeat"] = {"tier": repeat(sizes, 512), "recompute": repeat(sizes, 0)}
-    out["prefill"] = {"hybrid": prefill(sizes, 128), "full": prefill(sizes, None)}
-    print(json.dumps({"repeat_ms": {k: v["median_ms"] for k, v in out["repeat"].items()},
+    out: dict = {"host": host_cpus(), "sizes": sizes, "heap": args.heap}
+    if args.heap == "frozen":
+        freeze_startup_heap()
+    with GcPauses() as pauses:
+        out["repeat"] = {"tier": repeat(sizes, 512), "recompute": repeat(sizes, 0)}
+    out["gc_pauses"] = {"repeat": pauses.summary()}
+    with GcPauses() as pauses:
+        out["prefill"] = {"hybrid": prefill(sizes, 128), "full": prefill(sizes, None)}
+    out["gc_pauses"]["prefill"] = pauses.summary()
+    print(json.dumps({"gc_pauses": out["gc_pauses"],
+                      "repeat_ms": {k: v["median_ms"] for k, v in out["repeat"].items()},
                       "prefill_host_s": {k: v["prefill_host_s"] for k, v in out["prefill"].items()}}))
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)

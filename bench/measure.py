@@ -3,10 +3,12 @@ load runs) and percentiles of latencies (bench/load.py and bench/room_load.py bo
 neither needs the other for it: they used to import each other); repeated timings as median and
 minimum, and runs stored under a label beside earlier ones (bench/checkpoints.py,
 bench/dry_step.py); a cProfile's functions of the most own time (bench/tensor_parallel.py,
-bench/tier_profile.py)."""
+bench/tier_profile.py); the garbage collector's pauses, and the startup heap frozen as vLLM's
+server freezes it (bench/mem_gpu.py)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -80,3 +82,43 @@ def top_functions(stats: Any, per: float = 1.0, top: int = 30) -> list[str]:
     return [f"{1e6 * own / per:8.1f} us own {1e6 * cum / per:8.1f} us cum {calls / per:6.1f}x "
             f"{os.path.basename(f)}:{line}({name})"
             for (f, line, name), (_, calls, own, cum, _) in rows]
+
+
+class GcPauses:
+    """The cyclic garbage collector's pauses while it is open (`with GcPauses() as gc_pauses:`):
+    how many of each generation and their milliseconds. A full (generation 2) collection walks
+    every object the process tracks, the model's and the framework's included, and lands in
+    whatever step allocates next: on a host-bound row it is a step tens of ms slower."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.ms = [0.0, 0.0, 0.0]
+        self._start = 0.0
+
+    def _heard(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            g = info["generation"]
+            self.count[g] += 1
+            self.ms[g] += 1e3 * (time.perf_counter() - self._start)
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._heard)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._heard)
+
+    def summary(self) -> dict:
+        return {"collections": list(self.count), "ms": [round(m, 1) for m in self.ms]}
+
+
+def freeze_startup_heap() -> int:
+    """What vLLM's server does once it has started (vllm/utils/gc_utils.py `freeze_gc_heap`):
+    collect, then move every object alive now (the imported modules, torch's and the lab's)
+    into the permanent generation, which later collections skip. Objects made after it (the
+    engines a bench builds and closes) are collected as before. Returns the objects frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

@@ -9,6 +9,8 @@ Writes into --out (at most 8 files): mem_gpu.json (every number; rewritten after
 profiles.txt (host and kernel profiles), gpu_pytest.log, kernel_probe.json, ncu.csv (where
 `ncu` runs), and prints the table last. Each part fails alone (its error goes into the JSON and
 the others go on), and a part that would start past the time budget is skipped and said so.
+The startup heap is frozen first, as vLLM's server freezes it (`--heap as-is`: not), and each
+part's garbage-collector pauses are counted (`gc_pauses`).
 Models: bench/mem_models.py; measurements: bench/mem_parts.py and the benches they reuse.
 """
 
@@ -32,6 +34,7 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 from bench import mem_models, mem_parts, tier  # noqa: E402
+from bench.measure import GcPauses, freeze_startup_heap  # noqa: E402
 from bench.mem_table import table  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
@@ -177,23 +180,30 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", nargs="+", default=list(ESTIMATE), choices=list(ESTIMATE))
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
+    ap.add_argument("--heap", choices=["frozen", "as-is"], default="frozen",
+                    help="frozen (default): the startup heap frozen before the parts, as vLLM's "
+                         "server does; as-is: every full collection walks it")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.device, dict(SMOKE if args.smoke else FULL))
+    run.result["heap"] = {"mode": args.heap, "frozen_objects":
+                          freeze_startup_heap() if args.heap == "frozen" else 0}
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
-          f"{run.result['tokenizer']}", flush=True)
+          f"{run.result['tokenizer']}, heap: {run.result['heap']}", flush=True)
     for part in args.only:
         if not worth_starting(part, run.left()):
             run.result[part] = {"skipped": f"{run.left():.0f} s of the budget left"}
             continue
         t0 = time.perf_counter()
-        try:
-            run.result[part] = getattr(run, part)()
-        except Exception as err:  # noqa: BLE001 - one part failing must not lose the others
-            run.result[part] = {"error": f"{type(err).__name__}: {err}",
-                                "trace": traceback.format_exc().splitlines()[-12:]}
+        with GcPauses() as pauses:
+            try:
+                run.result[part] = getattr(run, part)()
+            except Exception as err:  # noqa: BLE001 - one part failing must not lose the others
+                run.result[part] = {"error": f"{type(err).__name__}: {err}",
+                                    "trace": traceback.format_exc().splitlines()[-12:]}
         run.result.setdefault("part_s", {})[part] = round(time.perf_counter() - t0, 1)
+        run.result.setdefault("gc_pauses", {})[part] = pauses.summary()
         print(f"[mem_gpu] {part}: {run.result['part_s'][part]} s, "
               f"{'error' if 'error' in run.result[part] else 'done'}", flush=True)
         run.save()

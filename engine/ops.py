@@ -37,6 +37,8 @@ def token_ids(value: object, what: str) -> tuple[int, ...]:
     """A list of token ids (whether they are in the vocabulary is the engine's question)."""
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
         raise OpError(f"{what} must be a list of token ids, got {type(value).__name__}")
+    if set(map(type, value)) <= {int}:  # the common case, in C: a long prompt costs no loop here
+        return tuple(value)
     for t in value:
         if isinstance(t, bool) or not isinstance(t, int):
             raise OpError(f"{what}: a token id must be an int, got {t!r}")

@@ -14,6 +14,8 @@ from engine.core.sequence import SamplingParams
 def token_list(token_ids: tuple[int, ...], what: str, vocab_size: int) -> list[int]:
     """`token_ids` (whole numbers, see ops.token_ids) as a list inside the vocabulary, or a
     ValueError naming `what`."""
+    if not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size):
+        return list(token_ids)
     for t in token_ids:
         if not 0 <= t < vocab_size:
             raise ValueError(f"{what}: token id {t} is outside the vocabulary "

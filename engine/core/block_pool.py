@@ -103,24 +103,42 @@ class BlockPool:
     def allocate(self, owner: int, group: int = 0) -> tuple[int, int | None]:
         """Take one block for `owner`'s table in `group`. Returns (block id, hash it was evicted
         from or None)."""
-        evicted_hash = None
-        if self.free_ids:
-            block_id = self.free_ids.popleft()
-        elif self.cached_ids:
-            block_id, _ = self.cached_ids.popitem(last=False)
-            evicted_hash = self._drop_hash(block_id)
-        else:
-            raise OutOfBlocks("no free or cached block left in the pool")
-        block = self.blocks[block_id]
-        block.ref_count = 1
-        block.token_ids = []
-        block.owners = {owner: None}
-        block.group = group
-        self._log.append(block_id)
+        ids, evicted = self.allocate_many(owner, [group])
+        return ids[0], evicted[0][1] if evicted else None
+
+    def allocate_many(self, owner: int, groups: list[int]
+                      ) -> tuple[list[int], list[tuple[int, int, list[int]]]]:
+        """`allocate` once for each entry of `groups` (the group each block serves), in order, as
+        one operation: the same blocks and evictions as that many calls, without their per-call
+        overhead (a long prompt takes hundreds of blocks in a step). Returns (the block ids, and
+        (block id, hash, the tokens it held) of every evicted block, in order). Raises
+        OutOfBlocks, changing nothing, when the pool cannot give them all."""
+        if len(groups) > len(self.free_ids) + len(self.cached_ids):
+            raise OutOfBlocks(f"{len(groups)} block(s) asked for, but the pool has only "
+                              f"{self.num_allocatable} free or cached")
+        free, cached, blocks = self.free_ids, self.cached_ids, self.blocks
+        ids: list[int] = []
+        evicted: list[tuple[int, int, list[int]]] = []
+        for group in groups:
+            if free:
+                block_id = free.popleft()
+                block = blocks[block_id]
+            else:
+                block_id, _ = cached.popitem(last=False)
+                block = blocks[block_id]
+                evicted.append((block_id, self._drop_hash(block_id), block.token_ids))
+            block.ref_count = 1
+            block.token_ids = []
+            owners = block.owners  # emptied in place: no new dict a block (fewer for the GC)
+            owners.clear()
+            owners[owner] = None
+            block.group = group
+            ids.append(block_id)
+        self._log += ids
         if len(self._log) > 4 * self.num_blocks + 1024:  # a log nobody read for long: drop it
             self._log_start += len(self._log)
             self._log = []
-        return block_id, evicted_hash
+        return ids, evicted
 
     def incref(self, block_id: int, owner: int) -> None:
         """One more block-table entry points at this block (fork or prefix hit)."""
@@ -169,6 +187,15 @@ class BlockPool:
         """More tokens' K/V in the block's next slots (a prompt's, a block at a time)."""
         self.blocks[block_id].token_ids += token_ids
         self._log.append(block_id)
+
+    def fill_blocks(self, block_ids: list[int], chunks: list[list[int]], per_chunk: int) -> None:
+        """New blocks' tokens, `per_chunk` blocks for each chunk in turn (one per KV cache
+        group: a prompt's new blocks, as `BlockWriter.write` takes them)."""
+        blocks = self.blocks
+        for j, chunk in enumerate(chunks):
+            for b in block_ids[j * per_chunk:(j + 1) * per_chunk]:
+                blocks[b].token_ids = list(chunk)
+        self._log += block_ids
 
     def set_last_token(self, block_id: int, token: int) -> None:
         """Async scheduling: the last slot's token, known now."""

@@ -25,6 +25,8 @@ from engine.core.offload_tier import OffloadTier
 from engine.core.sequence import IN_FLIGHT, Sequence
 from engine.core.state import fields_state, load_fields
 
+_new = tuple.__new__
+
 
 class BlockWriter:
     """Takes blocks and writes tokens; records the copies the device must make, in order."""
@@ -68,59 +70,90 @@ class BlockWriter:
     def allocate(self, sid: int, events: list[Event], narrate: bool, group: int = 0) -> int:
         """A block for seq `sid`'s table in `group`: a free one, else the least recently used
         cached one (evicted, its K/V offloaded to the CPU tier first where there is one)."""
-        pool = self.pool
-        evicting = None if pool.free_ids or not pool.cached_ids else next(iter(pool.cached_ids))
-        tokens = list(pool.blocks[evicting].token_ids) if evicting is not None else []
-        block_id, evicted_hash = pool.allocate(sid, group)
-        if evicted_hash is not None:
-            self.evictions += 1
-            events.append(Event("evict", self.step, sid, (block_id,)))
-            slot = self.tier.store(evicted_hash, tokens, self.tier.pinned(self.step))
-            if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
-                self.copies.append(BlockCopy("offload", block_id, slot))
-                events.append(Event("offload", self.step, sid, (block_id,),
-                                    facts=Offloaded(slot, evicted_hash & 0xFFFF)))
+        block_id = self.take_blocks(sid, [group], events)[0]
         if narrate:
             events.append(Event("allocate", self.step, sid, (block_id,)))
         return block_id
+
+    def take_blocks(self, sid: int, groups: list[int], events: list[Event]) -> list[int]:
+        """A block for each entry of `groups` (the group it serves), in order, for seq `sid`:
+        free ones first, then the least recently used cached ones, each evicted with its K/V
+        offloaded to the CPU tier first where there is one. One pass for a whole prompt."""
+        ids, evicted = self.pool.allocate_many(sid, groups)
+        if evicted:
+            tier, step, copies = self.tier, self.step, self.copies
+            pinned = tier.pinned(step) if tier.num_blocks else frozenset()
+            self.evictions += len(evicted)
+            # hundreds a step when a long prompt evicts: each record straight from its fields'
+            # tuple (a NamedTuple's own __new__ costs a Python call)
+            for block_id, evicted_hash, tokens in evicted:
+                events.append(_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None)))
+                slot = tier.store(evicted_hash, tokens, pinned) if tier.num_blocks else None
+                if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
+                    copies.append(_new(BlockCopy, ("offload", block_id, slot)))
+                    facts = _new(Offloaded, (slot, evicted_hash & 0xFFFF))
+                    events.append(_new(Event, ("offload", step, sid, (block_id,), (), None, facts,
+                                               "", None)))
+        return ids
 
     def write(self, seq: Sequence, token_ids: list[int], events: list[Event],
               narrate_each: bool, seal: bool = True) -> None:
         """Write tokens after the sequence's last one in every table: a new block where the
         last is full (or there is none), a copy-on-write where it is shared and partly filled.
         `narrate_each`: an event per token; else one `allocate` event for the new blocks, and
-        the tokens go a block's worth at a time (a prompt of thousands of tokens costs a few
-        operations a block, not a few a token), with the same blocks, copies, hashes and events
-        in the same order as token by token."""
+        the tokens go as one operation (a prompt of thousands of tokens costs a few operations
+        a block, not a few a token): the same blocks and copies as token by token, its new
+        blocks taken (and the cached ones they evict dropped) before they are hashed, as vLLM
+        takes a chunk's blocks before it caches them."""
+        if narrate_each:
+            for token in token_ids:
+                self._write_chunk(seq, [token], events, True, seal)
+            return
+        bs, n = self.block_size, len(token_ids)
+        first = -len(seq.token_ids) % bs  # the tokens that fill the last block first
+        if first and n:
+            self._write_chunk(seq, token_ids[:first], events, False, seal)
+        if first >= n:
+            return
+        tables, sid = seq.block_tables, seq.seq_id
+        num_new, num_groups = -(-(n - first) // bs), len(tables)
+        ids = self.take_blocks(sid, list(range(num_groups)) * num_new, events)
+        start = len(tables[0])
+        for g, table in enumerate(tables):
+            table += ids[g::num_groups]
+        rest = token_ids[first:]
+        chunks = [rest[j * bs:(j + 1) * bs] for j in range(num_new)]
+        self.pool.fill_blocks(ids, chunks, num_groups)
+        seq.token_ids += rest
+        if seal and self.enable_prefix_caching:
+            full = num_new if len(chunks[-1]) == bs and rest[-1] != IN_FLIGHT else num_new - 1
+            self.seal_many(seq, start, [chunks[j] for j in range(full)], events)
+        events.append(Event("allocate", self.step, sid, tuple(ids),
+                            facts=Allocated(n), form="allocate_many"))
+
+    def _write_chunk(self, seq: Sequence, chunk: list[int], events: list[Event],
+                     narrate: bool, seal: bool) -> None:
+        """Tokens that fit the sequence's last block, or start a new one when it is full."""
         bs, pool, sid = self.block_size, self.pool, seq.seq_id
         tables = seq.block_tables
-        new_blocks: list[int] = []
-        i, n = 0, len(token_ids)
-        while i < n:
-            offset = len(seq.token_ids) % bs
-            chunk = token_ids[i:i + (1 if narrate_each else bs - offset)]
-            written = []
-            for g, table in enumerate(tables):
-                if offset == 0:
-                    block_id = self.allocate(sid, events, narrate_each, g)
-                    table.append(block_id)
-                    new_blocks.append(block_id)
-                else:
-                    block_id = table[-1]
-                    if pool.blocks[block_id].ref_count > 1:
-                        block_id = self.copy_on_write(seq, g, events)
-                pool.extend_tokens(block_id, chunk)
-                written.append(block_id)
-            seq.token_ids += chunk
-            i += len(chunk)
-            if narrate_each:
-                events.append(self.append_event(sid, chunk[0], tuple(written), offset))
-            if offset + len(chunk) == bs and seal and self.enable_prefix_caching \
-                    and chunk[-1] != IN_FLIGHT:  # an in-flight token's block: when it lands
-                self.seal(seq, len(tables[0]) - 1, events)
-        if new_blocks and not narrate_each:
-            events.append(Event("allocate", self.step, sid, tuple(new_blocks),
-                                facts=Allocated(n), form="allocate_many"))
+        offset = len(seq.token_ids) % bs
+        written = []
+        for g, table in enumerate(tables):
+            if offset == 0:
+                block_id = self.allocate(sid, events, narrate, g)
+                table.append(block_id)
+            else:
+                block_id = table[-1]
+                if pool.blocks[block_id].ref_count > 1:
+                    block_id = self.copy_on_write(seq, g, events)
+            pool.extend_tokens(block_id, chunk)
+            written.append(block_id)
+        seq.token_ids += chunk
+        if narrate:
+            events.append(self.append_event(sid, chunk[0], tuple(written), offset))
+        if offset + len(chunk) == bs and seal and self.enable_prefix_caching \
+                and chunk[-1] != IN_FLIGHT:  # an in-flight token's block: when it lands
+            self.seal(seq, len(tables[0]) - 1, events)
 
     def append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
         # the hot path of a serving step: positional, and no text (the token is named when read)
@@ -145,11 +178,19 @@ class BlockWriter:
     def seal(self, seq: Sequence, index: int, events: list[Event]) -> None:
         """Logical block `index` just filled: hash it (the chain's next link) in every group so
         later prompts with this prefix can share it."""
-        parent = seq.block_hashes[-1] if seq.block_hashes else None
-        tables = seq.block_tables
-        h = self.hash_fn(parent, self.pool.blocks[tables[0][index]].token_ids)
-        seq.block_hashes.append(h)
-        for table in tables:
-            if self.pool.register_hash(table[index], h):
-                events.append(Event("cache", self.step, seq.seq_id, (table[index],),
-                                    facts=Cached(h & 0xFFFF)))
+        self.seal_many(seq, index, [self.pool.blocks[seq.block_tables[0][index]].token_ids], events)
+
+    def seal_many(self, seq: Sequence, index: int, chunks: list[list[int]],
+                  events: list[Event]) -> None:
+        """Logical blocks `index`, `index + 1`, ... just filled with `chunks`: hash each in turn
+        (the chain's next links) in every group."""
+        hashes, tables, sid, step = seq.block_hashes, seq.block_tables, seq.seq_id, self.step
+        parent = hashes[-1] if hashes else None
+        register, hash_fn = self.pool.register_hash, self.hash_fn
+        for j, chunk in enumerate(chunks, index):
+            parent = hash_fn(parent, chunk)
+            hashes.append(parent)
+            for table in tables:
+                if register(table[j], parent):
+                    events.append(Event("cache", step, sid, (table[j],),
+                                        facts=Cached(parent & 0xFFFF)))

@@ -49,7 +49,9 @@ class OffloadTier:
         if self.free_slots:
             slot = self.free_slots.popleft()
         else:
-            victim = next((h for h, (s, _) in self.entries.items() if s not in pinned), None)
+            victim = next(iter(self.entries))  # the least recently used, unless a load reads it
+            if self.entries[victim][0] in pinned:
+                victim = next((h for h, (s, _) in self.entries.items() if s not in pinned), None)
             if victim is None:
                 return None
             slot, _ = self.entries.pop(victim)
@@ -77,7 +79,7 @@ class OffloadTier:
     def find(self, block_hash: int, token_ids: list[int]) -> int | None:
         """The slot holding exactly these tokens under this hash (now the most recent), or None."""
         entry = self.entries.get(block_hash)
-        if entry is None or list(entry[1]) != list(token_ids):
+        if entry is None or entry[1] != tuple(token_ids):
             return None
         self.entries.move_to_end(block_hash)
         self.version += 1

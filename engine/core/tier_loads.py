@@ -44,17 +44,15 @@ class TierLoads:
         w = self.writer
         bs, sid, pool = w.block_size, seq.seq_id, w.pool
         self.tier.pinned(w.step).update(slot for slot, _ in loads)  # no offload may overwrite them
-        blocks = []
-        for _, h in loads:
-            i = len(seq.block_table)
-            block_id = w.allocate(sid, events, narrate=False)
-            chunk = prompt[i * bs:(i + 1) * bs]
-            pool.set_tokens(block_id, chunk)
-            pool.register_hash(block_id, h)
-            seq.block_table.append(block_id)
-            seq.block_hashes.append(h)
-            seq.token_ids += chunk
-            blocks.append(block_id)
+        blocks = w.take_blocks(sid, [0] * len(loads), events)
+        start = len(seq.block_table)
+        chunks = [prompt[i * bs:(i + 1) * bs] for i in range(start, start + len(loads))]
+        pool.fill_blocks(blocks, chunks, 1)
+        for b, (_, h) in zip(blocks, loads, strict=True):
+            pool.register_hash(b, h)
+        seq.block_tables[0].extend(blocks)
+        seq.block_hashes += [h for _, h in loads]
+        seq.token_ids += prompt[start * bs:(start + len(loads)) * bs]
         seq.num_cached_tokens += len(loads) * bs
         self.tier.hit_blocks += len(loads)
         w.copies += (BlockCopy("load", slot, b) for (slot, _), b in zip(loads, blocks, strict=True))
