@@ -138,6 +138,9 @@ def table(result: dict, also: tuple[str, dict] | None = None) -> str:
             m2, ok2 = theirs.get(w, ("not run", None))
             lines.append(f"| {w} | {m} | {_met(ok)} | {m2} | {_met(ok2)} |")
     tests = result.get("tests") or {}
+    total = result.get("total_s")
+    took = f"{total} s in all" if total is not None else \
+        f"{sum(result.get('part_s', {}).values()):.0f} s in its parts, stopped before its end"
     lines.append(f"\nGPU tests: {tests.get('summary', 'not run')} "
-                 f"({result.get('device', '?')}, {result.get('total_s', '?')} s in all)")
+                 f"({result.get('device', '?')}, {took})")
     return "\n".join(lines)

@@ -22,8 +22,8 @@ import report_tp  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
-MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run (run 5)
-MEM_ALSO = ("run 6", "mem_h100_run6.json")  # the same code on another lease, without the tests
+MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run (run 7)
+MEM_ALSO = ("run 5", "mem_h100_run5.json")  # the code before run 7's change, another lease
 
 
 def load(name: str) -> dict:
@@ -360,9 +360,11 @@ def table() -> str:
                   "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
                   f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
                   f"{mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py`). "
-                  f"Beside it, {MEM_ALSO[0]} of the same code on another lease "
-                  f"(`{MEM_ALSO[1]}`): rows bound by the host move that much from one machine "
-                  "to the next.", "", mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
+                  f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), the code before a long prompt's "
+                  "blocks were taken in one operation, on another lease. Rows bound by the host "
+                  "move by a third from one engine to the next, the same code on one machine "
+                  "(`ab_trees_h100.json`: the two versions by turns, three rounds): bench/NOTES.md "
+                  "reads them.", "", mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
     return "\n".join(lines)
 
 

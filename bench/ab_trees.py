@@ -1,0 +1,94 @@
+"""Two versions of the code, by turns on one machine: `bench/mem_gpu.py --only <parts>` run from
+each tree in turn, several rounds, so that a change to a host-bound row is judged against the
+spread of that row from one engine to the next rather than against another lease's run.
+
+    git archive <commit> engine kernels bench pyproject.toml | tar -x -C ab_old   # the "before"
+    cp bench/*.py ab_old/bench/                    # both sides measured by the same bench
+    python bench/ab_trees.py --trees ab_old . --rounds 3 --only hybrid tier --out "$OUT/ab.json"
+
+Writes the rows of every turn (bench/mem_table.py's measures) and each tree's turns side by
+side; each turn is a fresh process (its own engines, its own heap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def rows(result: dict) -> dict:
+    """The host-bound rows of a mem_gpu.json: the hybrid's ratios and its prefill and decode
+    seconds, the tier's document repeat and load step."""
+    out: dict = {}
+    for length, got in result.get("hybrid", {}).items():
+        if isinstance(got, dict) and "hybrid" in got:
+            h, f = got["hybrid"], got["full"]
+            out[f"hybrid_{length}"] = round(h["tokens_per_s"] / f["tokens_per_s"], 3)
+            out[f"prefill_{length}_s"] = [h["prefill_steps_s"], f["prefill_steps_s"]]
+            out[f"decode_{length}_s"] = [h["decode_steps_s"], f["decode_steps_s"]]
+    tier = result.get("tier", {})
+    doc = tier.get("repeat_document")
+    if doc:
+        out["tier_document"] = doc["recompute_over_tier"]
+        out["tier_ms"] = [doc["tier"]["median_ms"], doc["recompute"]["median_ms"]]
+    if tier.get("overlap"):
+        out["load_step"] = tier["overlap"]["tokens_per_s_with_load_over_without"]
+    if tier.get("bandwidth"):
+        out["copies_gb_s"] = [tier["bandwidth"]["gpu_to_cpu_gb_s"], tier["bandwidth"]["cpu_to_gpu_gb_s"]]
+    out["gc_pauses"] = result.get("gc_pauses")
+    return out
+
+
+def turn(tree: str, parts: list[str], timeout: int, smoke: bool) -> dict:
+    folder = tempfile.mkdtemp(prefix="ab-")
+    cmd = [sys.executable, os.path.join(tree, "bench", "mem_gpu.py"), "--only", *parts, "--out", folder,
+           *(["--smoke"] if smoke else [])]
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result in {timeout} s"}
+    path = Path(folder) / "mem_gpu.json"
+    if not path.exists():
+        return {"error": (done.stdout + done.stderr)[-2000:]}
+    got = rows(json.loads(path.read_text()))
+    got["seconds"] = round(time.perf_counter() - t0, 1)
+    return got
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trees", nargs=2, required=True, help="the before and after folders")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", nargs="+", default=["hybrid", "tier"])
+    ap.add_argument("--timeout", type=int, default=150, help="seconds a turn may take")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--smoke", action="store_true", help="mem_gpu's tiny sizes (a CPU check)")
+    args = ap.parse_args()
+    turns: list[dict] = []
+    for r in range(args.rounds):
+        for tree in args.trees:
+            got = {"round": r, "tree": tree, **turn(os.path.abspath(tree), args.only, args.timeout,
+                                                          args.smoke)}
+            turns.append(got)
+            print(json.dumps({k: v for k, v in got.items() if k != "gc_pauses"}), flush=True)
+            Path(args.out).write_text(json.dumps({"turns": turns}, indent=1))
+    side = {}
+    for tree in args.trees:
+        mine = [t for t in turns if t["tree"] == tree and "error" not in t]
+        side[tree] = {k: [t[k] for t in mine] for k in ("hybrid_1024", "hybrid_4096", "tier_document",
+                                                       "load_step") if mine and k in mine[0]}
+        side[tree]["medians"] = {k: statistics.median(v) for k, v in side[tree].items() if v}
+    Path(args.out).write_text(json.dumps({"turns": turns, "by_tree": side}, indent=1))
+    print(json.dumps(side, indent=1))
+
+
+if __name__ == "__main__":
+    main()
