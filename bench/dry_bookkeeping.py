@@ -1,7 +1,8 @@
 """The block bookkeeping of issue 44's long prompts, alone: the dry engine (no tensors) runs the
 tier's document repeat and the hybrid's 4,096-token prefill, so what is timed is the host's
-allocation, eviction, hashing and writing of a long prompt's blocks. The startup heap is frozen
-first (`--heap as-is`: not) and the garbage collector's pauses are counted.
+allocation, eviction, hashing and writing of a long prompt's blocks. The heap is frozen first,
+as a GPU engine freezes it after its warm-up (`--heap as-is`: not), and the collector's pauses
+are counted.
 
     python bench/dry_bookkeeping.py --out bench/results/dry_bookkeeping.json
     python bench/dry_bookkeeping.py --smoke --out /tmp/dry.json
@@ -28,8 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import hybrid, tier  # noqa: E402
 from bench.host_facts import host_cpus  # noqa: E402
-from bench.measure import GcPauses, freeze_startup_heap  # noqa: E402
+from bench.measure import GcPauses  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from engine.runtime.runtime import freeze_heap  # noqa: E402
 
 FULL = dict(doc=4096, evictor=4600, pool=300, cycles=8, requests=32, prompt=4096, runs=3)
 SMOKE = dict(doc=256, evictor=300, pool=24, cycles=3, requests=4, prompt=256, runs=2)
@@ -87,8 +89,8 @@ def main() -> None:
     args = ap.parse_args()
     sizes = SMOKE if args.smoke else FULL
     out: dict = {"host": host_cpus(), "sizes": sizes, "heap": args.heap}
-    if args.heap == "frozen":
-        freeze_startup_heap()
+    if args.heap == "frozen":  # as a GPU engine does after its warm-up (a dry one has none)
+        freeze_heap()
     with GcPauses() as pauses:
         out["repeat"] = {"tier": repeat(sizes, 512), "recompute": repeat(sizes, 0)}
     out["gc_pauses"] = {"repeat": pauses.summary()}

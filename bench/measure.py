@@ -3,8 +3,7 @@ load runs) and percentiles of latencies (bench/load.py and bench/room_load.py bo
 neither needs the other for it: they used to import each other); repeated timings as median and
 minimum, and runs stored under a label beside earlier ones (bench/checkpoints.py,
 bench/dry_step.py); a cProfile's functions of the most own time (bench/tensor_parallel.py,
-bench/tier_profile.py); the garbage collector's pauses, and the startup heap frozen as vLLM's
-server freezes it (bench/mem_gpu.py)."""
+bench/tier_profile.py); the garbage collector's pauses (bench/mem_gpu.py)."""
 
 from __future__ import annotations
 
@@ -113,12 +112,3 @@ class GcPauses:
     def summary(self) -> dict:
         return {"collections": list(self.count), "ms": [round(m, 1) for m in self.ms]}
 
-
-def freeze_startup_heap() -> int:
-    """What vLLM's server does once it has started (vllm/utils/gc_utils.py `freeze_gc_heap`):
-    collect, then move every object alive now (the imported modules, torch's and the lab's)
-    into the permanent generation, which later collections skip. Objects made after it (the
-    engines a bench builds and closes) are collected as before. Returns the objects frozen."""
-    gc.collect()
-    gc.freeze()
-    return gc.get_freeze_count()

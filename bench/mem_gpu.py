@@ -9,14 +9,15 @@ Writes into --out (at most 8 files): mem_gpu.json (every number; rewritten after
 profiles.txt (host and kernel profiles), gpu_pytest.log, kernel_probe.json, ncu.csv (where
 `ncu` runs), and prints the table last. Each part fails alone (its error goes into the JSON and
 the others go on), and a part that would start past the time budget is skipped and said so.
-The startup heap is frozen first, as vLLM's server freezes it (`--heap as-is`: not), and each
-part's garbage-collector pauses are counted (`gc_pauses`).
+The startup heap is frozen first (`--heap as-is`: not; a GPU engine freezes the heap after its
+warm-up either way, engine/runtime/runtime.py), and each part's collector pauses are counted.
 Models: bench/mem_models.py; measurements: bench/mem_parts.py and the benches they reuse.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -34,8 +35,9 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 from bench import mem_models, mem_parts, tier  # noqa: E402
-from bench.measure import GcPauses, freeze_startup_heap  # noqa: E402
+from bench.measure import GcPauses  # noqa: E402
 from bench.mem_table import table  # noqa: E402
+from engine.runtime.runtime import freeze_heap  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
 FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, hybrid_prompts=[1024, 4096],
@@ -181,14 +183,15 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=list(ESTIMATE), choices=list(ESTIMATE))
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
     ap.add_argument("--heap", choices=["frozen", "as-is"], default="frozen",
-                    help="frozen (default): the startup heap frozen before the parts, as vLLM's "
-                         "server does; as-is: every full collection walks it")
+                    help="frozen (default): the startup heap frozen before the parts, as a GPU "
+                         "engine freezes its own after its warm-up; as-is: only the engines' freezes")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.device, dict(SMOKE if args.smoke else FULL))
-    run.result["heap"] = {"mode": args.heap, "frozen_objects":
-                          freeze_startup_heap() if args.heap == "frozen" else 0}
+    if args.heap == "frozen":
+        freeze_heap()
+    run.result["heap"] = {"mode": args.heap, "frozen_objects": gc.get_freeze_count()}
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
           f"{run.result['tokenizer']}, heap: {run.result['heap']}", flush=True)
     for part in args.only:
