@@ -5,6 +5,7 @@ spread of that row from one engine to the next rather than against another lease
     git archive <commit> engine kernels bench pyproject.toml | tar -x -C ab_old   # the "before"
     cp bench/*.py ab_old/bench/                    # both sides measured by the same bench
     python bench/ab_trees.py --trees ab_old . --rounds 3 --only hybrid tier --out "$OUT/ab.json"
+    python bench/ab_trees.py --trees ab_old . --rounds 6 --bench tier --only overlap --out "$OUT/ab.json"
 
 Writes the rows of every turn (bench/mem_table.py's measures) and each tree's turns side by
 side; each turn is a fresh process (its own engines, its own heap).
@@ -33,22 +34,25 @@ def rows(result: dict) -> dict:
             out[f"hybrid_{length}"] = round(h["tokens_per_s"] / f["tokens_per_s"], 3)
             out[f"prefill_{length}_s"] = [h["prefill_steps_s"], f["prefill_steps_s"]]
             out[f"decode_{length}_s"] = [h["decode_steps_s"], f["decode_steps_s"]]
-    tier = result.get("tier", {})
+    tier = result.get("tier", result)  # mem_gpu's part, or bench/tier.py's whole result
     doc = tier.get("repeat_document")
     if doc:
         out["tier_document"] = doc["recompute_over_tier"]
         out["tier_ms"] = [doc["tier"]["median_ms"], doc["recompute"]["median_ms"]]
     if tier.get("overlap"):
-        out["load_step"] = tier["overlap"]["tokens_per_s_with_load_over_without"]
+        o = tier["overlap"]
+        out["load_step"] = o["tokens_per_s_with_load_over_without"]
+        out["load_quiet_ms"] = [o["load_step_ms"], o["quiet_step_ms"]]
     if tier.get("bandwidth"):
         out["copies_gb_s"] = [tier["bandwidth"]["gpu_to_cpu_gb_s"], tier["bandwidth"]["cpu_to_gpu_gb_s"]]
     out["gc_pauses"] = result.get("gc_pauses")
     return out
 
 
-def turn(tree: str, parts: list[str], timeout: int, smoke: bool) -> dict:
+def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool) -> dict:
     folder = tempfile.mkdtemp(prefix="ab-")
-    cmd = [sys.executable, os.path.join(tree, "bench", "mem_gpu.py"), "--only", *parts, "--out", folder,
+    out = folder if bench == "mem_gpu" else os.path.join(folder, "mem_gpu.json")
+    cmd = [sys.executable, os.path.join(tree, "bench", f"{bench}.py"), "--only", *parts, "--out", out,
            *(["--smoke"] if smoke else [])]
     t0 = time.perf_counter()
     try:
@@ -67,6 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trees", nargs=2, required=True, help="the before and after folders")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bench", choices=["mem_gpu", "tier"], default="mem_gpu",
+                    help="which bench each turn runs (tier: bench/tier.py's stages, e.g. overlap)")
     ap.add_argument("--only", nargs="+", default=["hybrid", "tier"])
     ap.add_argument("--timeout", type=int, default=150, help="seconds a turn may take")
     ap.add_argument("--out", required=True)
@@ -75,8 +81,8 @@ def main() -> None:
     turns: list[dict] = []
     for r in range(args.rounds):
         for tree in args.trees:
-            got = {"round": r, "tree": tree, **turn(os.path.abspath(tree), args.only, args.timeout,
-                                                          args.smoke)}
+            got = {"round": r, "tree": tree, **turn(os.path.abspath(tree), args.bench, args.only,
+                                                          args.timeout, args.smoke)}
             turns.append(got)
             print(json.dumps({k: v for k, v in got.items() if k != "gc_pauses"}), flush=True)
             Path(args.out).write_text(json.dumps({"turns": turns}, indent=1))

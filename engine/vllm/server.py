@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,9 @@ from typing import Any
 
 from engine.runtime.model_files import DEFAULT_CACHE_NAME, cache_root
 from engine.vllm.openai_client import OpenAIClient
+
+#: a log line that may name why vLLM stopped (the lines a failed start ends with do not)
+_CAUSE = re.compile(r"Error|Exception|Killed|out of memory|OOM")
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -162,7 +166,7 @@ class VllmServer:
 
     def log_tail(self, lines: int = 30) -> str:
         with open(self.log_path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
+            return log_excerpt(f.readlines(), lines)
 
     def close(self) -> None:
         """Stop the server and the processes it started (its process group)."""
@@ -210,3 +214,10 @@ def _die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+def log_excerpt(text: list[str], lines: int = 30) -> str:
+    """A log's last `lines` lines, after the error lines before them: a failed start of vLLM
+    ends with "Engine core initialization failed. See root cause above", the cause far above."""
+    causes = [line for line in text[:-lines] if _CAUSE.search(line)][-12:]
+    return "".join(causes + ["...\n"] if causes else []) + "".join(text[-lines:])

@@ -1,5 +1,6 @@
 """engine/vllm/server.py without starting vLLM: where its python comes from, what it says when
-there is none, and that the server it would start listens on loopback only."""
+there is none, that the server it would start listens on loopback only, and what a failed start
+says: the log's last lines, and the error lines above them that they point to."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ def test_the_server_it_starts_listens_on_loopback_only(monkeypatch, tmp_path):
     assert started["env"]["PYTHONHASHSEED"] == "5" and argv[0] == "/usr/bin/timeout"
     with pytest.raises(srv.VllmUnavailable, match="no model at"):
         srv.VllmServer(srv.ServerConfig(model=str(tmp_path / "missing")))
+
+
+def test_a_failed_start_shows_the_root_cause_above_the_tail() -> None:
+    log = [f"INFO loading step {i}\n" for i in range(50)]
+    log[10] = "ValueError: not enough memory for the KV cache (4.0 GiB asked)\n"
+    log += ["RuntimeError: Engine core initialization failed. See root cause above.\n"]
+    text = srv.log_excerpt(log, lines=5)
+    assert text.startswith("ValueError: not enough memory")
+    assert text.endswith("See root cause above.\n")
+    assert "loading step 20" not in text  # only the causes and the tail
+
+
+def test_a_log_without_errors_above_its_tail_is_just_the_tail() -> None:
+    log = [f"line {i}\n" for i in range(10)]
+    assert srv.log_excerpt(log, lines=3) == "line 7\nline 8\nline 9\n"
+    assert srv.log_excerpt(log[:2], lines=3) == "line 0\nline 1\n"
