@@ -82,13 +82,13 @@ class BlockWriter:
         ids, evicted = self.pool.allocate_many(sid, groups)
         if evicted:
             tier, step, copies = self.tier, self.step, self.copies
-            pinned = tier.pinned(step) if tier.num_blocks else frozenset()
+            pinned = tier.pinned(step)
             self.evictions += len(evicted)
             # hundreds a step when a long prompt evicts: each record straight from its fields'
             # tuple (a NamedTuple's own __new__ costs a Python call)
             for block_id, evicted_hash, tokens in evicted:
                 events.append(_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None)))
-                slot = tier.store(evicted_hash, tokens, pinned) if tier.num_blocks else None
+                slot = tier.store(evicted_hash, tokens, pinned)
                 if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
                     copies.append(_new(BlockCopy, ("offload", block_id, slot)))
                     facts = _new(Offloaded, (slot, evicted_hash & 0xFFFF))
