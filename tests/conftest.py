@@ -27,6 +27,12 @@ os.environ["PAGEDLAB_TRACK_KV_CONTENT"] = "1"
 # passive waits (19 / 23 s on a quiet machine). Set before torch loads (libgomp reads it then);
 # apps, workers and servers the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch starts a thread per CPU it sees; where a cgroup quota allows fewer CPUs than that, every
+# process the tests start would run more threads than it has cores (set before torch loads)
+from tests.machine import describe, usable_cpus  # noqa: E402
+
+if usable_cpus() < (os.cpu_count() or 1):
+    os.environ.setdefault("OMP_NUM_THREADS", str(usable_cpus()))
 
 import pytest  # noqa: E402
 
@@ -78,9 +84,19 @@ def browser() -> Iterator[Any]:
     one for the session: each test opens and closes its own pages."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Page, sync_playwright
 
-    with sync_playwright() as pw:
+    # A wait polls its condition every 100 ms, not at every frame (Playwright's default): the
+    # slide walk's condition measures every text of the page, and at 60 polls a second the browser
+    # took CPU from the served app it waited for (three lessons' walk beside two busy cores: 45.5
+    # s at every frame, 41.5 s every 100 ms)
+    wait = Page.wait_for_function
+
+    def polled(self, expression, *, arg=None, timeout=None, polling=None):
+        return wait(self, expression, arg=arg, timeout=timeout, polling=100 if polling is None else polling)
+
+    with sync_playwright() as pw, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Page, "wait_for_function", polled)
         b = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])
@@ -152,3 +168,12 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
 
     config.option.loadscopereorder = False  # xdist's own order (most tests first) put a long
     return UnitScheduling(config, log)      # one-test file, the slide walk, last and alone
+
+
+def pytest_report_header(config: Any) -> str:
+    return describe()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The machine again at the end (a CI log keeps its tail): a slow run says what ran it."""
+    terminalreporter.write_line(describe())

@@ -122,9 +122,9 @@ SLIDE = """() => {
 }"""
 
 
-# what is still busy on the page (progress shown, where), the focus and Next's state
+# what is still busy on the page (progress shown: where, and what it says), the focus and Next's state
 BUSY = """() => JSON.stringify({busy: [...document.querySelectorAll('.progress-text')]
-  .filter((e) => e.offsetParent !== null).map((e) => e.closest('[id]')?.id ?? '?'),
+  .filter((e) => e.offsetParent !== null).map((e) => `${e.closest('[id]')?.id ?? '?'}: ${e.innerText}`),
   focus: document.activeElement?.tagName + '#' + (document.activeElement?.id ?? ''),
   next: !!document.querySelector('#lesson-next')?.offsetParent,
   status: document.querySelector('#status')?.innerText?.slice(0, 120)})"""
@@ -143,7 +143,8 @@ def _check(pg, where: str, size: tuple[int, int], problems: list[str]) -> None:
         bad = pg.wait_for_function(f"(s) => ({FITTED})(s) && ({IDLE})() && ({SLIDE})()",
                                    arg=list(size), timeout=120_000).json_value()
     except Exception:
-        problems.append(f"{where}: never drawn for the slide: {pg.evaluate(STATE % (IDLE, SLIDE))}")
+        problems.append(f"{where}: never drawn for the slide: {pg.evaluate(STATE % (IDLE, SLIDE))}, "
+                        f"{pg.evaluate(BUSY)}")
         if SHOTS:
             pg.screenshot(path=os.path.join(SHOTS, where.replace(" ", "-") + "-stuck.png"))
         return
