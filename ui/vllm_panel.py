@@ -217,9 +217,7 @@ def note_text(v: VllmView) -> str:
     what it had)."""
     parts = [html.escape(v.note)] if v.note else []
     watch = v.watch
-    problem = watch.problems[-1] if watch is not None and watch.problems else None
-    if problem is not None and problem.kind in ("silent", "no answer") and watch.mirror.batches:
-        problem = None  # events came after it: no longer true (a gap or a bad frame stays said)
+    problem = watch.problem if watch is not None else None  # a gap or a bad frame stays said
     if problem is not None and problem.message not in v.note:
         parts.append(f"**Problem:** {html.escape(problem.message)} _(the picture "
                      f"keeps what it had)_")

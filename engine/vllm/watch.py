@@ -132,11 +132,21 @@ class VllmWatch:
         """What each message did (blocks stored, removed, a reset), oldest first."""
         return list(self.mirror.timeline)
 
+    @property
+    def problem(self) -> WatchProblem | None:
+        """The newest problem, while it still holds: a peer judged not to speak ZMQ (its greeting
+        late, on a loaded machine) that then did is no longer one, nor silence once messages came."""
+        last = self.problems[-1] if self.problems else None
+        if last is not None and (last.kind == "not zmq" and self.joined or
+                                 last.kind in ("silent", "no answer") and self.mirror.batches):
+            return None
+        return last
+
     def status(self) -> str:
         """One sentence: where the watch stands."""
         c = self.mirror.counts()
-        if self.problems and c.batches == 0:
-            return self.problems[-1].message
+        if self.problem is not None and c.batches == 0:
+            return self.problem.message
         fresh = self.problems and self._problem_at >= c.batches  # no message came after it
         return (f"watching {self.endpoint}: {c.events} events in {c.batches} messages, "
                 f"{c.blocks} blocks in vLLM's prefix cache now"

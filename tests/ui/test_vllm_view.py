@@ -6,11 +6,14 @@ the tab's note, and the picture keeps what it had."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import gradio as gr
 import pytest
 
+from engine.vllm import link
 from engine.vllm.server import free_port
 from tests.engine.vllm.publisher import Publisher, stored
 from ui import vllm_view
@@ -122,3 +125,63 @@ def test_start_one_here_without_vllm_says_why(monkeypatch):
     finally:
         view.close()
         lab.forget_failure()
+
+
+class LateGreeting:
+    """A TCP relay to `endpoint` that takes connections at once but passes no byte either way
+    until `greet()`: a vLLM whose ZMQ greeting comes late (a loaded machine)."""
+
+    def __init__(self, endpoint: str) -> None:
+        host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.go = threading.Event()
+        self.links: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def greet(self) -> None:
+        self.go.set()
+
+    def _accept(self) -> None:
+        peer, _ = self.listener.accept()
+        self.go.wait()
+        upstream = socket.create_connection(self.target)
+        self.links = [peer, upstream]
+        for a, b in ((peer, upstream), (upstream, peer)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for s in (self.listener, *self.links):
+            s.close()
+
+
+def test_a_greeting_that_comes_late_is_watching_not_a_problem(pub, monkeypatch):
+    """A peer silent past GREETING_S is said not to speak ZMQ; when its greeting comes after
+    all (vLLM on a loaded machine), the tab says it is watching, not the problem (issue: the
+    note kept 'does not speak ZMQ' under a suite's load, and the page never said Watching)."""
+    monkeypatch.setattr(link, "GREETING_S", 0.3)
+    relay = LateGreeting(pub.endpoint)
+    view = VllmView()
+    try:
+        view.connect(relay.endpoint)
+        until(view, lambda: "does not speak ZMQ" in note_text(view))
+        relay.greet()
+        until(view, lambda: view.watch.joined)
+        said = note_text(view)
+        assert "Watching" in said and "Problem" not in said, said
+        time.sleep(0.2)  # the subscription reaches the PUB
+        pub.publish(stored([11, 12], None))
+        until(view, lambda: view.watch.mirror.batches == 1)
+        assert blocks(view) == 2 and "Watching" in note_text(view)
+    finally:
+        view.close()
+        relay.close()

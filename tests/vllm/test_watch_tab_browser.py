@@ -26,6 +26,15 @@ META = ("(() => { const p = document.querySelector('#vllm-tree .js-plotly-plot')
 NOTE = "(document.querySelector('#vllm-note')?.innerText ?? '')"
 
 
+def until_said(page, text: str, timeout_ms: int) -> None:
+    """Wait for the tab's note to say `text`; if it never does, fail with what it says."""
+    try:
+        page.wait_for_function(f"() => {NOTE}.includes({text!r})", timeout=timeout_ms)
+    except Exception as err:  # Playwright's timeout: say what the tab said instead
+        raise AssertionError(f"the tab never said {text!r}; it says "
+                             f"{page.evaluate(f'() => {NOTE}')!r}") from err
+
+
 @pytest.fixture(scope="module")
 def vllm_app(vllm_server) -> Iterator[str]:
     port = free_port()
@@ -43,7 +52,7 @@ def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, v
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         page.goto(vllm_app)
-        page.wait_for_function(f"() => {NOTE}.includes('Watching')", timeout=120_000)
+        until_said(page, "Watching", 120_000)
         assert "physical block ids, block tables or reference counts" in page.inner_text(
             "#vllm-intro")
         settle(vllm_watch)
@@ -71,14 +80,14 @@ def test_start_one_here_finds_the_labs_vllm_on_a_phone(vllm_app, browser):
     page = browser.new_page(viewport={"width": 390, "height": 844})
     try:
         page.goto(vllm_app)
-        page.wait_for_function(f"() => {NOTE}.includes('Watching')", timeout=120_000)
+        until_said(page, "Watching", 120_000)
         # an endpoint where nothing answers: said in the tab, the picture keeps vLLM's cache
         page.fill("#vllm-events textarea, #vllm-events input", f"tcp://127.0.0.1:{free_port()}")
         page.click("#vllm-connect")
-        page.wait_for_function(f"() => {NOTE}.includes('nothing answered')", timeout=60_000)
+        until_said(page, "nothing answered", 60_000)
         assert "still shows" in page.evaluate(f"() => {NOTE}")
         page.click("#vllm-start")
-        page.wait_for_function(f"() => {NOTE}.includes('Watching')", timeout=60_000)
+        until_said(page, "Watching", 60_000)
         page.wait_for_function(f"() => {{ const m = {META}; return !!m; }}", timeout=30_000)
     finally:
         page.close()
