@@ -49,6 +49,7 @@ def prompts(tokenizer, n: int, length: int) -> list[list[int]]:
 
 
 DEVICE = "cuda"  # --smoke: "cpu"
+PROFILE_STEPS = 32  # --smoke: 4 (the profile checks the script, not the CPU's numbers)
 
 
 def sync() -> None:
@@ -89,19 +90,19 @@ def make_engine(dtype: str, blocks: int, graphs: bool) -> LLMEngine:
     return eng
 
 
-def profile_decode_steps(eng: LLMEngine, batch: list[list[int]], path: str) -> None:
-    """cProfile of 32 decode steps of the same batch (after the timed run: it slows them)."""
+def profile_decode_steps(eng: LLMEngine, batch: list[list[int]], path: str, steps: int) -> None:
+    """cProfile of `steps` decode steps of the same batch (after the timed run: it slows them)."""
     import cProfile
     import io
     import pstats
 
     for p in batch:
-        eng.add_request(p, SamplingParams(max_tokens=40, ignore_eos=True))
+        eng.add_request(p, SamplingParams(max_tokens=steps + 8, ignore_eos=True))
     while eng.scheduler.waiting:
         eng.step()
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(32):
+    for _ in range(steps):
         eng.step()
     prof.disable()
     out = io.StringIO()
@@ -159,7 +160,7 @@ def run_engine(dtype: str, batch: list[list[int]], new: int, graphs: bool,
         "outputs": [done[i] for i in ids],
     }
     if profile_path:
-        profile_decode_steps(eng, batch, profile_path)
+        profile_decode_steps(eng, batch, profile_path, PROFILE_STEPS)
     if graphs and (n, 1) in runner.graphs.graphs:
         graph = runner.graphs.graphs[(n, 1)]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -243,9 +244,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--smoke", action="store_true", help="CPU, float32, 4 x (16 + 8): checks the script")
     args = ap.parse_args()
-    global DEVICE
+    global DEVICE, PROFILE_STEPS
     if args.smoke:
         DEVICE, args.requests, args.prompt_len, args.new_tokens = "cpu", 4, 16, 8
+        PROFILE_STEPS = 4
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: run with --smoke for the CPU check of this script")
     half = "float32" if args.smoke else "bfloat16"

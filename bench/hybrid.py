@@ -4,6 +4,7 @@ and the prefix cache's CPU tier against recomputing.
 
     python bench/hybrid.py all --device cuda --out bench/results/hybrid_h100.json
     python bench/hybrid.py all --device cpu --smoke        # two layers, small sizes: the script runs
+    python bench/hybrid.py speed tier --device cpu --smoke # some parts, in one process
 
 The models are SmolLM2-135M's shapes (30 layers, 9 query heads over 3 KV heads, head_dim 64)
 with random weights, built in code from one seed, with the default model's tokenizer (found as
@@ -211,7 +212,7 @@ def tier(paths: dict[str, str], device: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["equal", "speed", "tier", "all"])
+    ap.add_argument("what", nargs="+", choices=["equal", "speed", "tier", "all"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="two layers, small sizes")
@@ -237,7 +238,7 @@ def main() -> None:
                                                                         "intermediate_size": 512})},
                  args.device)}
     for name, run in parts.items():
-        if args.what in (name, "all"):
+        if name in args.what or "all" in args.what:
             t0 = time.perf_counter()
             try:
                 results[name] = run()
