@@ -104,6 +104,18 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+class ServedUrl(str):
+    """A served app's URL that can also say what the app printed (a test that finds the page
+    stuck reports the server's tracebacks with it)."""
+
+    proc: Any = None
+
+    def log(self) -> str:
+        from ui.app_process import output
+
+        return output(self.proc)
+
+
 def serve_app(env: dict[str, str] | None = None) -> Iterator[str]:
     """`python app.py` on the real default model, on a free loopback port, until the generator
     is closed: its URL."""
@@ -111,8 +123,10 @@ def serve_app(env: dict[str, str] | None = None) -> Iterator[str]:
 
     port = free_port()
     proc = launch(["app.py"], port, env)
+    url = ServedUrl(f"http://127.0.0.1:{port}/")
+    url.proc = proc
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=30)

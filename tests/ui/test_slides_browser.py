@@ -137,14 +137,21 @@ STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
     : null, idle: (%s)(), slide: (%s)()}); }"""
 
 
-def _check(pg, where: str, size: tuple[int, int], problems: list[str]) -> None:
+def _server_errors(url: str) -> str:
+    """The tracebacks' last lines in what the served app printed (none: '')."""
+    log = url.log() if hasattr(url, "log") else ""
+    lines = [line for line in log.splitlines() if "Error" in line or "Traceback" in line]
+    return "; server: " + " | ".join(lines[-6:]) if lines else ""
+
+
+def _check(pg, where: str, size: tuple[int, int], problems: list[str], url: str = "") -> None:
     # drawn for this window (a redraw for an earlier box may land late: the page asks again)
     try:  # measured in the poll that finds it drawn (a redraw may empty it right after)
         bad = pg.wait_for_function(f"(s) => ({FITTED})(s) && ({IDLE})() && ({SLIDE})()",
                                    arg=list(size), timeout=120_000).json_value()
     except Exception:
         problems.append(f"{where}: never drawn for the slide: {pg.evaluate(STATE % (IDLE, SLIDE))}, "
-                        f"{pg.evaluate(BUSY)}")
+                        f"{pg.evaluate(BUSY)}{_server_errors(url)}")
         if SHOTS:
             pg.screenshot(path=os.path.join(SHOTS, where.replace(" ", "-") + "-stuck.png"))
         return
@@ -186,7 +193,7 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
         pages = 0
         while True:
             progress = pg.evaluate(PROGRESS)
-            _check(pg, f"{name} {pages} 1280x720", small, problems)
+            _check(pg, f"{name} {pages} 1280x720", small, problems, served_app)
             if "the end" in progress:
                 break
             _turn(pg, "ArrowRight", small)
@@ -195,10 +202,10 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
         pg.wait_for_function(FITTED, arg=list(big), timeout=120_000)
         # the larger screen: the last page (the score under it) and, Back, the one before it;
         # the smaller screen, where a page is tightest, has had them all
-        _check(pg, f"{name} {pages} 1920x1080", big, problems)
+        _check(pg, f"{name} {pages} 1920x1080", big, problems, served_app)
         if pages:
             _turn(pg, "ArrowLeft", big)
-            _check(pg, f"{name} {pages - 1} 1920x1080", big, problems)
+            _check(pg, f"{name} {pages - 1} 1920x1080", big, problems, served_app)
         unseen = DRAWS.get(name, set()) - set(pg.evaluate("[...window.plSeen]"))
         problems += [f"{name}: the walk never drew {sorted(unseen)}"] if unseen else []
     finally:
