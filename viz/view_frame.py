@@ -123,16 +123,24 @@ def base_layout(sz: ViewSizes, title: str, height: int, margin_l: float, meta: d
     }
 
 
+#: a line of a note's text, in its type's size (plotly spaces <br> lines at about 1.3x)
+NOTE_LINE = 1.35
+
+
 def note_figure(title: str, note: str, box: tuple[float, float] | None, large: bool
                 ) -> go.Figure:
     """A view with nothing to draw yet: its title and a sentence saying why."""
     sz = view_sizes(box, large)
-    height = min(sz.height or 10**6, int(sz.title * 2.4 + sz.font * 4))
-    fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note"}))
     if box:  # a phone's box cuts a long sentence at its right edge: break it into lines
         note = _wrapped(note, box[0] - 24, sz.font)
-    fig.update_layout(annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0,
-                                    "y": 0.5, "xanchor": "left", "showarrow": False,
+    # the note's lines between the title and the bottom edge (a phone's three lines laid over
+    # the title when the figure had room for one)
+    lines, bottom = note.count("<br>") + 1, sz.font * 0.8
+    height = min(sz.height or 10**6, int(sz.title * 2.4 + bottom + sz.font * (NOTE_LINE * lines + 0.6)))
+    fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note", "note_lines": lines}))
+    fig.update_layout(margin={"b": bottom},
+                      annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0,
+                                    "y": 0.5, "xanchor": "left", "align": "left", "showarrow": False,
                                     "font": {"size": sz.font, "color": palette.MUTED}}])
     fig.update_xaxes(visible=False, fixedrange=True)
     fig.update_yaxes(visible=False, fixedrange=True)
