@@ -255,10 +255,13 @@
     const tab = document.querySelector('#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected');
     const lesson = !!tab && tab.innerText.trim() === 'Lessons';
     const serving = !!tab && tab.innerText.trim() === 'Serving';
+    const vllm = !!tab && tab.innerText.trim() === 'vLLM';
     if (document.body.classList.contains('pl-lesson') !== lesson
-        || document.body.classList.contains('pl-serving') !== serving) {
+        || document.body.classList.contains('pl-serving') !== serving
+        || document.body.classList.contains('pl-vllm') !== vllm) {
       document.body.classList.toggle('pl-lesson', lesson);
       document.body.classList.toggle('pl-serving', serving);
+      document.body.classList.toggle('pl-vllm', vllm);
       // an inspector left open in another tab would open over this tab's own controls
       document.querySelector('#inspector > .label-wrap.open')?.click();
     }

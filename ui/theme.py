@@ -52,6 +52,10 @@ body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #poo
    (pl-lesson, set by ui/motion.js) the column holds only the page: where it is, its title, the
    key sentence (24 px and up), the rest of the text, the question, Back / Next. */
 body.pl-presenter { --slide: max(20px, min(1.5625vw, 2.78vh)); }
+/* The vLLM tab in front (pl-vllm, set by ui/motion.js): the page shows vLLM's cache, and the
+   session's own panels (the view under its picture and its choice, its events, the inspector,
+   its sequences and counts) would describe an engine that is not on the screen */
+body.pl-vllm :is(#view-plot, #view-choice, #event-log, #inspector, #below) { display: none !important }
 body.pl-presenter .gradio-container { padding-top: 2px !important; padding-bottom: 0 !important;
   max-width: none !important }
 body.pl-presenter footer, body.pl-presenter #landing, body.pl-presenter #status,

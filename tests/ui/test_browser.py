@@ -129,6 +129,30 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
         pg.close()
 
 
+# whether each of the session's own panels is on the page (null while the page renders)
+SESSION_PANELS = """() => { const on = ['#event-log', '#view-choice', '#inspector', '#sequences',
+  '#metrics'].map((s) => document.querySelector(s)); return on.every((e) => e)
+  ? on.map((e) => e.offsetParent !== null) : null; }"""
+
+
+def test_the_vllm_tab_shows_vllm_and_not_the_sessions_panels(browser, dry_app):
+    """The vLLM tab draws vLLM's cache in the picture's place: the session's events, view choice,
+    inspector, sequences and counts describe another engine and are not beside it; back on
+    Playground they are again."""
+    pg = open_page(browser, dry_app, WIDE)
+    try:
+        click_and_wait(pg, "#new-seq", "prefill")
+        assert pg.evaluate(SESSION_PANELS) == [True] * 5
+        pg.get_by_role("tab", name="vLLM").click()
+        pg.wait_for_function(f"() => ({SESSION_PANELS})()?.every((shown) => !shown)", timeout=30_000)
+        assert pg.locator("#vllm-tree").is_visible()
+        pg.get_by_role("tab", name="Playground").click()
+        pg.wait_for_function(f"() => ({SESSION_PANELS})()?.every((shown) => shown)", timeout=30_000)
+        assert pg.console_errors == []
+    finally:
+        pg.close()
+
+
 def test_the_inspector_follows_its_block_after_free(browser, dry_app):
     """Issue 23: after Free the inspector no longer describes the block as its old owner's: the
     picture's change rewrites the note (dry app: the block's bookkeeping, no K/V)."""
