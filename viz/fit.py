@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from viz.pool_cells import block_label, slot_text
-from viz.pool_layout import GAP_W, LABEL_W, PLOT_PX, SLOT_PX, PoolLayout, cpu_layout, gpu_layout
+from viz.pool_layout import GAP_W, LABEL_W, PLOT_PX, SLOT_PX, PoolLayout, cpu_layout, gpu_layout, table_top
 from viz.text_width import text_px
 
 ROW_PX = 25  # laptop: pixels per row of the picture (21 for tall pools)
@@ -179,7 +179,7 @@ def _fill(sizes: Sizes, needed: float, height: float) -> Sizes:
 def _span(c: Content, gpu: PoolLayout) -> float:
     """The picture's height in rows: what pool_figure lays out (tables above the pool, headers,
     the pool's rows and folds, the freed label, the CPU bands, the waiting line)."""
-    top = 2.0 + max(c.table_rows, 1) - 1
+    top = table_top(c.table_rows, c.waiting)
     bottom = -gpu.rows + 0.4 - (0.85 if c.freed else 0.0)
     below = gpu
     for n in (c.has_cpu, c.has_tier):

@@ -54,7 +54,7 @@ from viz.fit import (
 )
 from viz.overlays import change_overlays, rects, reserved_region
 from viz.pool_cells import FAST, block_ids, fold_id_cells, pool_heatmap, tier_heatmap
-from viz.pool_layout import cpu_layout
+from viz.pool_layout import cpu_layout, table_top
 from viz.text_width import text_px
 
 
@@ -172,7 +172,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
     pending = {b: p for b, p in pending.items() if (b, p[0]) not in gone}
     keep = _keep(snap, events, selected_block)
     drawn = selected_block is not None and 0 <= selected_block < snap.num_blocks
-    top = 2.0 + len(rows) - 1  # first table row; the last sits 2 rows above the pool
+    # the first table row; the last sits 2 rows above the pool (none: the pool's header is the top)
+    top = table_top(len(rows), any(not s.block_table for s in snap.sequences.values()))
     plain, widest = row_labels(rows, top, 1.0, seq_labels, selected_seq, None)
     sz = _sizes(snap, events, rows, keep, pending, token_text,
                 ["▶ " + re.sub("<[^>]*>", "", n["text"]) for n in plain], block_level, large, box,

@@ -191,3 +191,9 @@ def cpu_layout(num_blocks: int, block_size: int, below: PoolLayout) -> PoolLayou
     return PoolLayout(num_blocks, block_size, False, per_row, x0=0.0,
                       y0=below.y0 - below.rows - 1.2, cell_w=below.width / per_row)
 
+
+def table_top(table_rows: int, waiting: bool) -> float:
+    """The y of the first block-table row: the last sits 2 rows above the pool. With no table
+    (and no waiting request's line, which sits over where the tables go) the picture starts at
+    the pool's header, with no empty band above it."""
+    return 1.0 + table_rows if table_rows or waiting else 0.0
