@@ -192,3 +192,18 @@ def test_panels_count_one_block_and_one_token_in_the_singular():
     metrics = metrics_html(eng.snapshot(), eng.engine_info(), 1)
     assert "<b>2 blocks (each sequence reserves 1 slot)</b>" in metrics
     assert "<b>0 blocks (0% of table entries)</b>" in metrics
+
+
+def test_a_picture_without_tables_starts_at_the_pools_header():
+    """No sequence holds a block (a new session, a class whose requests are done): no empty band
+    where the tables would go; with one, the tables' rows sit above the pool's header."""
+    for box in (None, (766.0, 600.0), (326.0, 500.0)):
+        eng = dry()
+        fig = pool_figure(eng.snapshot(), box=box)
+        header = next(a for a in fig.layout.annotations if a.text.startswith("GPU pool"))
+        assert fig.layout.yaxis.range[1] - header.y < 0.8, (box, fig.layout.yaxis.range, header.y)
+        eng.add_sequence([1, 2, 3, 4, 5])
+        fig = pool_figure(eng.snapshot(), box=box)
+        header = next(a for a in fig.layout.annotations if a.text.startswith("GPU pool"))
+        tables = next(a for a in fig.layout.annotations if a.text.startswith("block tables"))
+        assert tables.y > header.y + 1 and fig.layout.yaxis.range[1] > tables.y, box
