@@ -137,7 +137,7 @@ def note_figure(title: str, note: str, box: tuple[float, float] | None, large: b
     # the title when the figure had room for one)
     lines, bottom = note.count("<br>") + 1, sz.font * 0.8
     height = min(sz.height or 10**6, int(sz.title * 2.4 + bottom + sz.font * (NOTE_LINE * lines + 0.6)))
-    fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note", "note_lines": lines}))
+    fig = go.Figure(layout=base_layout(sz, title, height, 8, {"view": "note"}))
     fig.update_layout(margin={"b": bottom},
                       annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0,
                                     "y": 0.5, "xanchor": "left", "align": "left", "showarrow": False,
