@@ -197,9 +197,14 @@ def block_ids(blocks: Sequence[BlockView], layout: PoolLayout, scale: float = 1.
 
 
 def tier_heatmap(slots: Sequence[BlockView], lru: Sequence[int], layout: PoolLayout,
-                 token_text: Callable[[int], str], scale: float = 1.0) -> go.Heatmap:
+                 token_text: Callable[[int], str], scale: float = 1.0,
+                 cell_px: float | None = None) -> go.Heatmap:
     """The prefix cache's CPU tier: one cell per slot ("t3"), grey where it keeps an evicted
-    block (hover: its hash, tokens and place in the LRU order), white where free."""
+    block (hover: its hash, tokens and place in the LRU order), white where free. `cell_px`: a
+    cell's width on the screen, where the picture is fitted; the labels' type fits it."""
+    size = 11 * scale
+    if cell_px and slots:  # the type grows with the picture's rows, a cell's width does not
+        size = min(size, (cell_px - 8) / text_px(f"t{max(b.block_id for b in slots)}", 1.0))
     z: list[list] = [[None] * layout.per_row for _ in range(layout.rows)]
     text = [[""] * layout.per_row for _ in range(layout.rows)]
     custom: list[list] = [[None] * layout.per_row for _ in range(layout.rows)]
@@ -221,6 +226,6 @@ def tier_heatmap(slots: Sequence[BlockView], lru: Sequence[int], layout: PoolLay
                                       f"{lru_words}<br>tokens: {tokens}"]
     return go.Heatmap(**FAST,
         z=z, x=layout.x_edges(), y=[layout.y0 - r for r in range(layout.rows)], text=text,
-        texttemplate="%{text}", textfont={"size": 11 * scale}, customdata=custom, zmin=-0.5,
+        texttemplate="%{text}", textfont={"size": size}, customdata=custom, zmin=-0.5,
         zmax=len(COLOURS) - 0.5, colorscale=colourscale(), showscale=False, xgap=1, ygap=4,
         name="cpu tier", hovertemplate="%{customdata[1]}<extra></extra>", hoverongaps=False)

@@ -202,7 +202,8 @@ def pool_figure(snap: Snapshot, events: Sequence[Event] = (),
         traces.append(pool_heatmap(snap.cpu_blocks, cpu, token_text, {}, "cpu pool", "c", scale=small,
                                    plot_px=sz.plot_px, groups=words))
     if tier is not None:
-        traces.append(tier_heatmap(snap.tier_blocks, snap.tier_lru, tier, token_text, scale=small))
+        traces.append(tier_heatmap(snap.tier_blocks, snap.tier_lru, tier, token_text, scale=small,
+                                   cell_px=unit and tier.cell_w * unit))
     entries: list[tuple] = []
     if rows:
         tables, entries = table_traces(snap, rows, top, gpu, cpu, token_text, k, sz.cells)
