@@ -207,3 +207,19 @@ def test_a_picture_without_tables_starts_at_the_pools_header():
         header = next(a for a in fig.layout.annotations if a.text.startswith("GPU pool"))
         tables = next(a for a in fig.layout.annotations if a.text.startswith("block tables"))
         assert tables.y > header.y + 1 and fig.layout.yaxis.range[1] > tables.y, box
+
+
+def test_the_cpu_tiers_labels_fit_their_cells_however_tall_the_rows():
+    """The tier's labels ("t15") take the picture's type, which grows with its rows: in a
+    fitted picture each stays inside its cell (lesson 14's first slide cut them once)."""
+    from viz.text_width import text_px
+
+    for box, large in (((766.0, 560.0), True), ((766.0, 900.0), True), ((326.0, 500.0), False)):
+        snap = dry(16, num_offload_blocks=16).snapshot()
+        fig = pool_figure(snap, box=box, large=large)
+        tier = trace(fig, "cpu tier")
+        width = fig.layout.width or box[0]  # a fitted picture is as wide as its box
+        unit = (width - fig.layout.margin.l - fig.layout.margin.r) / (
+            fig.layout.xaxis.range[1] - fig.layout.xaxis.range[0])
+        cell = (tier.x[1] - tier.x[0]) * unit
+        assert text_px("t15", tier.textfont.size) <= cell - 4, (box, tier.textfont.size, cell)
