@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from engine.core.scheduler import TIER_LOAD_CHUNK  # a load beside decodes: a step's blocks
 from engine.runtime.transfer import to_device
 
 
@@ -53,6 +54,7 @@ class TierCopies:
         self.bus_bytes = {"out": 0, "in": 0}
         self._slot_event: dict[int, Any] = {}  # a slot's last copy, for the next one to wait on
         self._block_event: dict[int, Any] = {}  # a loaded block: its forward waits on this
+        self._staged: torch.Tensor | None = None  # the loads' staging buffer, see _staging
         if cuda:
             low, high = torch.cuda.Stream.priority_range()
             self._offload_stream = torch.cuda.Stream(self.device, priority=low)
@@ -92,8 +94,7 @@ class TierCopies:
         queued.record()  # whatever the compute stream still does with these blocks
         with torch.cuda.stream(self._load_stream):
             self._wait_slots(self._load_stream, slots)
-            staged = torch.empty((len(slots), *self.slots.shape[1:]), dtype=self.slots.dtype,
-                                 device=self.device)
+            staged = self._staging(len(slots))
             for first, last, at in self._count(slots, "in"):
                 staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
             # only the scatter waits for it: the bus copy into staging overlaps an offload's
@@ -135,6 +136,17 @@ class TierCopies:
         self.bus_copies[way] += len(runs)
         self.bus_bytes[way] += len(slots) * self.slot_bytes
         return runs
+
+    def _staging(self, n: int) -> torch.Tensor:
+        """n slots' worth of the loads' staging buffer, kept for the engine's life (grown when a
+        load is larger). A `torch.empty` per load let the caching allocator take new device
+        memory on some steps, which synchronises: the load steps of one engine ran at 1.7 ms and
+        of the next at 2.8 (bench/NOTES.md, "The staging buffer, tried"). Only the load stream
+        uses it, so a load's copy into it is ordered after the last load's scatter out of it."""
+        if self._staged is None or len(self._staged) < n:
+            self._staged = torch.empty((max(n, TIER_LOAD_CHUNK), *self.slots.shape[1:]),
+                                       dtype=self.slots.dtype, device=self.device)
+        return self._staged[:n]
 
     def _wait_slots(self, stream: Any, slots: list[int]) -> None:
         for event in {id(e): e for s in slots if (e := self._slot_event.get(s)) is not None}.values():

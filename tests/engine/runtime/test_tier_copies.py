@@ -143,6 +143,27 @@ def test_on_cuda_the_copies_run_on_their_streams_and_move_the_same_bytes() -> No
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_loads_queued_back_to_back_share_one_staging_buffer_and_bring_their_own_bytes() -> None:
+    """Three loads with no wait between them, the second larger than the buffer (it grows):
+    each brings its own slots' bytes (the next load's copy into the buffer waits for the last
+    one's scatter out of it), and once grown, a load takes no device memory."""
+    kv = pool(160).to("cuda", torch.bfloat16)
+    tier = TierCopies(kv, 80)
+    before = kv.clone()
+    tier.offload(kv, [(b, b) for b in range(80)])
+    tier.load(kv, [(s, 80 + s) for s in range(10)])
+    tier.load(kv, [(s, 80 + s) for s in range(10, 50)])  # 40 slots: past the first 32
+    held = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    tier.load(kv, [(s, 80 + s) for s in range(50, 60)])
+    assert torch.cuda.max_memory_allocated() - held < 10 * tier.slot_bytes  # its block ids only
+    tier.wait_for_blocks(list(range(80, 140)))
+    torch.cuda.synchronize()
+    assert torch.equal(kv[:, :, 80:140], before[:, :, :60])
+    assert torch.equal(kv[:, :, 140:], before[:, :, 140:])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model) -> None:
     prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
 
