@@ -6,6 +6,7 @@ spread of that row from one engine to the next rather than against another lease
     cp bench/*.py ab_old/bench/                    # both sides measured by the same bench
     python bench/ab_trees.py --trees ab_old . --rounds 3 --only hybrid tier --out "$OUT/ab.json"
     python bench/ab_trees.py --trees ab_old . --rounds 6 --bench tier --only overlap --out "$OUT/ab.json"
+    python bench/ab_trees.py --trees . . --envs - OMP_NUM_THREADS=1 --only tier --out "$OUT/ab.json"
 
 Writes the rows of every turn (bench/mem_table.py's measures) and each tree's turns side by
 side; each turn is a fresh process (its own engines, its own heap).
@@ -26,7 +27,7 @@ from pathlib import Path
 
 def rows(result: dict) -> dict:
     """The host-bound rows of a mem_gpu.json: the hybrid's ratios and its prefill and decode
-    seconds, the tier's document repeat and load step."""
+    seconds, the tier's document repeat and load step, the 1.2B step over its roofline."""
     out: dict = {}
     for length, got in result.get("hybrid", {}).items():
         if isinstance(got, dict) and "hybrid" in got:
@@ -45,18 +46,23 @@ def rows(result: dict) -> dict:
         out["load_quiet_ms"] = [o["load_step_ms"], o["quiet_step_ms"]]
     if tier.get("bandwidth"):
         out["copies_gb_s"] = [tier["bandwidth"]["gpu_to_cpu_gb_s"], tier["bandwidth"]["cpu_to_gpu_gb_s"]]
+    for seqs, got in result.get("roofline", {}).items():
+        if isinstance(got, dict) and "async_over_roofline" in got:
+            out[f"roofline_{seqs}"] = got["async_over_roofline"]
+            out[f"host_ms_{seqs}"] = got["host_ms_per_step"]
     out["gc_pauses"] = result.get("gc_pauses")
     return out
 
 
-def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool) -> dict:
+def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool, env: str = "-") -> dict:
     folder = tempfile.mkdtemp(prefix="ab-")
     out = folder if bench == "mem_gpu" else os.path.join(folder, "mem_gpu.json")
     cmd = [sys.executable, os.path.join(tree, "bench", f"{bench}.py"), "--only", *parts, "--out", out,
            *(["--smoke"] if smoke else [])]
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **_env(env)})
     except subprocess.TimeoutExpired:
         return {"error": f"no result in {timeout} s"}
     path = Path(folder) / "mem_gpu.json"
@@ -67,9 +73,17 @@ def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool) -> 
     return got
 
 
+def _env(spec: str) -> dict[str, str]:
+    """"NAME=VALUE,NAME=VALUE" as a dict; "-" for none."""
+    return {} if spec == "-" else dict(kv.split("=", 1) for kv in spec.split(","))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trees", nargs=2, required=True, help="the before and after folders")
+    ap.add_argument("--trees", nargs="+", required=True, help="the before and after folders")
+    ap.add_argument("--envs", nargs="+", default=None,
+                    help="each tree's extra environment, NAME=VALUE[,NAME=VALUE] or - (one per tree: "
+                         "the same tree twice with two environments compares settings)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bench", choices=["mem_gpu", "tier"], default="mem_gpu",
                     help="which bench each turn runs (tier: bench/tier.py's stages, e.g. overlap)")
@@ -78,20 +92,25 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--smoke", action="store_true", help="mem_gpu's tiny sizes (a CPU check)")
     args = ap.parse_args()
+    envs = args.envs or ["-"] * len(args.trees)
+    if len(envs) != len(args.trees):
+        ap.error("--envs needs one entry per tree")
+    sides = [(tree, env, tree if env == "-" else f"{tree} {env}")
+             for tree, env in zip(args.trees, envs, strict=True)]
     turns: list[dict] = []
     for r in range(args.rounds):
-        for tree in args.trees:
-            got = {"round": r, "tree": tree, **turn(os.path.abspath(tree), args.bench, args.only,
-                                                          args.timeout, args.smoke)}
+        for tree, env, name in sides:
+            got = {"round": r, "tree": name, **turn(os.path.abspath(tree), args.bench, args.only,
+                                                          args.timeout, args.smoke, env)}
             turns.append(got)
             print(json.dumps({k: v for k, v in got.items() if k != "gc_pauses"}), flush=True)
             Path(args.out).write_text(json.dumps({"turns": turns}, indent=1))
     side = {}
-    for tree in args.trees:
-        mine = [t for t in turns if t["tree"] == tree and "error" not in t]
-        side[tree] = {k: [t[k] for t in mine] for k in ("hybrid_1024", "hybrid_4096", "tier_document",
-                                                       "load_step") if mine and k in mine[0]}
-        side[tree]["medians"] = {k: statistics.median(v) for k, v in side[tree].items() if v}
+    for _, _, name in sides:
+        mine = [t for t in turns if t["tree"] == name and "error" not in t]
+        keys = ("hybrid_1024", "hybrid_4096", "tier_document", "load_step", "roofline_64", "roofline_256")
+        side[name] = {k: [t[k] for t in mine] for k in keys if mine and k in mine[0]}
+        side[name]["medians"] = {k: statistics.median(v) for k, v in side[name].items() if v}
     Path(args.out).write_text(json.dumps({"turns": turns, "by_tree": side}, indent=1))
     print(json.dumps(side, indent=1))
 
