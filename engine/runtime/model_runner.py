@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.runtime.attention_plugin import METADATA_KWARG, PagedMetadata, use_paged_attention
@@ -291,15 +292,40 @@ class ModelRunner:
         for i, seq in enumerate(batch):
             self._check(i, seq)
             token_ids += seq.token_ids
-        q_lens = torch.tensor([len(s.token_ids) for s in batch])
-        starts = torch.tensor([s.num_computed for s in batch])
-        query_start = torch.zeros(len(batch) + 1, dtype=torch.long)
-        torch.cumsum(q_lens, 0, out=query_start[1:])
-        seq_of = torch.repeat_interleave(torch.arange(len(batch)), q_lens)  # each token's sequence
-        positions = starts[seq_of] + torch.arange(len(token_ids)) - query_start[seq_of]
-        ids = torch.tensor([token_ids], dtype=torch.long)
+        # numpy, not torch, on the host: torch's CPU operations on a long chunk's thousands of
+        # tokens run in parallel regions whose threads may be asleep or share a core (on an H200
+        # host, 3 ms an index); numpy's take microseconds, on one thread
+        n = len(batch)
+        q_lens = np.fromiter((len(s.token_ids) for s in batch), np.int64, n)
+        starts = np.fromiter((s.num_computed for s in batch), np.int64, n)
+        query_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(q_lens, out=query_start[1:])
+        seq_of = np.repeat(np.arange(n), q_lens)  # each token's sequence
+        positions = (starts - query_start[:-1])[seq_of] + np.arange(len(token_ids))
+        ids = np.array(token_ids, dtype=np.int64)
         if fed:  # placeholders (the in-flight marker) read as token 0 until the feed writes them
-            ids.clamp_(min=0)
+            np.maximum(ids, 0, out=ids)
+        dev = self.device
+        slot_mappings, block_tables = self._tables_and_slots(batch, seq_of, positions)
+        seq_lens = starts + q_lens
+        meta = PagedMetadata(
+            kv_cache=self.cache.kv_cache,
+            ops=self.cache.ops,
+            slot_mappings=tuple(slot_mappings),
+            block_tables=tuple(block_tables),
+            seq_lens=to_device(seq_lens, torch.int32, dev),
+            query_start_loc=to_device(query_start, torch.int32, dev),
+            max_query_len=int(q_lens.max()),
+            max_seq_len=int(seq_lens.max()),
+            layout=self.layout,
+        )
+        last_rows = to_device(query_start[1:] - 1, torch.long, dev)
+        input_ids, token_positions = (to_device(a[None], torch.long, dev) for a in (ids, positions))
+        return meta, input_ids, token_positions, last_rows
+
+    def _tables_and_slots(self, batch: list[StepItem], seq_of: np.ndarray, positions: np.ndarray
+                          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each KV cache group's slot of every token and padded block tables, on the device."""
         dev, bs = self.device, self.block_size
         slot_mappings, block_tables = [], []
         for g, window in enumerate(self.layout.windows):
@@ -309,24 +335,11 @@ class ModelRunner:
             for seq, table in zip(batch, tables, strict=True):
                 flat += _kernel_table(table, seq.num_computed, window, bs) if window else table
                 flat += [0] * (width - len(table))
-            padded = torch.tensor(flat, dtype=torch.int32).view(len(batch), width)
-            slots = padded[seq_of, positions // bs].long() * bs + positions % bs
-            slot_mappings.append(slots.to(dev))
-            block_tables.append(padded.to(dev))
-        seq_lens = starts + q_lens
-        meta = PagedMetadata(
-            kv_cache=self.cache.kv_cache,
-            ops=self.cache.ops,
-            slot_mappings=tuple(slot_mappings),
-            block_tables=tuple(block_tables),
-            seq_lens=seq_lens.to(torch.int32).to(dev),
-            query_start_loc=query_start.to(torch.int32).to(dev),
-            max_query_len=int(q_lens.max()),
-            max_seq_len=int(seq_lens.max()),
-            layout=self.layout,
-        )
-        last_rows = (query_start[1:] - 1).to(dev)
-        return meta, ids.to(dev), positions[None].to(dev), last_rows
+            padded = np.array(flat, dtype=np.int32).reshape(len(batch), width)
+            slots = padded[seq_of, positions // bs].astype(np.int64) * bs + positions % bs
+            slot_mappings.append(to_device(slots, torch.long, dev))
+            block_tables.append(to_device(padded, torch.int32, dev))
+        return slot_mappings, block_tables
 
     def _check(self, i: int, seq: StepItem) -> None:
         # Checked before the forward pass: a bad table would otherwise write K/V into a block
