@@ -60,12 +60,13 @@ SHAPE = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_
 
 def build(folder: Path, hybrid: bool, shape: dict | None = None) -> str:
     """Save a random SmolLM2-shaped Qwen2 (hybrid or all full; or of `shape`, all full, in
-    bfloat16) with the default tokenizer."""
+    bfloat16) with the default tokenizer, or its stand-in on a machine without it (a GPU
+    machine reaches no hub: asking it cost run 11's every turn)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from engine.runtime.models import _load_default_tokenizer
+    from bench.mem_models import tokenizer
 
-    tok = _load_default_tokenizer()
+    tok, _ = tokenizer()
     n = shape["num_hidden_layers"] if shape else SIZES["layers"]
     kinds = ["sliding_attention", "full_attention"] * (n // 2) if hybrid else ["full_attention"] * n
     dtype = torch.bfloat16 if shape else torch.float32  # a 1B model saves in half the bytes
