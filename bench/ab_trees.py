@@ -7,6 +7,11 @@ spread of that row from one engine to the next rather than against another lease
     python bench/ab_trees.py --trees ab_old . --rounds 3 --only hybrid tier --out "$OUT/ab.json"
     python bench/ab_trees.py --trees ab_old . --rounds 6 --bench tier --only overlap --out "$OUT/ab.json"
     python bench/ab_trees.py --trees . . --envs - OMP_NUM_THREADS=1 --only tier --out "$OUT/ab.json"
+    python bench/ab_trees.py --trees ab_old . --warm-up --budget 500 --rounds 9 --only hybrid tier \
+        --out "$OUT/ab.json"
+
+A turn of `--only hybrid tier roofline` took 130 s on an H200 (run 9), the first one on a new
+machine more (it compiles): `--warm-up` and `--budget` fit a ten-minute call.
 
 Writes the rows of every turn (bench/mem_table.py's measures) and each tree's turns side by
 side; each turn is a fresh process (its own engines, its own heap).
@@ -89,6 +94,13 @@ def main() -> None:
                     help="which bench each turn runs (tier: bench/tier.py's stages, e.g. overlap)")
     ap.add_argument("--only", nargs="+", default=["hybrid", "tier"])
     ap.add_argument("--timeout", type=int, default=150, help="seconds a turn may take")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds for all the turns: a round that would end past it (at the "
+                         "slowest turn's pace so far) is not started, so a device call ends "
+                         "with whole rounds written rather than killed mid-turn")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="first an unrecorded turn of every tree: on a new machine the first "
+                         "process compiles every kernel (run 9's first turn ran past 170 s)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--smoke", action="store_true", help="mem_gpu's tiny sizes (a CPU check)")
     args = ap.parse_args()
@@ -97,21 +109,39 @@ def main() -> None:
         ap.error("--envs needs one entry per tree")
     sides = [(tree, env, tree if env == "-" else f"{tree} {env}")
              for tree, env in zip(args.trees, envs, strict=True)]
+    start, slowest = time.perf_counter(), 0.0
+    if args.warm_up:
+        for tree, env, name in sides:
+            t0 = time.perf_counter()
+            turn(os.path.abspath(tree), args.bench, args.only, args.timeout, args.smoke, env)
+            print(json.dumps({"warm_up": name, "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
     turns: list[dict] = []
     for r in range(args.rounds):
+        left = None if args.budget is None else args.budget - (time.perf_counter() - start)
+        if left is not None and left < slowest * len(sides):  # whole rounds only
+            print(json.dumps({"stopped": f"before round {r}: {left:.0f} s left, a turn takes "
+                                         f"{slowest:.0f}"}), flush=True)
+            break
         for tree, env, name in sides:
+            t0 = time.perf_counter()
             got = {"round": r, "tree": name, **turn(os.path.abspath(tree), args.bench, args.only,
                                                           args.timeout, args.smoke, env)}
+            slowest = max(slowest, time.perf_counter() - t0)
             turns.append(got)
             print(json.dumps({k: v for k, v in got.items() if k != "gc_pauses"}), flush=True)
             Path(args.out).write_text(json.dumps({"turns": turns}, indent=1))
+    _write(args.out, turns, sides)
+
+
+def _write(out: str, turns: list[dict], sides: list[tuple[str, str, str]]) -> None:
+    """Every turn, and each side's rows with their medians."""
     side = {}
     for _, _, name in sides:
         mine = [t for t in turns if t["tree"] == name and "error" not in t]
         keys = ("hybrid_1024", "hybrid_4096", "tier_document", "load_step", "roofline_64", "roofline_256")
         side[name] = {k: [t[k] for t in mine] for k in keys if mine and k in mine[0]}
         side[name]["medians"] = {k: statistics.median(v) for k, v in side[name].items() if v}
-    Path(args.out).write_text(json.dumps({"turns": turns, "by_tree": side}, indent=1))
+    Path(out).write_text(json.dumps({"turns": turns, "by_tree": side}, indent=1))
     print(json.dumps(side, indent=1))
 
 
