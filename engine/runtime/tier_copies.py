@@ -139,10 +139,10 @@ class TierCopies:
 
     def _staging(self, n: int) -> torch.Tensor:
         """n slots' worth of the loads' staging buffer, kept for the engine's life (grown when a
-        load is larger). A `torch.empty` per load let the caching allocator take new device
-        memory on some steps, which synchronises: the load steps of one engine ran at 1.7 ms and
-        of the next at 2.8 (bench/NOTES.md, "The staging buffer, tried"). Only the load stream
-        uses it, so a load's copy into it is ordered after the last load's scatter out of it."""
+        load is larger) rather than taken from the caching allocator at every load, where a
+        pool with no free block of the size takes new device memory, which synchronises.
+        Only the load stream uses it, so a load's copy into it is ordered after the last
+        load's scatter out of it."""
         if self._staged is None or len(self._staged) < n:
             self._staged = torch.empty((max(n, TIER_LOAD_CHUNK), *self.slots.shape[1:]),
                                        dtype=self.slots.dtype, device=self.device)
