@@ -9,8 +9,9 @@ Writes into --out (at most 8 files): mem_gpu.json (every number; rewritten after
 profiles.txt (host and kernel profiles), gpu_pytest.log, kernel_probe.json, ncu.csv (where
 `ncu` runs), and prints the table last. Each part fails alone (its error goes into the JSON and
 the others go on), and a part that would start past the time budget is skipped and said so.
-The startup heap is frozen first (`--heap as-is`: not; a GPU engine freezes the heap after its
-warm-up either way, engine/runtime/runtime.py), and each part's collector pauses are counted.
+The startup heap is frozen first (`--heap as-is`: not; `--heap off`: and the collector is off; a
+GPU engine freezes the heap after its warm-up either way, engine/runtime/runtime.py), and each
+part's collector pauses are counted.
 Models: bench/mem_models.py; measurements: bench/mem_parts.py and the benches they reuse.
 """
 
@@ -182,15 +183,21 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", nargs="+", default=list(ESTIMATE), choices=list(ESTIMATE))
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
-    ap.add_argument("--heap", choices=["frozen", "as-is"], default="frozen",
+    ap.add_argument("--heap", choices=["frozen", "as-is", "off"],
+                    default=os.environ.get("PAGEDLAB_BENCH_HEAP", "frozen"),
                     help="frozen (default): the startup heap frozen before the parts, as a GPU "
-                         "engine freezes its own after its warm-up; as-is: only the engines' freezes")
+                         "engine freezes its own after its warm-up; as-is: only the engines' "
+                         "freezes; off: frozen, and the collector off while the parts measure "
+                         "(are the hybrid's slow prefill steps its collections?). The default "
+                         "comes from $PAGEDLAB_BENCH_HEAP, so bench/ab_trees.py --envs compares them")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.device, dict(SMOKE if args.smoke else FULL))
-    if args.heap == "frozen":
+    if args.heap in ("frozen", "off"):
         freeze_heap()
+    if args.heap == "off":
+        gc.disable()  # a process of its own: nothing else runs in it (the GPU tests are another)
     run.result["heap"] = {"mode": args.heap, "frozen_objects": gc.get_freeze_count()}
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
           f"{run.result['tokenizer']}, heap: {run.result['heap']}", flush=True)
