@@ -115,6 +115,20 @@ class ServedUrl(str):
 
         return output(self.proc)
 
+    def stacks(self, limit: int = 8000) -> str:
+        """Where the app's threads are now (`py-spy dump`, a test dependency): a page that waits
+        minutes on a served app under load says whether the app is slow or stuck, and where."""
+        import subprocess
+        import sys
+
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(self.proc.pid)], capture_output=True,
+                                  text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"(no stacks: {err})"
+        return (done.stdout or done.stderr)[-limit:]
+
 
 def serve_app(env: dict[str, str] | None = None) -> Iterator[str]:
     """`python app.py` on the real default model, on a free loopback port, until the generator

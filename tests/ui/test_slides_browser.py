@@ -138,10 +138,12 @@ STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 
 
 def _server_errors(url: str) -> str:
-    """The tracebacks' last lines in what the served app printed (none: '')."""
+    """The tracebacks' last lines in what the served app printed (none: ''), and where its
+    threads are now."""
     log = url.log() if hasattr(url, "log") else ""
     lines = [line for line in log.splitlines() if "Error" in line or "Traceback" in line]
-    return "; server: " + " | ".join(lines[-6:]) if lines else ""
+    stacks = f"\nthe app's threads:\n{url.stacks()}" if hasattr(url, "stacks") else ""
+    return ("; server: " + " | ".join(lines[-6:]) if lines else "") + stacks
 
 
 def _check(pg, where: str, size: tuple[int, int], problems: list[str], url: str = "") -> None:
@@ -160,7 +162,7 @@ def _check(pg, where: str, size: tuple[int, int], problems: list[str], url: str 
     problems += [f"{where}: {b}" for b in bad]
 
 
-def _turn(pg, key: str, size: tuple[int, int]) -> str:
+def _turn(pg, key: str, size: tuple[int, int], url: str = "") -> str:
     """Press a key (→ Next, ← Back), wait for the new page drawn to fit `size`; its progress."""
     before = pg.evaluate(PROGRESS)
     pg.keyboard.press(key)
@@ -169,7 +171,7 @@ def _turn(pg, key: str, size: tuple[int, int]) -> str:
                              f"&& t !== b && ({IDLE})(); }}", arg=before, timeout=180_000)
     except Exception as e:  # the press did nothing, or the page never came to rest: which
         raise AssertionError(f"after {key} from '{before}': the page shows '{pg.evaluate(PROGRESS)}', "
-                             f"{pg.evaluate(BUSY)}") from e
+                             f"{pg.evaluate(BUSY)}{_server_errors(url)}") from e
     try:
         pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
     except Exception as e:  # say what the page showed: the box, the picture's fit, the view
@@ -196,7 +198,7 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
             _check(pg, f"{name} {pages} 1280x720", small, problems, served_app)
             if "the end" in progress:
                 break
-            _turn(pg, "ArrowRight", small)
+            _turn(pg, "ArrowRight", small, served_app)
             pages += 1
         pg.set_viewport_size({"width": big[0], "height": big[1]})
         pg.wait_for_function(FITTED, arg=list(big), timeout=120_000)
@@ -204,7 +206,7 @@ def test_every_page_of_the_lesson_is_a_slide_at_1280x720_and_1920x1080(browser, 
         # the smaller screen, where a page is tightest, has had them all
         _check(pg, f"{name} {pages} 1920x1080", big, problems, served_app)
         if pages:
-            _turn(pg, "ArrowLeft", big)
+            _turn(pg, "ArrowLeft", big, served_app)
             _check(pg, f"{name} {pages - 1} 1920x1080", big, problems, served_app)
         unseen = DRAWS.get(name, set()) - set(pg.evaluate("[...window.plSeen]"))
         problems += [f"{name}: the walk never drew {sorted(unseen)}"] if unseen else []
