@@ -360,7 +360,7 @@ def table() -> str:
                   "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
                   f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
                   f"{mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py`). "
-                  f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`, one NVIDIA H200): the newest "
+                  f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`): the newest "
                   "code (the tier's loads keep their staging buffer; a chunk's positions and "
                   "slots are built in numpy), on a chip whose memory is ~1.4x faster, so its "
                   "roofline rows are against a lower roofline. Rows bound by the host move by a "
