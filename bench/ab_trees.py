@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def rows(result: dict) -> dict:
         o = tier["overlap"]
         out["load_step"] = o["tokens_per_s_with_load_over_without"]
         out["load_quiet_ms"] = [o["load_step_ms"], o["quiet_step_ms"]]
+        if "engines" in o:  # bench/tier.py --engines N: each engine's too
+            out["load_steps"] = [e["tokens_per_s_with_load_over_without"] for e in o["engines"]]
     if tier.get("bandwidth"):
         out["copies_gb_s"] = [tier["bandwidth"]["gpu_to_cpu_gb_s"], tier["bandwidth"]["cpu_to_gpu_gb_s"]]
     for seqs, got in result.get("roofline", {}).items():
@@ -59,11 +62,12 @@ def rows(result: dict) -> dict:
     return out
 
 
-def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool, env: str = "-") -> dict:
+def turn(tree: str, bench: str, parts: list[str], timeout: int, smoke: bool, env: str = "-",
+         extra: str = "") -> dict:
     folder = tempfile.mkdtemp(prefix="ab-")
     out = folder if bench == "mem_gpu" else os.path.join(folder, "mem_gpu.json")
     cmd = [sys.executable, os.path.join(tree, "bench", f"{bench}.py"), "--only", *parts, "--out", out,
-           *(["--smoke"] if smoke else [])]
+           *(["--smoke"] if smoke else []), *shlex.split(extra)]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=timeout,
@@ -103,6 +107,8 @@ def main() -> None:
                          "process compiles every kernel (run 9's first turn ran past 170 s)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--smoke", action="store_true", help="mem_gpu's tiny sizes (a CPU check)")
+    ap.add_argument("--extra", default="", help="more arguments for every turn's bench, as one "
+                    "string: --extra='--engines 3'")
     args = ap.parse_args()
     envs = args.envs or ["-"] * len(args.trees)
     if len(envs) != len(args.trees):
@@ -113,7 +119,7 @@ def main() -> None:
     if args.warm_up:
         for tree, env, name in sides:
             t0 = time.perf_counter()
-            turn(os.path.abspath(tree), args.bench, args.only, args.timeout, args.smoke, env)
+            turn(os.path.abspath(tree), args.bench, args.only, args.timeout, args.smoke, env, args.extra)
             print(json.dumps({"warm_up": name, "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
     turns: list[dict] = []
     for r in range(args.rounds):
@@ -125,7 +131,7 @@ def main() -> None:
         for tree, env, name in sides:
             t0 = time.perf_counter()
             got = {"round": r, "tree": name, **turn(os.path.abspath(tree), args.bench, args.only,
-                                                          args.timeout, args.smoke, env)}
+                                                          args.timeout, args.smoke, env, args.extra)}
             slowest = max(slowest, time.perf_counter() - t0)
             turns.append(got)
             print(json.dumps({k: v for k, v in got.items() if k != "gc_pauses"}), flush=True)

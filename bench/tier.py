@@ -163,6 +163,15 @@ def overlap(path: str, device: str, sizes: dict, probe: Any = None) -> dict:
             "tokens_per_s_with_load_over_without": round(q / ld, 3) if q and ld else None}
 
 
+def overlaps(path: str, device: str, sizes: dict, engines: int) -> dict:
+    """`overlap` on `engines` engines made one after another: the medians, and each engine's."""
+    runs = [overlap(path, device, sizes) for _ in range(engines)]
+    if engines == 1:
+        return runs[0]
+    keys = ("quiet_step_ms", "load_step_ms", "tokens_per_s_with_load_over_without")
+    return {**{k: statistics.median(r[k] for r in runs) for k in keys}, "engines": runs}
+
+
 def profile(path: str, device: str, sizes: dict) -> dict:
     """Where the time of one repeat goes (with the tier and without): the host's functions
     (cProfile) and the device's kernels and copies (torch.profiler)."""
@@ -207,6 +216,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", nargs="+", default=["bandwidth", "repeat", "overlap"])
+    ap.add_argument("--engines", type=int, default=1,
+                    help="overlap: that many engines one after another, medians over them (the "
+                         "load step has settled differently from one engine to the next)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     sizes = SMOKE if args.smoke else FULL
@@ -214,29 +226,34 @@ def main() -> None:
         hybrid.SIZES.update(hybrid.SMOKE)
     folder = Path(tempfile.mkdtemp(prefix="tier-"))
     one_b = hybrid.ONE_B if not args.smoke else {**hybrid.SHAPE, "num_hidden_layers": 2}
-    paths = {"smollm2": hybrid.build(folder / "smollm2", hybrid=False),
-             "one_b": hybrid.build(folder / "one_b", False, one_b)}
+    built: dict[str, str] = {}
+
+    def path(name: str) -> str:  # built when a stage first needs it (a 1B model saves slowly)
+        if name not in built:
+            built[name] = hybrid.build(folder / name, False, one_b if name == "one_b" else None)
+        return built[name]
+
     result: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                     "torch": torch.__version__, "smoke": args.smoke, "sizes": sizes}
     for stage in args.only:
         t0 = time.perf_counter()
         if stage == "bandwidth":
-            result["bandwidth"] = bandwidth(paths["one_b"], args.device, sizes)
+            result["bandwidth"] = bandwidth(path("one_b"), args.device, sizes)
             print(json.dumps(result["bandwidth"]), flush=True)
         elif stage == "repeat":
-            result["repeat"] = repeat(paths, args.device, sizes)
+            result["repeat"] = repeat({k: path(k) for k in ("smollm2", "one_b")}, args.device, sizes)
         elif stage == "profile":
-            result["profile"] = profile(paths["smollm2"], args.device, sizes)
+            result["profile"] = profile(path("smollm2"), args.device, sizes)
         elif stage == "overlap_profile":
             from bench.tier_profile import profiled_overlap
-            result["overlap_profile"] = profiled_overlap(paths["one_b"], args.device, sizes,
+            result["overlap_profile"] = profiled_overlap(path("one_b"), args.device, sizes,
                                                          Path(args.out).parent)
         elif stage == "repeat_timeline":
             from bench.tier_profile import repeat_timeline
-            result["repeat_timeline"] = repeat_timeline(paths["one_b"], args.device, sizes,
+            result["repeat_timeline"] = repeat_timeline(path("one_b"), args.device, sizes,
                                                         Path(args.out).parent)
         elif stage == "overlap":
-            result["overlap"] = overlap(paths["one_b"], args.device, sizes)
+            result["overlap"] = overlaps(path("one_b"), args.device, sizes, args.engines)
             print(json.dumps(result["overlap"]), flush=True)
         result.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 1)
         with open(args.out, "w") as f:
