@@ -2,10 +2,11 @@
 
 The middle part of a step (schedule -> run -> postprocess). `execute` narrates the step's
 prefills and decodes, has the runtime make the step's block copies (swaps, copy-on-write, the
-CPU tier's offloads and loads: the list the bookkeeping recorded, in its order; loads for a later
-step's forward go after this one's) and compute every scheduled token (the dry runtime draws from its RNG instead); `pick` launches every token of the
-step in one batched draw and every beam's candidates in one top-k, so the device is read once
-for each, not once per sequence. The tokens land in engine/core/postprocess.py.
+CPU tier's offloads and loads: the list the bookkeeping recorded, in its order; loads for a
+later step's forward go after this one's) and compute every scheduled token (the dry runtime
+draws from its RNG instead); `pick` launches every token of the step in one batched draw and
+every beam's candidates in one top-k, so the device is read once for each, not once per
+sequence. The tokens land in engine/core/postprocess.py.
 """
 
 from __future__ import annotations
