@@ -2,11 +2,10 @@
 
 The middle part of a step (schedule -> run -> postprocess). `execute` narrates the step's
 prefills and decodes, has the runtime make the step's block copies (swaps, copy-on-write, the
-CPU tier's offloads and loads: the list the bookkeeping recorded, in its order; loads for a
-later step's forward go after this one's) and compute every scheduled token (the dry runtime
-draws from its RNG instead); `pick` launches every token of the step in one batched draw and
-every beam's candidates in one top-k, so the device is read once for each, not once per
-sequence. The tokens land in engine/core/postprocess.py.
+CPU tier's offloads and loads: the list the bookkeeping recorded, in its order) and compute
+every scheduled token (the dry runtime draws from its RNG instead); `pick` launches every token of the
+step in one batched draw and every beam's candidates in one top-k, so the device is read once
+for each, not once per sequence. The tokens land in engine/core/postprocess.py.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine.core.copy_plan import BlockCopy, Wave, copy_waves, run_wave
+from engine.core.copy_plan import BlockCopy, copy_waves, run_wave
 from engine.core.events import Event, Prefilled
 from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
@@ -30,8 +29,7 @@ Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: ModelRuntime,
             last_picks: Any, copies: list[BlockCopy], content: KVContent | None = None) -> Any:
     """Run the scheduled step: its block copies (`copies`, in the order the schedule made them),
-    then one forward pass, then the CPU tier's loads that pass does not read (see
-    `_loads_after_forward`); returns its scores (None when it computes nothing). Under async
+    then one forward pass; returns its scores (None when it computes nothing). Under async
     scheduling `last_picks` holds the tokens of the step before, still on the device.
     `content`, when tracked, receives the same copies and a write of every computed token."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
@@ -42,9 +40,7 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Model
         events.append(_prefill_event(p, step))
     if sched.decodes:
         events.append(Event("decode", step, None, tuple(s.seq_id for s in sched.decodes)))
-    waves = copy_waves(copies)
-    later = _loads_after_forward(waves, sched) if work else None
-    run_waves(runtime, waves, content)
+    move_blocks(runtime, copies, content)
     if not work:
         return None
     if content is not None:
@@ -56,12 +52,8 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Model
     feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(work) if s.inflight_step >= 0] \
         if last_picks is not None else None
     if feed:
-        scores = runtime.execute(batch, feed=(feed, last_picks.tokens))
-    else:
-        scores = runtime.execute(batch)
-    if later:
-        run_waves(runtime, [{"load": later}], content)
-    return scores
+        return runtime.execute(batch, feed=(feed, last_picks.tokens))
+    return runtime.execute(batch)
 
 
 def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
@@ -78,33 +70,14 @@ def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
 _new = tuple.__new__
 
 
-def _loads_after_forward(waves: list[Wave], sched: ScheduledStep) -> list[tuple[int, int]] | None:
-    """The last wave's loads from the CPU tier, taken out of it to be issued after the step's
-    forward pass, where that pass reads none of their blocks (a prompt whose prefix comes back
-    computes in the step after, engine/core/tier_loads.py). Issued before it, a load's copy
-    over the bus (up to TIER_LOAD_CHUNK blocks, 16 MB in a 1B shape) sits ahead of the forward's
-    own small copy of its inputs to the device, and the decoders beside the load wait for it.
-    Only decodes and prefills read blocks; a decode's blocks never come from the tier."""
-    loads = waves[-1].get("load") if waves else None
-    if not loads:
-        return None
-    written = {dst for _, dst in loads}
-    if any(not written.isdisjoint(t) for p in sched.prefills for t in p.seq.block_tables):
-        return None
-    del waves[-1]["load"]
-    return loads
-
-
 def move_blocks(runtime: ModelRuntime, copies: list[BlockCopy],
                 content: KVContent | None = None) -> None:
     """The block copies the bookkeeping made, before the forward pass that reads them, in the
     order it made them (engine/core/copy_plan.py: waves of independent copies, each kind a
     batch); the content shadow, when tracked, follows the same waves."""
-    run_waves(runtime, copy_waves(copies), content)
-
-
-def run_waves(runtime: ModelRuntime, waves: list[Wave], content: KVContent | None = None) -> None:
-    for wave in waves:
+    if not copies:
+        return
+    for wave in copy_waves(copies):
         run_wave(wave, runtime)
         if content is not None:
             run_wave(wave, content)

@@ -128,61 +128,6 @@ def test_beside_other_requests_a_long_prefix_comes_back_a_few_blocks_a_step(monk
     assert sum(len(e.block_ids) for e in first.events if e.kind == "load") > 3  # all at once
 
 
-def test_a_load_beside_decodes_is_issued_after_the_steps_forward_pass(monkeypatch) -> None:
-    """On a CPU with a real model: in a step that loads a prefix's blocks while another request
-    decodes, the runtime gets the loads after the forward pass (its bus copy would otherwise sit
-    ahead of the pass's inputs on the way to the device), and every request's tokens are those
-    of an engine without a tier (float32, content tracked)."""
-    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 2)
-    prompt = [300 + (j * 7) % 900 for j in range(70)]
-
-    def run(tier: int) -> tuple[list, list[list[str]]]:
-        eng = LLMEngine(EngineConfig(model="tiny-random", device="cpu", dtype="float32",
-                                     block_size=8, num_gpu_blocks=12, num_offload_blocks=tier,
-                                     track_kv_content=True, async_scheduling=True))
-        calls: list[str] = []
-        for name in ("execute", "load"):
-            inner = getattr(eng.runtime, name)
-            monkeypatch.setattr(eng.runtime, name, lambda *a, _f=inner, _n=name, **k:
-                                (calls.append(_n), _f(*a, **k))[1])
-        params = SamplingParams(max_tokens=5, ignore_eos=True)
-        outs = [eng.generate(prompt + [1], params)[0], eng.generate(prompt[::-1], params)[0]]
-        eng.add_request([5, 6, 7, 8], SamplingParams(max_tokens=40, ignore_eos=True))
-        eng.step()
-        eng.add_request(prompt + [2], params)
-        load_steps = []
-        while eng.has_pending_work():
-            calls.clear()
-            res = eng.step()
-            outs += res.finished
-            if "load" in calls:
-                load_steps.append(list(calls))
-        eng.check_invariants()
-        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs), load_steps
-
-    plain, _ = run(0)
-    got, load_steps = run(64)
-    assert got == plain
-    assert len(load_steps) >= 3 and all(calls == ["execute", "load"] for calls in load_steps)
-
-
-def test_a_load_whose_blocks_the_step_reads_stays_before_its_forward_pass() -> None:
-    from types import SimpleNamespace
-
-    from engine.step_run import _loads_after_forward
-
-    def step(*tables: list[int]) -> SimpleNamespace:
-        return SimpleNamespace(prefills=[SimpleNamespace(seq=SimpleNamespace(block_tables=[t]))
-                                         for t in tables])
-
-    waves = [{"offload": [(3, 0)]}, {"load": [(0, 3), (1, 4)], "copy_blocks": [(5, 6)]}]
-    assert _loads_after_forward([dict(w) for w in waves], step([1, 4])) is None  # reads block 4
-    later = [dict(w) for w in waves]
-    assert _loads_after_forward(later, step([1, 2])) == [(0, 3), (1, 4)]
-    assert later == [{"offload": [(3, 0)]}, {"copy_blocks": [(5, 6)]}]  # the rest as before
-    assert _loads_after_forward([{"offload": [(3, 0)]}, {"load": [(0, 3)]}][:1], step()) is None
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_the_copies_run_on_their_streams_and_move_the_same_bytes() -> None:
     kv = pool(64).to("cuda", torch.bfloat16)
