@@ -289,12 +289,20 @@
     PageUp: '#lesson-back' };
   const typing = (el) => el && (el.tagName === 'TEXTAREA' || el.isContentEditable ||
     (el.tagName === 'INPUT' && !['checkbox', 'radio', 'button'].includes(el.type)));
+  // A dropdown's box is a text input too, focused (its list open) as soon as it is clicked: a
+  // teacher who clicked into a lesson page's model picker and then pressed the clicker got no
+  // page. Its list takes Up and Down; Left, Right and the Page keys turn the page, and the
+  // focus leaves the box (its list closes) so that the next press finds the page.
+  const dropdown = (el) => el && el.tagName === 'INPUT' && el.hasAttribute('aria-expanded');
   document.addEventListener('keydown', (e) => {
     const target = KEYS[e.key];
-    if (!target || typing(document.activeElement)) return;
+    const el = document.activeElement;
+    const picker = dropdown(el);
+    if (!target || (!picker && typing(el))) return;
     const b = document.querySelector(target);
     if (b && b.offsetParent !== null) {
       e.preventDefault(); // Page Down would also scroll the page away from the picture
+      if (picker) el.blur(); // its list closes; the next key finds the page, not the box
       b.click();
     }
   });

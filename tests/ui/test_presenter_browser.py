@@ -89,6 +89,31 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     big.close()
 
 
+def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app):
+    """Lesson 1's page 3 asks for a model in a dropdown. A teacher who clicked into its box (its
+    list open, the focus in it) and then presses the clicker's Page Down, or its arrow, gets
+    the next page, and the focus leaves the box for the next press."""
+    pg = lesson_page(browser, served_app, 1280, 720, "01_kv_cache")
+    for _ in range(3):
+        press_next(pg)
+    assert "page 3 of" in pg.evaluate(PROGRESS)
+    pg.locator("#lesson-input-0 input").click()
+    pg.wait_for_function("() => document.querySelector('#lesson-input-0 input')"
+                         "?.getAttribute('aria-expanded') === 'true'")
+    assert pg.evaluate("document.activeElement?.closest('#lesson-input-0') !== null")
+    press_next(pg, "PageDown")
+    assert "page 4 of" in pg.evaluate(PROGRESS)
+    assert pg.evaluate("document.activeElement?.closest('#lesson-input-0') === null")
+    press_next(pg, "ArrowLeft")
+    assert "page 3 of" in pg.evaluate(PROGRESS)
+    pg.locator("#lesson-input-0 input").click()  # the list open again: a clicker's arrow
+    pg.wait_for_function("() => document.querySelector('#lesson-input-0 input')"
+                         "?.getAttribute('aria-expanded') === 'true'")
+    press_next(pg, "ArrowRight")
+    assert "page 4 of" in pg.evaluate(PROGRESS)
+    pg.close()
+
+
 def test_the_inspector_works_on_a_lessons_picture(browser, served_app):
     """Lesson 3 asks the student to click the copied blocks: in the Lessons tab a click on a
     block opens the inspector with that block of the lesson's engine."""
