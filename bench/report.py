@@ -378,9 +378,10 @@ def _step_256_elsewhere() -> str:
         return ""
     timeline, in_turn, alone = (load(n) for n in names)
     steps = [e["steady"]["median_ms"]["wall_ms"] for e in in_turn["engines"]]
+    first = timeline["decode"]["256"]
     return (f" The 256-sequence step of the H200 column is not what other benches of the same "
-            f"engine measured on that machine: {timeline['decode']['256']['steady']['median_ms']['wall_ms']:.2f} "
-            f"ms (`timeline_h200.json`, its device busy {timeline['decode']['256']['busy']['busy_share_of_span']:.0%} "
+            f"engine measured on that machine: {first['steady']['median_ms']['wall_ms']:.2f} ms "
+            f"(`timeline_h200.json`, its device busy {first['busy']['busy_share_of_span']:.0%} "
             f"of the time) and {min(steps):.2f}-{max(steps):.2f} ms in four engines made in turn "
             f"(`engines_in_turn_h200.json`), against {alone['roofline']['256']['async_step_ms']:.2f} ms "
             "from `mem_gpu.py --only roofline` alone (`roof_alone_h200.json`); why `mem_gpu.py`'s "
