@@ -302,7 +302,11 @@
     const b = document.querySelector(target);
     if (b && b.offsetParent !== null) {
       e.preventDefault(); // Page Down would also scroll the page away from the picture
-      if (picker) el.blur(); // its list closes; the next key finds the page, not the box
+      if (picker) { // its list closes (its own Escape: a blur alone leaves it open over the
+        // next page), and the focus leaves it, so the next key finds the page, not the box
+        el.dispatchEvent(new KeyboardEvent('keydown', { key: 'Escape', bubbles: true }));
+        el.blur();
+      }
       b.click();
     }
   });

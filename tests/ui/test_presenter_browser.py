@@ -89,28 +89,32 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     big.close()
 
 
+LIST_OPEN = "() => document.querySelector('#lesson-input-0 input')?.getAttribute('aria-expanded') === 'true'"
+
+
 def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app):
     """Lesson 1's page 3 asks for a model in a dropdown. A teacher who clicked into its box (its
     list open, the focus in it) and then presses the clicker's Page Down, or its arrow, gets
-    the next page, and the focus leaves the box for the next press."""
+    the next page, with the list closed (the box serves page 4's input: an open list would
+    cover its text) and the focus out of the box for the next press."""
     pg = lesson_page(browser, served_app, 1280, 720, "01_kv_cache")
     for _ in range(3):
         press_next(pg)
     assert "page 3 of" in pg.evaluate(PROGRESS)
     pg.locator("#lesson-input-0 input").click()
-    pg.wait_for_function("() => document.querySelector('#lesson-input-0 input')"
-                         "?.getAttribute('aria-expanded') === 'true'")
+    pg.wait_for_function(LIST_OPEN)
     assert pg.evaluate("document.activeElement?.closest('#lesson-input-0') !== null")
     press_next(pg, "PageDown")
     assert "page 4 of" in pg.evaluate(PROGRESS)
     assert pg.evaluate("!document.activeElement?.closest('#lesson-input-0')")
+    assert pg.evaluate(LIST_OPEN) is False
     press_next(pg, "ArrowLeft")
     assert "page 3 of" in pg.evaluate(PROGRESS)
     pg.locator("#lesson-input-0 input").click()  # the list open again: a clicker's arrow
-    pg.wait_for_function("() => document.querySelector('#lesson-input-0 input')"
-                         "?.getAttribute('aria-expanded') === 'true'")
+    pg.wait_for_function(LIST_OPEN)
     press_next(pg, "ArrowRight")
     assert "page 4 of" in pg.evaluate(PROGRESS)
+    assert pg.evaluate(LIST_OPEN) is False
     pg.close()
 
 
