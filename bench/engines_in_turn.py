@@ -28,18 +28,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from bench import device_step, mem_models  # noqa: E402
 from bench import hybrid as prompts_of  # noqa: E402
-from bench import mem_models  # noqa: E402
 from bench.step_timeline import summary, timed_steps  # noqa: E402
-from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from engine import SamplingParams  # noqa: E402
 
 
 def one_engine(path: str, device: str, n: int, plen: int, new: int) -> tuple[dict, weakref.ref]:
-    eng = LLMEngine(EngineConfig(model=path, device=device, dtype="bfloat16" if device == "cuda"
-                                 else "float32", block_size=16,
-                                 num_gpu_blocks=n * -(-(plen + new) // 16) + 64, max_num_seqs=n,
-                                 enable_prefix_caching=False, max_num_batched_tokens=32768,
-                                 async_scheduling=True))
+    eng = device_step.engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)  # the roofline's
     prompts = prompts_of._prompts(n, plen, plen, n)
     eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
     for p in prompts:

@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from bench import device_step, mem_models  # noqa: E402
 from bench import hybrid as prompts_of  # noqa: E402
-from bench import mem_models  # noqa: E402
+from bench.device_step import dtype, sync  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams, step_run  # noqa: E402
 from engine.runtime import step_picks  # noqa: E402
 
@@ -105,11 +106,6 @@ def compiled_kernels() -> int | None:
             if isinstance(caches, dict):
                 total += sum(len(entry[0]) for entry in caches.values())
     return total
-
-
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def timed_steps(eng: LLMEngine, device: str, keep: Any) -> list[dict]:
@@ -180,10 +176,7 @@ def decode(path: str, device: str, sizes: dict) -> dict:
     out = {}
     plen, new = sizes["roof_prompt"], sizes["roof_new"]
     for n in sizes["roof_seqs"]:
-        eng = LLMEngine(EngineConfig(model=path, device=device, dtype=_dtype(device), block_size=16,
-                                     num_gpu_blocks=n * -(-(plen + new) // 16) + 64,
-                                     max_num_seqs=n, enable_prefix_caching=False,
-                                     max_num_batched_tokens=32768, async_scheduling=True))
+        eng = device_step.engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)
         prompts = prompts_of._prompts(n, plen, plen, n)
         eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
         for p in prompts:
@@ -204,7 +197,7 @@ def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     for name, path in paths.items():
         blocks = (n * -(-(plen + new) // 16) + 256) * (2 if name == "hybrid" else 1)
-        eng = LLMEngine(EngineConfig(model=path, device=device, dtype=_dtype(device), block_size=16,
+        eng = LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
                                      num_gpu_blocks=blocks, max_num_seqs=n,
                                      max_num_batched_tokens=8192, async_scheduling=True))
         eng.generate(prompts_of._prompts(2, plen, plen, 2), SamplingParams(max_tokens=8, ignore_eos=True))
@@ -233,10 +226,6 @@ def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
         print(json.dumps({"prefill": name, "first": out[name]["first_run"],
                           "second": out[name]["second_run"]}), flush=True)
     return out
-
-
-def _dtype(device: str) -> str:
-    return "bfloat16" if device == "cuda" else "float32"
 
 
 FULL = dict(roof_seqs=[256, 64], roof_prompt=512, roof_new=96, requests=32, prompt=4096, new=16)
