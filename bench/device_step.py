@@ -253,11 +253,13 @@ def roofline(path: str, device: str, sizes: dict) -> dict:
                          async_scheduling=overlap)
             prompts = hybrid._prompts(n, plen, plen, n)
             eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
-            run = mid_run(eng, prompts, SamplingParams(max_tokens=new, ignore_eos=True))
+            run = mid_run(eng, prompts, SamplingParams(max_tokens=new, ignore_eos=True),
+                          again=hybrid._prompts(n, plen, plen, n + 1) if overlap else None)
             key = "async" if overlap else "sync"
             row[f"{key}_step_ms"] = run["step_ms"]
             row[f"{key}_steady_steps"] = run["steady_steps"]
             if overlap:
+                row["async_step_ms_after_probe"] = run["step_ms_after_probe"]
                 row["graph_gpu_ms"] = run["graph_gpu_ms"]
                 row["kernels"] = run["kernels"]
                 row["host_profile"] = host_profile(eng, prompts, new)
@@ -312,23 +314,37 @@ def _replay_ms(eng: LLMEngine, n: int) -> float | None:
     return round(statistics.median(times), 4)
 
 
-def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
-    """The requests run to the end; in their steady part (every one decoding, nothing else), the
-    steps' wall times and, once, the decode graph's GPU time on a real step's inputs."""
+def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams, again: list | None = None
+            ) -> dict:
+    """The requests run to the end, and the steps' wall times in their steady part (every one
+    decoding, nothing else); then, on the last step's inputs, the decode graph's GPU time and
+    its kernels. The probes come after the timed steps: run in the middle of them (as before
+    run 17), the steps after the eager profile were slower. `again`: other prompts run the
+    same way after the probes, whose steady step is `step_ms_after_probe`."""
+    n = len(prompts)
+    walls = _steady_walls(eng, prompts, params)
+    out = {"steady_steps": len(walls), "step_ms": _median_ms(walls),
+           "graph_gpu_ms": _replay_ms(eng, n), "kernels": _kernels(eng, n)}
+    if again is not None:
+        out["step_ms_after_probe"] = _median_ms(_steady_walls(eng, again, params))
+    return out
+
+
+def _steady_walls(eng: LLMEngine, prompts: list, params: SamplingParams) -> list[float]:
     for p in prompts:
         eng.add_request(p, params)
-    n, walls, gpu, kernels = len(prompts), [], None, None
+    walls = []
     while eng.has_pending_work():
         t0 = time.perf_counter()
         result = eng.step()
         wall = time.perf_counter() - t0
-        if result.num_prefills == 0 and result.num_decodes == n:
+        if result.num_prefills == 0 and result.num_decodes == len(prompts):
             walls.append(wall)
-            if len(walls) == 8:
-                gpu = _replay_ms(eng, n)
-                kernels = _kernels(eng, n)
-    return {"steady_steps": len(walls), "step_ms": round(1e3 * statistics.median(walls[2:]), 3)
-            if len(walls) > 2 else None, "graph_gpu_ms": gpu, "kernels": kernels}
+    return walls
+
+
+def _median_ms(walls: list[float]) -> float | None:
+    return round(1e3 * statistics.median(walls[2:]), 3) if len(walls) > 2 else None
 
 
 def _kernels(eng: LLMEngine, n: int) -> list | None:

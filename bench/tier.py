@@ -138,7 +138,7 @@ def overlap(path: str, device: str, sizes: dict, probe: Any = None) -> dict:
     for p in hybrid._prompts(n, plen, plen, 31):
         eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
     quiet, loading, arrivals = [], [], iter(prefixes)
-    steps = 0
+    steps, before = 0, allocator_counts(device)
     while eng.has_pending_work():
         with probe.step(steps) if probe else contextlib.nullcontext():
             t0 = time.perf_counter()
@@ -155,12 +155,23 @@ def overlap(path: str, device: str, sizes: dict, probe: Any = None) -> dict:
             if p is not None:
                 eng.add_request(p + [2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
     hits = eng.snapshot().metrics.offload_hit_blocks
+    after = allocator_counts(device)
     eng.close()
     q = statistics.median(quiet) if quiet else None
     ld = statistics.median(loading) if loading else None
     return {"quiet_step_ms": q and round(1e3 * q, 3), "load_step_ms": ld and round(1e3 * ld, 3),
             "steps_with_a_load": len(loading), "offload_hit_blocks": hits,
+            "allocator_during_steps": {k: after[k] - before[k] for k in after},
             "tokens_per_s_with_load_over_without": round(q / ld, 3) if q and ld else None}
+
+
+def allocator_counts(device: str) -> dict[str, int]:
+    """The caching allocator's counters that mean a synchronisation or a trip to the driver: a
+    failed allocation retried after freeing the cache (which synchronises the device), memory
+    taken from and given back to the device, the streams all synchronised."""
+    keys = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+    stats = torch.cuda.memory_stats() if device == "cuda" else {}
+    return {k: int(stats.get(k, 0)) for k in keys}
 
 
 def overlaps(path: str, device: str, sizes: dict, engines: int) -> dict:
