@@ -88,7 +88,10 @@ class ServerConfig:
     max_num_batched_tokens: int | None = None  # a small one makes long prompts go in chunks
     hash_algo: str = "sha256"
     hash_seed: str | None = None  # vLLM's PYTHONHASHSEED
-    memory_fraction: float = 0.1  # --gpu-memory-utilization: on the CPU, of host memory
+    # --kv-cache-memory-bytes: the KV cache's size, given outright. vLLM's CPU build otherwise
+    # takes a fraction of the memory node's total less what the worker already holds, and a
+    # machine whose node reported 11.7 of its 23 GiB left a negative size for it at 0.1
+    kv_cache_bytes: int = 1 << 30
     max_lifetime_s: float | None = 1800.0
 
 
@@ -123,7 +126,7 @@ class VllmServer:
                 "--host", "127.0.0.1", "--port", str(self.port), "--enforce-eager",
                 "--dtype", "float32", "--block-size", str(c.block_size), "--enable-prefix-caching",
                 "--prefix-caching-hash-algo", c.hash_algo, "--max-model-len", str(c.max_model_len),
-                "--gpu-memory-utilization", str(c.memory_fraction),
+                "--kv-cache-memory-bytes", str(c.kv_cache_bytes),
                 "--generation-config", "vllm",  # PagedLab's defaults, not the model folder's
                 "--enable-prompt-tokens-details",  # usage reports num_cached_tokens
                 "--kv-events-config", json.dumps(kv_events), "--uvicorn-log-level", "warning"]
