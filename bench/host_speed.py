@@ -42,6 +42,43 @@ from engine import SamplingParams  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def gpu_interrupts() -> list[int]:
+    """The GPU driver's interrupts so far, per CPU (/proc/interrupts' nvidia lines; [] if none)."""
+    try:
+        with open("/proc/interrupts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    cpus = len(lines[0].split())
+    per_cpu = [0] * cpus
+    for line in lines[1:]:
+        if "nvidia" in line:
+            for i, v in enumerate(line.split()[1:cpus + 1]):
+                per_cpu[i] += int(v) if v.isdigit() else 0
+    return per_cpu
+
+
+def steal_ticks() -> list[int]:
+    """Each CPU's stolen time so far (/proc/stat: time the hypervisor ran something else while
+    this VM's CPU wanted to run), in clock ticks."""
+    with open("/proc/stat") as f:
+        return [int(line.split()[8]) for line in f if line.startswith("cpu") and line[3].isdigit()]
+
+
+def pin(mode: str | None) -> int | None:
+    """Pin this thread to one CPU: the one that took the most GPU interrupts so far ("irq"),
+    or one that took none ("away"); None: leave it to the OS."""
+    if mode is None:
+        return None
+    irqs = gpu_interrupts()
+    if not irqs:
+        return None
+    cpu = max(range(len(irqs)), key=irqs.__getitem__) if mode == "irq" else \
+        next((c for c in range(len(irqs) - 1, -1, -1) if irqs[c] == 0), 0)
+    os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
 def python_ms() -> float:
     """A fixed pure-Python loop (dict, list and int work, as the scheduler's), best of 5."""
     best = float("inf")
@@ -67,15 +104,19 @@ def thread_cpu_s() -> dict[int, float]:
     return out
 
 
-def one_engine(path: str, device: str, n: int, plen: int, new: int) -> dict:
+def one_engine(path: str, device: str, n: int, plen: int, new: int, pin_mode: str | None) -> dict:
     eng = device_step.engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)  # the roofline's
     prompts = prompts_of._prompts(n, plen, plen, n)
     eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
+    pinned = pin(pin_mode)
     speed = python_ms()
+    irq0, steal0 = gpu_interrupts(), steal_ticks()
     main = threading.get_native_id()
     cpu0, wall0, main0 = thread_cpu_s(), time.perf_counter(), time.thread_time()
     walls = device_step._steady_walls(eng, prompts, SamplingParams(max_tokens=new, ignore_eos=True))
     cpu1, wall = thread_cpu_s(), time.perf_counter() - wall0
+    irqs = [b - a for a, b in zip(irq0, gpu_interrupts(), strict=False)]
+    steal = [b - a for a, b in zip(steal0, steal_ticks(), strict=True)]
     main_cpu = time.thread_time() - main0
     eng.close()
     others = sum(cpu1[t] - cpu0.get(t, 0.0) for t in cpu1 if t != main)
@@ -83,7 +124,9 @@ def one_engine(path: str, device: str, n: int, plen: int, new: int) -> dict:
             "steady_steps": len(walls), "main_cpu_over_wall": round(main_cpu / wall, 3),
             "other_threads_cpu_s": round(others, 3), "wall_s": round(wall, 3),
             "threads": len(cpu1), "torch_threads": torch.get_num_threads(),
-            "on_cpu": _current_cpu()}
+            "on_cpu": _current_cpu(), "pinned_to": pinned,
+            "gpu_interrupts_during_steps": {c: v for c, v in enumerate(irqs) if v},
+            "steal_ticks_during_steps": {c: v for c, v in enumerate(steal) if v}}
 
 
 def _current_cpu() -> int | None:
@@ -99,6 +142,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--seqs", type=int, default=256)
+    ap.add_argument("--pin", choices=["irq", "away"], default=None,
+                    help="the main thread on the CPU that takes the GPU's interrupts, or off it")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -108,10 +153,11 @@ def main() -> None:
     path = mem_models.build("one_b", Path(tempfile.mkdtemp(prefix="host-speed-")), tok, args.device,
                             2 if args.smoke else None)
     out: dict = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "seqs": n,
+                 "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "seqs": n, "pin": args.pin,
                  "python_ms_at_start": python_ms(), "engines": []}
     for _ in range(args.engines):
-        out["engines"].append(one_engine(path, args.device, n, sizes["roof_prompt"], sizes["roof_new"]))
+        out["engines"].append(one_engine(path, args.device, n, sizes["roof_prompt"], sizes["roof_new"],
+                                      args.pin))
         print(json.dumps(out["engines"][-1]), flush=True)
     out["step_ms_median"] = statistics.median(e["step_ms"] for e in out["engines"])
     Path(args.out).write_text(json.dumps(out, indent=1))
