@@ -318,9 +318,9 @@ def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams, again: list |
             ) -> dict:
     """The requests run to the end, and the steps' wall times in their steady part (every one
     decoding, nothing else); then, on the last step's inputs, the decode graph's GPU time and
-    its kernels. The probes come after the timed steps: run in the middle of them (as before
-    run 17), the steps after the eager profile were slower. `again`: other prompts run the
-    same way after the probes, whose steady step is `step_ms_after_probe`."""
+    its kernels. The probes come after the timed steps, so that nothing else runs among them
+    (run 17 found the step as fast after a probe as before it). `again`: other prompts run
+    the same way after the probes, whose steady step is `step_ms_after_probe`."""
     n = len(prompts)
     walls = _steady_walls(eng, prompts, params)
     out = {"steady_steps": len(walls), "step_ms": _median_ms(walls),
