@@ -46,6 +46,13 @@ def lesson_page(browser, url: str, width: int, height: int, name: str = "03_fork
     return pg
 
 
+# what the page says beside the lesson: its status line, any message box, whether Next shows
+SAYS = """() => ({status: document.querySelector('#status')?.innerText ?? null,
+  boxes: [...document.querySelectorAll('.toast-item')].map((t) => t.innerText.replace(/\\s+/g, ' ')),
+  next_shown: document.querySelector('#lesson-next')?.offsetParent != null,
+  question: document.querySelector('#lesson-question')?.innerText?.slice(0, 160) ?? null})"""
+
+
 def press_next(pg, key: str = "ArrowRight") -> None:
     pg.wait_for_function(IDLE, timeout=180_000)  # nothing under way: one key, one page
     before = pg.evaluate(PROGRESS)
@@ -57,8 +64,8 @@ def press_next(pg, key: str = "ArrowRight") -> None:
                              f"t !== b && ({IDLE})(); }}", arg=before, timeout=180_000)
     except Exception:
         raise AssertionError(f"{key} did not turn the page: {before!r} -> {pg.evaluate(PROGRESS)!r}, "
-                             f"focus on {pg.evaluate('document.activeElement?.outerHTML.slice(0, 200)')}"
-                             ) from None
+                             f"focus on {pg.evaluate('document.activeElement?.outerHTML.slice(0, 200)')}; "
+                             f"the page says {pg.evaluate(SAYS)!r}") from None
 
 
 def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_app):
