@@ -96,7 +96,6 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     big.close()
 
 
-BOX_VALUE = "() => document.querySelector('#lesson-input-0 input')?.value ?? null"
 LIST_OPEN = "() => document.querySelector('#lesson-input-0 input')?.getAttribute('aria-expanded') === 'true'"
 
 
@@ -109,8 +108,6 @@ def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app
     for _ in range(3):
         press_next(pg)
     assert "page 3 of" in pg.evaluate(PROGRESS)
-    pg.wait_for_function(f"() => ({BOX_VALUE})() !== null")
-    page_3_value = pg.evaluate(BOX_VALUE)
     pg.locator("#lesson-input-0 input").click()
     pg.wait_for_function(LIST_OPEN)
     assert pg.evaluate("document.activeElement?.closest('#lesson-input-0') !== null")
@@ -120,10 +117,6 @@ def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app
     assert pg.evaluate(LIST_OPEN) is False
     press_next(pg, "ArrowLeft")
     assert "page 3 of" in pg.evaluate(PROGRESS)
-    # the box shows page 3's own input again: a second answer sets it just after the page turns,
-    # and a click before it opened page 4's list, from which the arrow then turned no page (one
-    # run in five beside busy loops; the page's own race, left open, not what this test is for)
-    pg.wait_for_function(f"(v) => ({BOX_VALUE})() === v", arg=page_3_value, timeout=60_000)
     pg.locator("#lesson-input-0 input").click()  # the list open again: a clicker's arrow
     pg.wait_for_function(LIST_OPEN)
     press_next(pg, "ArrowRight")
