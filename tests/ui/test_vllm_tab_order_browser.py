@@ -77,29 +77,3 @@ def test_a_late_select_of_the_mount_tab_does_not_stop_the_watch(app_url, browser
                              f"held {len(held)} select(s)\n{app_url.log()[-3000:]}") from err
     finally:
         page.close()
-
-
-# the session's picture, shown, at its column's width (null while the page renders)
-FITTED = """() => { const c = document.querySelector('#pool-plot');
-  const p = c?.querySelector('.js-plotly-plot'); const w = p?._fullLayout?.width;
-  if (!c || !w || c.offsetParent === null) return null;
-  return Math.abs(w - c.getBoundingClientRect().width) <= 2 ? w : null; }"""
-
-
-def test_the_sessions_picture_fits_a_phone_when_the_page_leaves_the_vllm_tab(app_url, browser):
-    """The page opens on the vLLM tab (`--vllm-events`), so the session's picture is drawn while
-    hidden, at Plotly's default width; on the Playground it must fit the phone's column."""
-    page = browser.new_page(viewport={"width": 390, "height": 844})
-    try:
-        page.goto(app_url)
-        page.wait_for_function(IN_FRONT, timeout=120_000)
-        page.get_by_role("tab", name="Playground").click()
-        try:
-            page.wait_for_function(FITTED, timeout=30_000)
-        except Exception as err:
-            raise AssertionError("the session's picture does not fit the column: " + str(
-                page.evaluate("() => { const p = document.querySelector('#pool-plot .js-plotly-plot');"
-                              " return [p?._fullLayout?.width, p?.getBoundingClientRect().width]; }")
-            )) from err
-    finally:
-        page.close()
