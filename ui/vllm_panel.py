@@ -65,6 +65,7 @@ class VllmParts:
     """The tab's widgets that ui/app.py places or wires beyond the tab."""
 
     view: Any  # gr.State(VllmView)
+    column: Any  # the picture's column part: the tree and the timeline
     tree: Any
     timeline: Any
     panels: list  # the tab's own outputs: counts, events, prompts, note
@@ -73,19 +74,18 @@ class VllmParts:
     outputs: list  # what `select` gives values for
 
 
-def picture_part() -> tuple[Any, Any]:
-    """The tree and the timeline, in the picture's column (the page shows it only while the tab
-    is in front: ui/theme.py)."""
-    with gr.Column(elem_id="vllm-picture"):
+def picture_part() -> tuple[Any, Any, Any]:
+    """The tree and the timeline, in the picture's column (hidden until the tab is in front)."""
+    with gr.Column(visible=False, elem_id="vllm-picture") as column:
         tree = gr.Plot(show_label=False, elem_id="vllm-tree")
         timeline = gr.Plot(show_label=False, elem_id="vllm-timeline")
-    return tree, timeline
+    return column, tree, timeline
 
 
-def vllm_panel(page: Page, picture: tuple[Any, Any], target: VllmTarget | None = None
+def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | None = None
                ) -> VllmParts:
     """The tab's controls (inside its gr.Tab), wired; `picture`: picture_part()'s widgets."""
-    tree, timeline = picture
+    column, tree, timeline = picture
     # a browser session's watch; closed when the session ends (and on unload: ui/app.py)
     view = gr.State(VllmView(), time_to_live=24 * 3600, delete_callback=VllmView.close)
     gr.Markdown(INTRO, elem_id="vllm-intro")
@@ -162,7 +162,7 @@ def vllm_panel(page: Page, picture: tuple[Any, Any], target: VllmTarget | None =
     # ticks queue apart from the page's clicks (no limit: a tick that finds nothing is cheap)
     timer.tick(on_vllm_tick, state, [*outs, timer], show_progress="hidden", concurrency_limit=None,
                concurrency_id="vllm-tick")
-    return VllmParts(view, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
+    return VllmParts(view, column, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
 
 
 def _values(v: VllmView, session: Session, force: bool) -> tuple:
