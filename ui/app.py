@@ -30,7 +30,7 @@ from ui.session import Session, UserError
 from ui.settings_panel import MODES, engine_config, settings_panel
 from ui.theme import CSS, HEAD, PRESENTER_JS, REDUCE_MOTION_JS, THEME
 from ui.timeline_panel import timeline_panel
-from ui.vllm_panel import CLOCK_JS, VllmTarget, picture_part, vllm_panel
+from ui.vllm_panel import VllmTarget, picture_part, vllm_panel
 from ui.vllm_view import VllmView
 
 __all__ = ["CSS", "HEAD", "MODES", "THEME", "VllmTarget", "build_app"]
@@ -126,27 +126,18 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # the vLLM tab puts its watch in the picture's place; any other tab gives it back
         swap = [page.plot, vllm.column, tools]
 
-        # each tab event carries the page's clock as it was sent: one that reaches the server
-        # after a later one is stale and changes nothing (VllmView.bring)
-        clock = gr.Number(visible=False)
-
-        def on_vllm_tab(view: VllmView, session: Session, at: float | None):
-            if not view.bring(True, at):
-                return tuple(gr.skip() for _ in range(len(vllm.outputs) + len(swap)))
+        def on_vllm_tab(view: VllmView, session: Session):
             return (*vllm.select(view, session), gr.update(visible=False),
                     gr.update(visible=True), gr.update(visible=False))
 
-        vllm_tab.select(on_vllm_tab, [vllm.view, page.state, clock], [*vllm.outputs, *swap],
-                        js=CLOCK_JS, **page.quiet)
+        vllm_tab.select(on_vllm_tab, [vllm.view, page.state], [*vllm.outputs, *swap], **page.quiet)
 
-        def off_vllm_tab(view: VllmView, at: float | None):
-            if not view.bring(False, at):  # its timer rests
-                return gr.skip(), gr.skip()
+        def off_vllm_tab(view: VllmView):
+            view.in_front = False  # its timer rests
             return gr.update(visible=True), gr.update(visible=False)
 
         for tab in (playground_tab, serving_tab, lesson_tab, compare_page, settings_tab):
-            tab.select(off_vllm_tab, [vllm.view, clock], [page.plot, vllm.column], js=CLOCK_JS,
-                       queue=False)
+            tab.select(off_vllm_tab, [vllm.view], [page.plot, vllm.column], queue=False)
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
 
@@ -180,14 +171,13 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         loaded = demo.load(on_load, [page.state], page.outs, **page.quiet).then(
             on_lesson_link, link_inputs, [*link_outputs, tabs, tools])
         if vllm_target is not None:  # --vllm-events: every page opens on the vLLM tab
-            def on_vllm_target(view: VllmView, session: Session, at: float | None,
-                               request: gr.Request):
+            def on_vllm_target(view: VllmView, session: Session, request: gr.Request):
                 if request is not None and dict(request.query_params).get("lesson"):
                     return tuple(gr.skip() for _ in range(len(vllm.outputs) + len(swap) + 1))
-                return (*on_vllm_tab(view, session, at), gr.Tabs(selected="vllm"))
+                return (*on_vllm_tab(view, session), gr.Tabs(selected="vllm"))
 
-            loaded.then(on_vllm_target, [vllm.view, page.state, clock],
-                        [*vllm.outputs, *swap, tabs], js=CLOCK_JS, **page.quiet)
+            loaded.then(on_vllm_target, [vllm.view, page.state], [*vllm.outputs, *swap, tabs],
+                        **page.quiet)
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.

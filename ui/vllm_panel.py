@@ -43,8 +43,6 @@ TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
 _EMPTY = PrefixTree(())  # nothing watched yet
-#: a tab event's last input, filled in the page as the event leaves it: the page's clock (ms)
-CLOCK_JS = "(...inputs) => [...inputs.slice(0, -1), performance.now()]"
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"
@@ -146,8 +144,8 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
             return tuple(gr.skip() for _ in range(len(outs) + 1))
 
     def on_vllm_select(v: VllmView, session: Session) -> tuple:
-        """The tab came to the front (the caller brought it: `VllmView.bring`): the picture's
-        place shows this page's watch."""
+        """The tab came to the front: the picture's place shows this page's watch."""
+        v.in_front = True
         if target is not None and v.watch is None and v.pending is None and not v.note:
             try:  # --vllm-events: the first look connects
                 v.connect(target.events, target.replay, target.url)

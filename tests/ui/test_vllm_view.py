@@ -185,16 +185,3 @@ def test_a_greeting_that_comes_late_is_watching_not_a_problem(pub, monkeypatch):
     finally:
         view.close()
         relay.close()
-
-
-def test_a_tab_event_older_than_the_last_applied_changes_nothing():
-    """The page's tab events reach the server in any order (the select of the tab a page mounted
-    on is unqueued): each carries the page's clock, and one older than the last applied is stale
-    (in Chromium: tests/ui/test_vllm_tab_order_browser.py)."""
-    v = VllmView()
-    assert v.bring(True, 1290.0) and v.in_front
-    assert not v.bring(False, 1200.0)  # the mount tab's select, sent before, landing after
-    assert v.in_front
-    assert v.bring(False, 1500.0) and not v.in_front  # the page left the tab later: it rests
-    assert not v.bring(True, 1400.0) and not v.in_front
-    assert v.bring(True, None) and v.in_front  # no clock (an API call): applied as it comes
