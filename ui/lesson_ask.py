@@ -10,6 +10,8 @@ into it instead of opening the inspector. The checking itself is lessons/questio
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +50,11 @@ def ask_part() -> Ask:
 
 
 def inputs_part(ask: Ask) -> None:
-    """The page's input dropdowns (hidden on a page that offers none)."""
+    """The page's input dropdowns (hidden on a page that offers none). Interactive though no
+    event reads their value: a pick's value comes with the pick (ui/lesson_player.py)."""
     with gr.Row(elem_id="lesson-inputs"):
         ask.inputs = [gr.Dropdown([], label="input", elem_id=f"lesson-input-{k}", visible=False,
-                                  min_width=120) for k in range(MAX_INPUTS)]
+                                  interactive=True, min_width=120) for k in range(MAX_INPUTS)]
 
 
 def prediction(run: LessonRun, answer: Any, pick: Any) -> Any:
@@ -69,12 +72,15 @@ def asks_block(run: LessonRun) -> bool:
     return q is not None and q.kind == "block" and q.verdict is None
 
 
-def page_inputs(run: LessonRun) -> list[Param]:
-    """The params the page on screen lets the learner change."""
-    step = run.current
-    if step is None:
-        return []
-    names = run.lesson.steps[step.index].inputs
+def page_inputs(run: LessonRun, index: int | None = None) -> list[Param]:
+    """The params the page at step `index` (default: the page on screen) lets the learner
+    change."""
+    if index is None:
+        step = run.current
+        if step is None:
+            return []
+        index = step.index
+    names = run.lesson.steps[index].inputs
     return [p for p in run.lesson.params if p.name in names]
 
 
@@ -100,9 +106,21 @@ def ask_values(run: LessonRun | None) -> tuple:
     return (answer, pick, *drops)
 
 
-def change_input(run: LessonRun, k: int, value: Any) -> LessonRun:
-    """The learner chose `value` in the page's k-th input: the run played again with it."""
-    shown = page_inputs(run)
+def sent_from(progress: str | None, run: LessonRun) -> int | None:
+    """The step of `run` whose page sent an event, from the progress line the page showed then
+    (as the browser sends it back: Gradio's Markdown trims its indentation); None where it was
+    another lesson's page, or no page."""
+    head = f"**{run.lesson.title}**: page "
+    text = inspect.cleandoc(progress or "")
+    found = re.match(r"(\d+) of ", text[len(head):]) if text.startswith(head) else None
+    return int(found[1]) - 1 if found and 0 < int(found[1]) <= run.total else None
+
+
+def change_input(run: LessonRun, k: int, value: Any, index: int | None = None) -> LessonRun:
+    """The learner chose `value` in the k-th input of the page at step `index` (default: the
+    page on screen): the run played again to the page on screen with it (itself, unchanged,
+    where `value` is the one it has)."""
+    shown = page_inputs(run, index)
     if not 0 <= k < len(shown):
         raise ValueError("this page has no such input")
     param = shown[k]

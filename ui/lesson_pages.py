@@ -108,16 +108,24 @@ def lesson_values(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | 
             f"{where} · lesson page {step.index + 1} of {step.total}")
 
 
+def progress_line(ls: LessonSession) -> str:
+    """The line that says which lesson and page are on screen ("" with no lesson)."""
+    run = ls.run
+    if run is None:
+        return ""
+    step = run.current
+    if step is None:
+        return f"**{run.lesson.title}**: page 0 of {run.total}"
+    done = f" · the end: {run.score().sentence() or 'well done'}" if step.is_last else ""
+    return f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}"
+
+
 def lesson_text(ls: LessonSession) -> tuple[str, str, str]:
     """The Lessons tab's own text for the page on screen: (progress, narration, question)."""
     run = ls.run
     if run is None:
         return "", "", ""
-    ask = lesson_ask.question_text(run)
     step = run.current
-    if step is None:
-        return (f"**{run.lesson.title}**: page 0 of {run.total}",
-                keyed_markdown(run.intro_markdown()), ask)
-    text = page_markdown(step, lesson_ask.verdict_line(run, step.index))
-    done = f" · the end: {run.score().sentence() or 'well done'}" if step.is_last else ""
-    return (f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}", text, ask)
+    text = keyed_markdown(run.intro_markdown()) if step is None else \
+        page_markdown(step, lesson_ask.verdict_line(run, step.index))
+    return progress_line(ls), text, lesson_ask.question_text(run)

@@ -82,10 +82,29 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
         ls.run.next(lesson_ask.prediction(ls.run, answer, pick))
 
     def input_changed(k: int):
-        def do_input(ls, value):
-            if ls.run is not None:
-                ls.replay(lesson_ask.change_input(ls.run, k, value))
-        return do_input
+        def on_lesson_input(ls: LessonSession, session: Session, shown: str,
+                            picked: gr.SelectData) -> tuple:
+            """The learner picked a value in the k-th input of the page that showed `shown`
+            (its progress line): the lesson plays again with it, to the page on screen. A pick
+            (`select`), not the dropdown's `input`, which Gradio sends at every blur too: a
+            clicker's arrow from the open box blurs it as it presses Next, and that event,
+            answered after Next's, was refused by the next page's box (Gradio checks a box's
+            choices first). A pick can still race a page turn, so it is read against the page
+            it was made on; one that changes nothing draws nothing (its answer, landing after
+            Next's, would show the page before again)."""
+            index = None if ls.run is None else lesson_ask.sent_from(shown, ls.run)
+            if index is None:  # another lesson's page, or none
+                return tuple(gr.skip() for _ in outs)
+            try:
+                run = lesson_ask.change_input(ls.run, k, picked.value, index)
+            except (LessonError, ValueError) as err:
+                raise refused("on_lesson_input", str(err)) from err
+            if run is ls.run:
+                return tuple(gr.skip() for _ in outs)
+            ls.replay(run)
+            session.front = ls
+            return view(ls, session)
+        return on_lesson_input
 
     def do_back(ls):
         if ls.run is not None:
@@ -127,8 +146,8 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             return lesson_ask.ask_values(ls.run)
         progress.change(asked, [state], ask_widgets.outs, show_progress="hidden")
         for k, drop in enumerate(ask_widgets.inputs):
-            drop.input(guarded(input_changed(k)), [state, page.state, drop], outs,
-                       **page.quiet).then(asked, [state], ask_widgets.outs, show_progress="hidden")
+            drop.select(input_changed(k), [state, page.state, progress], outs,
+                        **page.quiet).then(asked, [state], ask_widgets.outs, show_progress="hidden")
         back.click(guarded(do_back), [state, page.state], outs)
         restart.click(guarded(do_restart), [state, page.state], outs)
         # the picture's large type is redrawn by the page (ui/app.py), which knows what is in front

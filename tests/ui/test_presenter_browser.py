@@ -6,8 +6,10 @@ Every wait is on a condition that is false (never an error) while the page is st
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -122,6 +124,95 @@ def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app
     press_next(pg, "ArrowRight")
     assert "page 4 of" in pg.evaluate(PROGRESS)
     assert pg.evaluate(LIST_OPEN) is False
+    pg.close()
+
+
+# the ids of the events the first lesson input starts (any of its events), and of those chained after
+EVENTS_OF_BOX = """() => { const cfg = window.gradio_config;
+  const box = cfg?.components?.find((c) => c.props?.elem_id === 'lesson-input-0');
+  if (!box) return null;
+  const own = cfg.dependencies.filter((d) => d.targets.some(([id]) => id === box.id)).map((d) => d.id);
+  return {own, after: cfg.dependencies.filter((d) => own.includes(d.trigger_after)).map((d) => d.id)}; }"""
+BOX = "() => document.querySelector('#lesson-input-0 input')?.value ?? ''"
+NARRATION = "() => document.querySelector('#lesson-narration')?.innerText ?? ''"
+
+
+class HeldBox:
+    """Holds the lesson box's next event in the browser until `let_go`: the order a loaded
+    server can give it against a page turn sent after it."""
+
+    def __init__(self, pg) -> None:
+        self.pg, self.ids, self.sent, self.held, self.holding = pg, pg.evaluate(EVENTS_OF_BOX), [], [], False
+        pg.route("**/gradio_api/queue/join*", self._join)
+
+    def _join(self, route) -> None:
+        fn = json.loads(route.request.post_data or "{}").get("fn_index")
+        self.sent.append(fn)
+        if self.holding and fn in self.ids["own"]:
+            self.holding = False
+            self.held.append(route)
+        else:
+            route.continue_()
+
+    def let_go(self) -> None:
+        """Send what was held and wait for its answer: what follows it sent (it succeeded), or
+        a message box. Nothing held (the box sent nothing): nothing to wait for."""
+        self.sent.clear()
+        self.holding = False
+        for route in self.held:
+            route.continue_()
+
+        def answered() -> bool:
+            return any(fn in self.ids["after"] for fn in self.sent) or bool(self.pg.evaluate(SAYS)["boxes"])
+        deadline = time.monotonic() + 120
+        while self.held and not answered() and time.monotonic() < deadline:
+            self.pg.wait_for_timeout(100)
+        assert not self.held or answered(), f"the box's event was never answered (sent {self.sent})"
+        self.held.clear()
+        self.pg.wait_for_function(IDLE, timeout=180_000)
+
+
+def _pick(pg, value: str) -> None:
+    pg.locator("#lesson-input-0 input").click()
+    pg.get_by_role("option", name=value, exact=True).click()
+
+
+def test_a_page_turn_beside_the_lesson_box_keeps_the_page_and_the_pick(browser, served_app):
+    """Gradio's dropdown sends an event at every blur, and a clicker's arrow from page 3's open
+    model picker blurs the box as it presses Next; a quick pick and Next race too. Here the box's
+    event reaches the server only after Next's page is on screen (the order a loaded server can
+    give them): the page stays, with no message, and a pick made on page 3 holds on page 4."""
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    pg.goto(served_app + "?lesson=01_kv_cache&step=3")
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('page 3 of')", timeout=180_000)
+    pg.wait_for_function(f"() => ({BOX})() === 'LLaMA-13B'", timeout=120_000)  # page 3's value
+    box = HeldBox(pg)
+    box.holding = True
+    pg.locator("#lesson-input-0 input").click()  # the list open: the clicker's arrow blurs it
+    pg.wait_for_function(LIST_OPEN)
+    press_next(pg, "ArrowRight")
+    box.let_go()
+    says = pg.evaluate(SAYS)
+    assert "page 4 of" in pg.evaluate(PROGRESS) and says["boxes"] == [], says
+    pg.wait_for_function(f"() => ({BOX})() === '48'", timeout=120_000)  # page 4's own input
+    before = pg.evaluate(NARRATION)
+    _pick(pg, "96")  # a pick plays the lesson again with it
+    pg.wait_for_function(f"(b) => {{ const t = ({NARRATION})(); return !!t && t !== b; }}", arg=before,
+                         timeout=180_000)
+    pg.wait_for_function(IDLE, timeout=180_000)
+    assert "page 4 of" in pg.evaluate(PROGRESS) and pg.evaluate(BOX) == "96"
+    press_next(pg, "ArrowLeft")
+    pg.wait_for_function(f"() => ({BOX})() === 'LLaMA-13B'", timeout=120_000)
+    box.holding = True
+    _pick(pg, "LLaMA-7B")  # picked on page 3, handled after the clicker's Next
+    pg.keyboard.press("ArrowRight")  # the held pick is still under way: no wait for quiet here
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('page 4 of')", timeout=180_000)
+    box.let_go()
+    says = pg.evaluate(SAYS)
+    assert "page 4 of" in pg.evaluate(PROGRESS) and says["boxes"] == [], says
+    assert pg.evaluate(BOX) == "96"
+    press_next(pg, "ArrowLeft")
+    pg.wait_for_function(f"() => ({BOX})() === 'LLaMA-7B'", timeout=120_000)
     pg.close()
 
 

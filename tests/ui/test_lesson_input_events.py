@@ -1,0 +1,89 @@
+"""A lesson page's input (a dropdown under its question) as the page sends it. Gradio's dropdown
+sends its `input` event at every blur, its value unchanged, and a clicker's arrow from the open
+box blurs it while it presses Next: the two events ran side by side and either could land
+first. So the page listens to a pick (`select`), not to `input`; a pick is read against the page
+it was made on (it can race a page turn too), and one that changes nothing draws nothing (its
+answer, landing after Next's, would show the page before again).
+
+A dry lesson (07_fragmentation, page 4: `num_gpu_blocks`) through the app's own handler, with the
+progress line as the browser sends it back (Gradio's Markdown, out and in). The race itself in
+Chromium: tests/ui/test_presenter_browser.py.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from engine import EngineConfig
+from lessons import LessonRun, load_all
+from ui.lesson_pages import LessonSession, progress_line
+from ui.session import Session
+
+DRY = "dry (bookkeeping only, no model)"
+
+
+@pytest.fixture(scope="module")
+def first_input():
+    """The app's handler of a lesson page's first input, and its inputs (a dry build)."""
+    from ui.app import build_app
+
+    return next(f for f in build_app(DRY).fns.values() if f.name == "on_lesson_input")
+
+
+def _on_page_4() -> tuple[LessonSession, Session]:
+    ls = LessonSession()
+    ls.play(LessonRun(next(x for x in load_all() if x.name == "07_fragmentation")))
+    ls.run.goto(3)
+    session = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=8))
+    session.front = ls
+    return ls, session
+
+
+def _sent(fn, ls: LessonSession) -> str:
+    """The progress line of the page on screen as the browser sends it back with an event."""
+    box = next(c for c in fn.inputs if isinstance(c, gr.Markdown))
+    return box.preprocess(box.postprocess(progress_line(ls)))
+
+
+def _skipped(out: tuple) -> bool:
+    return all(isinstance(v, dict) and v.get("__type__") == "update" and len(v) == 1 for v in out)
+
+
+def _picked(value: str) -> gr.SelectData:
+    return gr.SelectData(None, {"index": 0, "value": value, "selected": True})
+
+
+def test_a_pick_that_changes_nothing_draws_nothing(first_input):
+    ls, session = _on_page_4()
+    run, shown = ls.run, _sent(first_input, ls)
+    assert "page 4 of 4" in shown
+    out = first_input.fn(ls, session, shown, _picked(str(run.params["num_gpu_blocks"])))
+    assert _skipped(out) and ls.run is run
+
+
+def test_a_pick_made_before_a_page_turn_is_kept_on_the_page_after(first_input):
+    """Picked on page 4, handled after Back: the lesson plays again with it, to page 3."""
+    ls, session = _on_page_4()
+    shown = _sent(first_input, ls)
+    ls.run.back()
+    out = first_input.fn(ls, session, shown, _picked("1024"))
+    assert ls.run.params["num_gpu_blocks"] == 1024 and "page 3 of 4" in out[1]
+
+
+def test_a_pick_from_another_lessons_page_changes_nothing(first_input):
+    ls, session = _on_page_4()
+    run = ls.run
+    out = first_input.fn(ls, session, "**1. The KV cache and its cost**: page 4 of 5", _picked("1024"))
+    assert _skipped(out) and ls.run is run and run.params["num_gpu_blocks"] != 1024
+
+
+def test_a_real_pick_plays_the_lesson_again_with_it(first_input):
+    ls, session = _on_page_4()
+    before = ls.run
+    out = first_input.fn(ls, session, _sent(first_input, ls), _picked("1024"))
+    assert ls.run is not before and ls.run.params["num_gpu_blocks"] == 1024
+    assert out[0] is ls and "page 4 of 4" in out[1]  # the same page, played with the new value
+    with pytest.raises(gr.Error, match="one of"):  # a value the page does not offer
+        first_input.fn(ls, session, _sent(first_input, ls), _picked("3"))
+    assert ls.run.params["num_gpu_blocks"] == 1024
