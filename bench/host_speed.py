@@ -113,6 +113,7 @@ def one_engine(path: str, device: str, n: int, plen: int, new: int, pin_mode: st
     irq0, steal0 = gpu_interrupts(), steal_ticks()
     main = threading.get_native_id()
     cpu0, wall0, main0 = thread_cpu_s(), time.perf_counter(), time.thread_time()
+    at = time.time()  # to line the steps up with bench/host_cpus.py's samples
     walls = device_step._steady_walls(eng, prompts, SamplingParams(max_tokens=new, ignore_eos=True))
     cpu1, wall = thread_cpu_s(), time.perf_counter() - wall0
     irqs = [b - a for a, b in zip(irq0, gpu_interrupts(), strict=False)]
@@ -124,7 +125,7 @@ def one_engine(path: str, device: str, n: int, plen: int, new: int, pin_mode: st
             "steady_steps": len(walls), "main_cpu_over_wall": round(main_cpu / wall, 3),
             "other_threads_cpu_s": round(others, 3), "wall_s": round(wall, 3),
             "threads": len(cpu1), "torch_threads": torch.get_num_threads(),
-            "on_cpu": _current_cpu(), "pinned_to": pinned,
+            "on_cpu": _current_cpu(), "pinned_to": pinned, "steps_from_to": [at, at + wall],
             "gpu_interrupts_during_steps": {c: v for c, v in enumerate(irqs) if v},
             "steal_ticks_during_steps": {c: v for c, v in enumerate(steal) if v}}
 
