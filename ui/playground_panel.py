@@ -67,8 +67,13 @@ def playground_panel(page: Page) -> Callable[[], None]:
         return show(session)
 
     def on_choose(s, session: Session):
-        """The dropdown picked a sequence: outline its row (a view change, no operation)."""
-        session.selected_seq = None if s in (None, "") else int(s)
+        """The dropdown picked a sequence: outline its row (a view change, no operation).
+        Gradio sends this at every blur of the box too, its value unchanged: that draws
+        nothing, as its answer could land after an operation's and show the pool before it."""
+        chosen = None if s in (None, "") else int(s)
+        if chosen == session.selected_seq:
+            return tuple(gr.skip() for _ in page.outs)
+        session.selected_seq = chosen
         return show(session)
 
     def wire() -> None:

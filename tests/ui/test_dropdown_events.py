@@ -1,13 +1,15 @@
-"""A lesson page's input (a dropdown under its question) as the page sends it. Gradio's dropdown
-sends its `input` event at every blur, its value unchanged, and a clicker's arrow from the open
-box blurs it while it presses Next: the two events ran side by side and either could land
-first. So the page listens to a pick (`select`), not to `input`; a pick is read against the page
-it was made on (it can race a page turn too), and one that changes nothing draws nothing (its
-answer, landing after Next's, would show the page before again).
+"""The page's dropdowns as Gradio sends their events: a dropdown sends `input` at every blur, its
+value unchanged, beside whatever the click that blurred it started; either event can be answered
+last. An event that changes nothing must draw nothing, or a stale picture lands last.
 
-A dry lesson (07_fragmentation, page 4: `num_gpu_blocks`) through the app's own handler, with the
-progress line as the browser sends it back (Gradio's Markdown, out and in). The race itself in
-Chromium: tests/ui/test_presenter_browser.py.
+A lesson page's input (a dropdown under its question): a clicker's arrow from the open box blurs
+it as it presses Next. So it listens to a pick (`select`), not to `input`; a pick is read against
+the page it was made on (it can race a page turn too), and one that changes nothing draws nothing
+(its answer, landing after Next's, would show the page before again). A dry lesson
+(07_fragmentation, page 4: `num_gpu_blocks`) through the app's own handler, with the progress
+line as the browser sends it back (Gradio's Markdown, out and in). The race itself in Chromium:
+tests/ui/test_presenter_browser.py. The Playground's sequence box keeps `input` (its value feeds
+Append, Fork and Free): a blur's event draws nothing there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from engine import EngineConfig
+from engine import EngineConfig, ops
 from lessons import LessonRun, load_all
 from ui.lesson_pages import LessonSession, progress_line
 from ui.session import Session
@@ -24,11 +26,20 @@ DRY = "dry (bookkeeping only, no model)"
 
 
 @pytest.fixture(scope="module")
-def first_input():
-    """The app's handler of a lesson page's first input, and its inputs (a dry build)."""
+def fns() -> dict:
+    """The app's handlers by name, with their inputs (a dry build; the first of a name)."""
     from ui.app import build_app
 
-    return next(f for f in build_app(DRY).fns.values() if f.name == "on_lesson_input")
+    out: dict = {}
+    for f in build_app(DRY).fns.values():
+        out.setdefault(f.name, f)
+    return out
+
+
+@pytest.fixture(scope="module")
+def first_input(fns):
+    """The app's handler of a lesson page's first input."""
+    return fns["on_lesson_input"]
 
 
 def _on_page_4() -> tuple[LessonSession, Session]:
@@ -87,3 +98,13 @@ def test_a_real_pick_plays_the_lesson_again_with_it(first_input):
     with pytest.raises(gr.Error, match="one of"):  # a value the page does not offer
         first_input.fn(ls, session, _sent(first_input, ls), _picked("3"))
     assert ls.run.params["num_gpu_blocks"] == 1024
+
+
+def test_a_blur_of_the_playgrounds_sequence_box_draws_nothing(fns):
+    session = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=32))
+    session.run(ops.AddSequence("abcdef"))
+    session.run(ops.Fork(0))
+    choose = fns["on_choose"].fn
+    assert not _skipped(choose("0", session)) and session.selected_seq == 0  # a pick draws
+    assert _skipped(choose("0", session)) and session.selected_seq == 0  # its blur does not
+    assert not _skipped(choose("1", session)) and session.selected_seq == 1
