@@ -30,7 +30,7 @@ from ui.session import Session, UserError
 from ui.settings_panel import MODES, engine_config, settings_panel
 from ui.theme import CSS, HEAD, PRESENTER_JS, REDUCE_MOTION_JS, THEME
 from ui.timeline_panel import timeline_panel
-from ui.vllm_panel import VllmTarget, picture_part, vllm_panel
+from ui.vllm_panel import CLOCK_JS, VllmTarget, picture_part, vllm_panel
 from ui.vllm_view import VllmView
 
 __all__ = ["CSS", "HEAD", "MODES", "THEME", "VllmTarget", "build_app"]
@@ -123,21 +123,27 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             return (*view_fn(ls, session), gr.update(visible=False))
 
         lesson_tab.select(on_lessons, view_inputs, [*view_outputs, tools])
-        # the vLLM tab puts its watch in the picture's place; any other tab gives it back
-        swap = [page.plot, vllm.column, tools]
+        # The vLLM tab puts its watch in the picture's place; any other tab gives it back. The
+        # page swaps the two itself (ui/theme.py, by the pl-vllm class ui/motion.js keeps): the
+        # server's answers to quick tab clicks come back out of order, and a late one left
+        # vLLM's picture over the Playground. The server follows which tab is in front for the
+        # vLLM timer only: each tab event carries the page's clock as it was sent, and one that
+        # reaches the server after a later one is stale and changes nothing (VllmView.bring).
+        clock = gr.Number(visible=False)
 
-        def on_vllm_tab(view: VllmView, session: Session):
-            return (*vllm.select(view, session), gr.update(visible=False),
-                    gr.update(visible=True), gr.update(visible=False))
+        def on_vllm_tab(view: VllmView, session: Session, at: float | None):
+            if not view.bring(True, at):
+                return tuple(gr.skip() for _ in range(len(vllm.outputs) + 1))
+            return (*vllm.select(view, session), gr.update(visible=False))
 
-        vllm_tab.select(on_vllm_tab, [vllm.view, page.state], [*vllm.outputs, *swap], **page.quiet)
+        vllm_tab.select(on_vllm_tab, [vllm.view, page.state, clock], [*vllm.outputs, tools],
+                        js=CLOCK_JS, **page.quiet)
 
-        def off_vllm_tab(view: VllmView):
-            view.in_front = False  # its timer rests
-            return gr.update(visible=True), gr.update(visible=False)
+        def off_vllm_tab(view: VllmView, at: float | None) -> None:
+            view.bring(False, at)  # its timer rests (unless a later event brought it back)
 
         for tab in (playground_tab, serving_tab, lesson_tab, compare_page, settings_tab):
-            tab.select(off_vllm_tab, [vllm.view], [page.plot, vllm.column], queue=False)
+            tab.select(off_vllm_tab, [vllm.view, clock], None, js=CLOCK_JS, queue=False)
         # the look changes in the page (js); the no-op keeps every event named for Gradio's API
         presenter.change(_look, [presenter], None, js=PRESENTER_JS, queue=False)
 
@@ -171,13 +177,14 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         loaded = demo.load(on_load, [page.state], page.outs, **page.quiet).then(
             on_lesson_link, link_inputs, [*link_outputs, tabs, tools])
         if vllm_target is not None:  # --vllm-events: every page opens on the vLLM tab
-            def on_vllm_target(view: VllmView, session: Session, request: gr.Request):
+            def on_vllm_target(view: VllmView, session: Session, at: float | None,
+                               request: gr.Request):
                 if request is not None and dict(request.query_params).get("lesson"):
-                    return tuple(gr.skip() for _ in range(len(vllm.outputs) + len(swap) + 1))
-                return (*on_vllm_tab(view, session), gr.Tabs(selected="vllm"))
+                    return tuple(gr.skip() for _ in range(len(vllm.outputs) + 2))
+                return (*on_vllm_tab(view, session, at), gr.Tabs(selected="vllm"))
 
-            loaded.then(on_vllm_target, [vllm.view, page.state], [*vllm.outputs, *swap, tabs],
-                        **page.quiet)
+            loaded.then(on_vllm_target, [vllm.view, page.state, clock],
+                        [*vllm.outputs, tools, tabs], js=CLOCK_JS, **page.quiet)
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.

@@ -259,6 +259,11 @@
     if (document.body.classList.contains('pl-lesson') !== lesson
         || document.body.classList.contains('pl-serving') !== serving
         || document.body.classList.contains('pl-vllm') !== vllm) {
+      // the class swaps the session's picture and vLLM's (ui/theme.py): a figure drawn while
+      // hidden took Plotly's default width, so the one that shows now is fitted again
+      if (document.body.classList.contains('pl-vllm') !== vllm) {
+        requestAnimationFrame(() => window.dispatchEvent(new Event('resize')));
+      }
       document.body.classList.toggle('pl-lesson', lesson);
       document.body.classList.toggle('pl-serving', serving);
       document.body.classList.toggle('pl-vllm', vllm);

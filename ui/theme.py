@@ -56,6 +56,9 @@ body.pl-presenter { --slide: max(20px, min(1.5625vw, 2.78vh)); }
    session's own panels (the view under its picture and its choice, its events, the inspector,
    its sequences and counts) would describe an engine that is not on the screen */
 body.pl-vllm :is(#view-plot, #view-choice, #event-log, #inspector, #below) { display: none !important }
+/* ... and vLLM's picture takes the session's picture's place: swapped here, in the page, so
+   that the last tab clicked wins however the server's answers come back */
+body.pl-vllm #pool-plot, body:not(.pl-vllm) #vllm-picture { display: none !important }
 body.pl-presenter .gradio-container { padding-top: 2px !important; padding-bottom: 0 !important;
   max-width: none !important }
 body.pl-presenter footer, body.pl-presenter #landing, body.pl-presenter #status,

@@ -43,6 +43,8 @@ TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
 _EMPTY = PrefixTree(())  # nothing watched yet
+#: a tab event's last input, filled in the page as the event leaves it: the page's clock (ms)
+CLOCK_JS = "(...inputs) => [...inputs.slice(0, -1), performance.now()]"
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"
@@ -63,7 +65,6 @@ class VllmParts:
     """The tab's widgets that ui/app.py places or wires beyond the tab."""
 
     view: Any  # gr.State(VllmView)
-    column: Any  # the picture's column part: the tree and the timeline
     tree: Any
     timeline: Any
     panels: list  # the tab's own outputs: counts, events, prompts, note
@@ -72,18 +73,19 @@ class VllmParts:
     outputs: list  # what `select` gives values for
 
 
-def picture_part() -> tuple[Any, Any, Any]:
-    """The tree and the timeline, in the picture's column (hidden until the tab is in front)."""
-    with gr.Column(visible=False, elem_id="vllm-picture") as column:
+def picture_part() -> tuple[Any, Any]:
+    """The tree and the timeline, in the picture's column (the page shows it only while the tab
+    is in front: ui/theme.py)."""
+    with gr.Column(elem_id="vllm-picture"):
         tree = gr.Plot(show_label=False, elem_id="vllm-tree")
         timeline = gr.Plot(show_label=False, elem_id="vllm-timeline")
-    return column, tree, timeline
+    return tree, timeline
 
 
-def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | None = None
+def vllm_panel(page: Page, picture: tuple[Any, Any], target: VllmTarget | None = None
                ) -> VllmParts:
     """The tab's controls (inside its gr.Tab), wired; `picture`: picture_part()'s widgets."""
-    column, tree, timeline = picture
+    tree, timeline = picture
     # a browser session's watch; closed when the session ends (and on unload: ui/app.py)
     view = gr.State(VllmView(), time_to_live=24 * 3600, delete_callback=VllmView.close)
     gr.Markdown(INTRO, elem_id="vllm-intro")
@@ -144,8 +146,8 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
             return tuple(gr.skip() for _ in range(len(outs) + 1))
 
     def on_vllm_select(v: VllmView, session: Session) -> tuple:
-        """The tab came to the front: the picture's place shows this page's watch."""
-        v.in_front = True
+        """The tab came to the front (the caller brought it: `VllmView.bring`): the picture's
+        place shows this page's watch."""
         if target is not None and v.watch is None and v.pending is None and not v.note:
             try:  # --vllm-events: the first look connects
                 v.connect(target.events, target.replay, target.url)
@@ -160,7 +162,7 @@ def vllm_panel(page: Page, picture: tuple[Any, Any, Any], target: VllmTarget | N
     # ticks queue apart from the page's clicks (no limit: a tick that finds nothing is cheap)
     timer.tick(on_vllm_tick, state, [*outs, timer], show_progress="hidden", concurrency_limit=None,
                concurrency_id="vllm-tick")
-    return VllmParts(view, column, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
+    return VllmParts(view, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
 
 
 def _values(v: VllmView, session: Session, force: bool) -> tuple:

@@ -57,6 +57,7 @@ class VllmView:
         self.pending: tuple[VllmWatch, OpenAIClient | None] | None = None  # a new endpoint, not joined yet
         self.client: OpenAIClient | None = None
         self.in_front = False  # the vLLM tab is in front (its timer runs only then)
+        self.front_at = float("-inf")  # the page's clock when it sent the event that set in_front
         self.waiting_for_lab = False  # "Start one here" pressed: connect once the lab's answers
         self.note = ""  # a sentence for the tab (what was done, or why not)
         self.sent: deque[Sent] = deque(maxlen=MAX_SENT)
@@ -80,6 +81,20 @@ class VllmView:
 
     def __deepcopy__(self, memo: dict) -> VllmView:
         return VllmView()  # gr.State copies its first value for every browser session
+
+    def bring(self, in_front: bool, at: float | None) -> bool:
+        """A tab event: the vLLM tab came to the front or left it, as the page said at `at` (its
+        clock, ms; None: no clock, as from an API call). Gradio handles a page's tab events out
+        of order (the select of the tab a page mounted on is unqueued and can land after the
+        queued chain that brought this tab in front), so an event older than the one applied
+        last is stale: False, and nothing changes."""
+        with self._lock:
+            if at is not None:
+                if at < self.front_at:
+                    return False
+                self.front_at = at
+            self.in_front = in_front
+            return True
 
     # ---- connecting ------------------------------------------------------------------------------
 

@@ -185,3 +185,37 @@ def test_a_greeting_that_comes_late_is_watching_not_a_problem(pub, monkeypatch):
     finally:
         view.close()
         relay.close()
+
+
+def test_a_tab_event_older_than_the_last_applied_changes_nothing():
+    """The page's tab events reach the server in any order (the select of the tab a page mounted
+    on is unqueued): each carries the page's clock, and one older than the last applied is stale
+    (in Chromium: tests/ui/test_vllm_tab_order_browser.py)."""
+    v = VllmView()
+    assert v.bring(True, 1290.0) and v.in_front
+    assert not v.bring(False, 1200.0)  # the mount tab's select, sent before, landing after
+    assert v.in_front
+    assert v.bring(False, 1500.0) and not v.in_front  # the page left the tab later: it rests
+    assert not v.bring(True, 1400.0) and not v.in_front
+    assert v.bring(True, None) and v.in_front  # no clock (an API call): applied as it comes
+
+
+def test_which_picture_shows_is_the_pages_own_business():
+    """The vLLM tab's picture takes the session's picture's place by the page's class (pl-vllm,
+    ui/theme.py), never by a server answer: the answers to quick tab clicks come back in any
+    order, and a late answer to the vLLM tab put vLLM's picture over the Playground. So no event
+    sets the vLLM picture's column, and no tab's select sets the session's picture but to draw
+    that tab's run in it."""
+    from ui.app import build_app
+
+    config = build_app("dry (bookkeeping only, no model)").config
+    by_elem = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
+    tabs = {c["id"]: c["props"].get("label") for c in config["components"] if c["type"] == "tabitem"}
+    column, plot = by_elem["vllm-picture"], by_elem["pool-plot"]
+    assert not [d for d in config["dependencies"] if column in d["outputs"]]
+    vllm_tab = [d for d in config["dependencies"]
+                if any(tabs.get(t) == "vLLM" for t, _ in d["targets"])]
+    assert vllm_tab and not [d for d in vllm_tab if plot in d["outputs"]]
+    unqueued_selects = [d for d in config["dependencies"] if not d["queue"]
+                        and any(t in tabs and e == "select" for t, e in d["targets"])]
+    assert unqueued_selects and not [d for d in unqueued_selects if plot in d["outputs"]]
