@@ -97,7 +97,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 page.events = gr.Markdown(elem_id="event-log")
                 # the inspector beside the picture, under the events (before the timeline bar)
                 wire_inspector = inspector_panel(page)  # the picture's engine: session or lesson
-                with gr.Column(elem_id="playground-tools") as tools:  # act on the session only
+                # acts on the session only: shown by the page outside Lessons and vLLM (ui/theme.py)
+                with gr.Column(elem_id="playground-tools"):
                     _, wire_timeline = timeline_panel(page)
                 wire_box = box_panel(page)  # the page's room for the picture
         with gr.Row(elem_id="below"):  # under both columns: on a phone, after the controls
@@ -109,34 +110,41 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                      wire_inspector, wire_box, wire_views):
             wire()
 
-        # the picture shows the run of the tab in front: the session's, or the lesson's
-        def on_session_tab(session: Session):
-            session.front = session
-            return (*show(session), gr.update(visible=True))
+        # The picture shows the run of the tab in front: the session's, or the lesson's. Each
+        # tab event carries the page's clock as it was sent (CLOCK_JS): quick clicks are
+        # answered side by side, and an answer to a tab that a later click left draws nothing.
+        clock = gr.Number(visible=False)
+
+        def on_session_tab(session: Session, at: float | None):
+            if not session.bring_front(session, at):
+                return tuple(gr.skip() for _ in page.outs)
+            out = show(session)
+            return out if session.still_front(at) else tuple(gr.skip() for _ in page.outs)
 
         for tab in (playground_tab, serving_tab, settings_tab):
-            tab.select(on_session_tab, [page.state], [*page.outs, tools], **page.quiet)
+            tab.select(on_session_tab, [page.state, clock], page.outs, js=CLOCK_JS, **page.quiet)
         view_fn, view_inputs, view_outputs = lesson_view
 
-        def on_lessons(ls, session: Session):
-            session.front = ls  # clicks on the picture now select the lesson's blocks
-            return (*view_fn(ls, session), gr.update(visible=False))
+        def on_lessons(ls, session: Session, at: float | None):
+            # clicks on the picture now select the lesson's blocks
+            if not session.bring_front(ls, at):
+                return tuple(gr.skip() for _ in view_outputs)
+            out = view_fn(ls, session)
+            return out if session.still_front(at) else tuple(gr.skip() for _ in view_outputs)
 
-        lesson_tab.select(on_lessons, view_inputs, [*view_outputs, tools])
+        lesson_tab.select(on_lessons, [*view_inputs, clock], view_outputs, js=CLOCK_JS)
         # The vLLM tab puts its watch in the picture's place; any other tab gives it back. The
         # page swaps the two itself (ui/theme.py, by the pl-vllm class ui/motion.js keeps): the
         # server's answers to quick tab clicks come back out of order, and a late one left
         # vLLM's picture over the Playground. The server follows which tab is in front for the
-        # vLLM timer only: each tab event carries the page's clock as it was sent, and one that
-        # reaches the server after a later one is stale and changes nothing (VllmView.bring).
-        clock = gr.Number(visible=False)
+        # vLLM timer only, by the tab events' clock as above (VllmView.bring).
 
         def on_vllm_tab(view: VllmView, session: Session, at: float | None):
             if not view.bring(True, at):
-                return tuple(gr.skip() for _ in range(len(vllm.outputs) + 1))
-            return (*vllm.select(view, session), gr.update(visible=False))
+                return tuple(gr.skip() for _ in vllm.outputs)
+            return vllm.select(view, session)
 
-        vllm_tab.select(on_vllm_tab, [vllm.view, page.state, clock], [*vllm.outputs, tools],
+        vllm_tab.select(on_vllm_tab, [vllm.view, page.state, clock], vllm.outputs,
                         js=CLOCK_JS, **page.quiet)
 
         def off_vllm_tab(view: VllmView, at: float | None) -> None:
@@ -161,8 +169,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             """?lesson=02_paging&step=3 opens that lesson step, in the Lessons tab."""
             shown = link_fn(ls, session, request)
             if shown is None:
-                return (*(gr.update() for _ in link_outputs), gr.Tabs(), gr.update())
-            return (*shown, gr.Tabs(selected="lessons"), gr.update(visible=False))
+                return (*(gr.update() for _ in link_outputs), gr.Tabs())
+            return (*shown, gr.Tabs(selected="lessons"))
 
         def on_load(session: Session, request: gr.Request):
             token = dict(request.query_params).get("trace") if request else None
@@ -175,16 +183,16 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         # the lesson link runs after the session's first picture, so a lesson link wins
         loaded = demo.load(on_load, [page.state], page.outs, **page.quiet).then(
-            on_lesson_link, link_inputs, [*link_outputs, tabs, tools])
+            on_lesson_link, link_inputs, [*link_outputs, tabs])
         if vllm_target is not None:  # --vllm-events: every page opens on the vLLM tab
             def on_vllm_target(view: VllmView, session: Session, at: float | None,
                                request: gr.Request):
                 if request is not None and dict(request.query_params).get("lesson"):
-                    return tuple(gr.skip() for _ in range(len(vllm.outputs) + 2))
+                    return tuple(gr.skip() for _ in range(len(vllm.outputs) + 1))
                 return (*on_vllm_tab(view, session, at), gr.Tabs(selected="vllm"))
 
             loaded.then(on_vllm_target, [vllm.view, page.state, clock],
-                        [*vllm.outputs, tools, tabs], js=CLOCK_JS, **page.quiet)
+                        [*vllm.outputs, tabs], js=CLOCK_JS, **page.quiet)
 
         def on_unload(request: gr.Request) -> None:
             """The browser (or API client) disconnected: free the engine and its KV pool now.

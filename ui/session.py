@@ -62,6 +62,7 @@ class Session:
         self.fits = FitMemo()  # how the picture and the view under it shared the box, per state
         self.view_drawn: tuple | None = None  # what the view under the picture last followed
         self._front: Any = None  # a lesson in front of the picture (None: this session)
+        self.front_at = float("-inf")  # the page's clock when it sent the tab event in front
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
@@ -100,6 +101,22 @@ class Session:
     @front.setter
     def front(self, shown: Any) -> None:
         self._front = None if shown is self else shown  # never a cycle through itself
+
+    def bring_front(self, shown: Any, at: float | None) -> bool:
+        """A tab came to the front and shows `shown` (this session or a lesson), as the page
+        said at `at` (its clock, ms; None: no clock, as from an API call). Gradio handles a
+        page's quick tab clicks side by side: one older than the last applied is stale, and
+        changes nothing (False)."""
+        if at is not None:
+            if at < self.front_at:
+                return False
+            self.front_at = at
+        self.front = shown
+        return True
+
+    def still_front(self, at: float | None) -> bool:
+        """Whether no later tab event came while the one sent at `at` was being answered."""
+        return at is None or at >= self.front_at
 
     # ---- the run ----------------------------------------------------------------------------------
 

@@ -59,6 +59,9 @@ body.pl-vllm :is(#view-plot, #view-choice, #event-log, #inspector, #below) { dis
 /* ... and vLLM's picture takes the session's picture's place: swapped here, in the page, so
    that the last tab clicked wins however the server's answers come back */
 body.pl-vllm #pool-plot, body:not(.pl-vllm) #vllm-picture { display: none !important }
+/* the session's tools (its timeline) act on the session only: not beside a lesson or vLLM.
+   Hidden here too, not by the server, for the same reason */
+body:is(.pl-lesson, .pl-vllm) #playground-tools { display: none !important }
 body.pl-presenter .gradio-container { padding-top: 2px !important; padding-bottom: 0 !important;
   max-width: none !important }
 body.pl-presenter footer, body.pl-presenter #landing, body.pl-presenter #status,
@@ -93,8 +96,7 @@ body.pl-presenter #controls-col .tab-container button {
    mode. They sit in the top bar, one slim line, so that they take none of the slide's height */
 body.pl-presenter.pl-lesson #controls-col .tab-wrapper, body.pl-presenter.pl-lesson #lesson-all,
 body.pl-presenter.pl-lesson:not(.pl-lesson-menu) #lesson-choose,
-body.pl-presenter.pl-lesson #event-log,
-body.pl-presenter.pl-lesson #playground-tools { display: none !important }
+body.pl-presenter.pl-lesson #event-log { display: none !important }
 body.pl-presenter.pl-lesson #lesson-choose { order: 0; flex-wrap: nowrap !important }
 body.pl-presenter.pl-lesson #lesson-choose { position: fixed; top: 1px; left: 32vw;
   width: min(520px, 40vw); z-index: 60; gap: 6px !important; background: none }
