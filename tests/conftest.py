@@ -130,20 +130,20 @@ class ServedUrl(str):
         return (done.stdout or done.stderr)[-limit:]
 
 
-def serve_app(env: dict[str, str] | None = None) -> Iterator[str]:
-    """`python app.py` on the real default model, on a free loopback port, until the generator
-    is closed: its URL."""
-    from ui.app_process import free_port, launch
+def serve_app(env: dict[str, str] | None = None, argv: tuple[str, ...] = ("app.py",),
+              timeout: float = 180) -> Iterator[ServedUrl]:
+    """`python *argv` (by default the app on the real default model) on a free loopback port,
+    until the generator is closed: its URL."""
+    from ui.app_process import free_port, launch, stop
 
     port = free_port()
-    proc = launch(["app.py"], port, env)
+    proc = launch(list(argv), port, env, timeout=timeout)
     url = ServedUrl(f"http://127.0.0.1:{port}/")
     url.proc = proc
     try:
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop(proc)
 
 
 @pytest.fixture(scope="session")

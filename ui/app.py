@@ -28,9 +28,10 @@ from ui.room_pages import add_room_pages
 from ui.serving_panel import serving_panel
 from ui.session import Session, UserError
 from ui.settings_panel import MODES, engine_config, settings_panel
+from ui.tab_clock import CLOCK_JS
 from ui.theme import CSS, HEAD, PRESENTER_JS, REDUCE_MOTION_JS, THEME
 from ui.timeline_panel import timeline_panel
-from ui.vllm_panel import CLOCK_JS, VllmTarget, picture_part, vllm_panel
+from ui.vllm_panel import VllmTarget, picture_part, vllm_panel
 from ui.vllm_view import VllmView
 
 __all__ = ["CSS", "HEAD", "MODES", "THEME", "VllmTarget", "build_app"]
@@ -119,7 +120,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             if not session.bring_front(session, at):
                 return tuple(gr.skip() for _ in page.outs)
             out = show(session)
-            return out if session.still_front(at) else tuple(gr.skip() for _ in page.outs)
+            return out if session.front_clock.still_latest(at) else tuple(gr.skip() for _ in page.outs)
 
         for tab in (playground_tab, serving_tab, settings_tab):
             tab.select(on_session_tab, [page.state, clock], page.outs, js=CLOCK_JS, **page.quiet)
@@ -130,7 +131,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             if not session.bring_front(ls, at):
                 return tuple(gr.skip() for _ in view_outputs)
             out = view_fn(ls, session)
-            return out if session.still_front(at) else tuple(gr.skip() for _ in view_outputs)
+            return out if session.front_clock.still_latest(at) else tuple(gr.skip() for _ in view_outputs)
 
         lesson_tab.select(on_lessons, [*view_inputs, clock], view_outputs, js=CLOCK_JS)
         # The vLLM tab puts its watch in the picture's place; any other tab gives it back. The

@@ -27,6 +27,7 @@ from ui import limits
 from ui.limits import UserError
 from ui.picture_split import FitMemo
 from ui.session_budget import BUDGET, reserve
+from ui.tab_clock import TabClock
 
 # The limits this module enforces itself (ui/limits.py reads them from the environment); kept as
 # module names because tests and older callers patch and import them from here.
@@ -62,7 +63,7 @@ class Session:
         self.fits = FitMemo()  # how the picture and the view under it shared the box, per state
         self.view_drawn: tuple | None = None  # what the view under the picture last followed
         self._front: Any = None  # a lesson in front of the picture (None: this session)
-        self.front_at = float("-inf")  # the page's clock when it sent the tab event in front
+        self.front_clock = TabClock()  # the page's clock on the tab event in front
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
@@ -107,16 +108,10 @@ class Session:
         said at `at` (its clock, ms; None: no clock, as from an API call). Gradio handles a
         page's quick tab clicks side by side: one older than the last applied is stale, and
         changes nothing (False)."""
-        if at is not None:
-            if at < self.front_at:
-                return False
-            self.front_at = at
+        if not self.front_clock.admit(at):
+            return False
         self.front = shown
         return True
-
-    def still_front(self, at: float | None) -> bool:
-        """Whether no later tab event came while the one sent at `at` was being answered."""
-        return at is None or at >= self.front_at
 
     # ---- the run ----------------------------------------------------------------------------------
 

@@ -43,8 +43,6 @@ TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
 _EMPTY = PrefixTree(())  # nothing watched yet
-#: a tab event's last input, filled in the page as the event leaves it: the page's clock (ms)
-CLOCK_JS = "(...inputs) => [...inputs.slice(0, -1), performance.now()]"
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"

@@ -30,6 +30,7 @@ from engine.vllm.openai_client import OpenAIClient, VllmApiError
 from engine.vllm.schema import VllmEvent
 from engine.vllm.watch import VllmWatch
 from ui.limits import UserError
+from ui.tab_clock import TabClock
 
 MAX_PROMPT_CHARS = 2000
 MAX_SENT = 50  # prompts a session keeps on the page
@@ -57,7 +58,7 @@ class VllmView:
         self.pending: tuple[VllmWatch, OpenAIClient | None] | None = None  # a new endpoint, not joined yet
         self.client: OpenAIClient | None = None
         self.in_front = False  # the vLLM tab is in front (its timer runs only then)
-        self.front_at = float("-inf")  # the page's clock when it sent the event that set in_front
+        self.front_clock = TabClock()  # the page's clock on the event that set in_front
         self.waiting_for_lab = False  # "Start one here" pressed: connect once the lab's answers
         self.note = ""  # a sentence for the tab (what was done, or why not)
         self.sent: deque[Sent] = deque(maxlen=MAX_SENT)
@@ -89,10 +90,8 @@ class VllmView:
         queued chain that brought this tab in front), so an event older than the one applied
         last is stale: False, and nothing changes."""
         with self._lock:
-            if at is not None:
-                if at < self.front_at:
-                    return False
-                self.front_at = at
+            if not self.front_clock.admit(at):
+                return False
             self.in_front = in_front
             return True
 

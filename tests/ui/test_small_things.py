@@ -328,3 +328,15 @@ def test_the_page_scripts_clicks_are_never_dropped(app_demo) -> None:
     fired = [f for f in app_demo.fns.values() if any(bid in hidden for bid, _ in f.targets)]
     assert {f.name for f in fired} >= {"on_follow", "on_box", "on_view_box", "on_click", "on_view_click"}
     assert {f.name: f.trigger_mode for f in fired} == {f.name: "always_last" for f in fired}
+
+
+def test_the_tab_clock_admits_the_latest_event_only() -> None:
+    """Tab events reach the server, and their answers the page, in any order (ui/tab_clock.py;
+    in Chromium: tests/ui/test_tab_order_browser.py)."""
+    from ui.tab_clock import TabClock
+
+    clock = TabClock()
+    assert clock.admit(100.0) and clock.still_latest(100.0)
+    assert clock.admit(250.0) and not clock.still_latest(100.0)  # overtaken while answered
+    assert not clock.admit(200.0) and clock.latest == 250.0  # sent before, arriving after
+    assert clock.admit(None) and clock.still_latest(None)  # an API call: no clock

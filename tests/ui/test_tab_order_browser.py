@@ -18,9 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ServedUrl
+from tests.conftest import ServedUrl, serve_app
 from tests.ui.test_browser import CHROMIUM, IDLE
-from ui.app_process import free_port, launch, stop
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -34,14 +33,7 @@ ON_LESSONS = """() => (window.gradio_config?.dependencies ?? [])
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[ServedUrl]:
-    port = free_port()
-    proc = launch(["app.py", "--dry"], port, timeout=300)
-    url = ServedUrl(f"http://127.0.0.1:{port}/")
-    url.proc = proc
-    try:
-        yield url
-    finally:
-        stop(proc)
+    yield from serve_app(argv=("app.py", "--dry"), timeout=300)
 
 
 def _tab(pg, name: str):

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ServedUrl
+from tests.conftest import ServedUrl, serve_app
 from tests.ui.test_browser import CHROMIUM
-from ui.app_process import free_port, launch, stop
+from ui.app_process import free_port
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -38,15 +38,8 @@ IN_FRONT = ("() => { const p = document.querySelector('#vllm-picture'); "
 
 @pytest.fixture(scope="module")
 def app_url() -> Iterator[ServedUrl]:
-    port = free_port()
-    proc = launch(["app.py", "--dry", "--vllm-events", f"tcp://127.0.0.1:{free_port()}"], port,
-                  timeout=300)
-    url = ServedUrl(f"http://127.0.0.1:{port}/")
-    url.proc = proc
-    try:
-        yield url
-    finally:
-        stop(proc)
+    yield from serve_app(argv=("app.py", "--dry", "--vllm-events", f"tcp://127.0.0.1:{free_port()}"),
+                         timeout=300)
 
 
 def _selects(request, tab: str) -> bool:
