@@ -10,8 +10,6 @@ into it instead of opening the inspector. The checking itself is lessons/questio
 
 from __future__ import annotations
 
-import inspect
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,16 +102,6 @@ def ask_values(run: LessonRun | None) -> tuple:
                        value=str(run.params[p.name])) for p in shown]
     drops += [hidden] * (MAX_INPUTS - len(drops))
     return (answer, pick, *drops)
-
-
-def sent_from(progress: str | None, run: LessonRun) -> int | None:
-    """The step of `run` whose page sent an event, from the progress line the page showed then
-    (as the browser sends it back: Gradio's Markdown trims its indentation); None where it was
-    another lesson's page, or no page."""
-    head = f"**{run.lesson.title}**: page "
-    text = inspect.cleandoc(progress or "")
-    found = re.match(r"(\d+) of ", text[len(head):]) if text.startswith(head) else None
-    return int(found[1]) - 1 if found and 0 < int(found[1]) <= run.total else None
 
 
 def change_input(run: LessonRun, k: int, value: Any, index: int | None = None) -> LessonRun:

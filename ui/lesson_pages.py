@@ -5,6 +5,8 @@ it is drawn into the one main picture and the panels beside it. No widgets here:
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 from lessons import LessonRun
@@ -108,6 +110,10 @@ def lesson_values(ls: LessonSession, presenter_on: bool, box: tuple[int, int] | 
             f"{where} · lesson page {step.index + 1} of {step.total}")
 
 
+def _head(run: LessonRun) -> str:
+    return f"**{run.lesson.title}**: page "
+
+
 def progress_line(ls: LessonSession) -> str:
     """The line that says which lesson and page are on screen ("" with no lesson)."""
     run = ls.run
@@ -115,9 +121,18 @@ def progress_line(ls: LessonSession) -> str:
         return ""
     step = run.current
     if step is None:
-        return f"**{run.lesson.title}**: page 0 of {run.total}"
+        return f"{_head(run)}0 of {run.total}"
     done = f" · the end: {run.score().sentence() or 'well done'}" if step.is_last else ""
-    return f"**{run.lesson.title}**: page {step.index + 1} of {step.total}{done}"
+    return f"{_head(run)}{step.index + 1} of {step.total}{done}"
+
+
+def sent_from(progress: str | None, run: LessonRun) -> int | None:
+    """The step of `run` whose page sent an event, from the progress line the page showed then
+    (as the browser sends it back: Gradio's Markdown trims its indentation); None where it was
+    another lesson's page, or no page."""
+    head, text = _head(run), inspect.cleandoc(progress or "")
+    found = re.match(r"(\d+) of ", text[len(head):]) if text.startswith(head) else None
+    return int(found[1]) - 1 if found and 0 < int(found[1]) <= run.total else None
 
 
 def lesson_text(ls: LessonSession) -> tuple[str, str, str]:

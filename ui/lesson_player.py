@@ -10,7 +10,7 @@ import gradio as gr
 from lessons import LessonRun, load_all
 from lessons.loader import LessonError
 from ui import lesson_ask
-from ui.lesson_pages import LessonSession, lesson_text
+from ui.lesson_pages import LessonSession, lesson_text, sent_from
 from ui.page import Page, show
 from ui.refusal import refused
 from ui.session import Session
@@ -92,7 +92,7 @@ def lessons_tab(page: Page, presenter: gr.Checkbox) -> tuple:
             choices first). A pick can still race a page turn, so it is read against the page
             it was made on; one that changes nothing draws nothing (its answer, landing after
             Next's, would show the page before again)."""
-            index = None if ls.run is None else lesson_ask.sent_from(shown, ls.run)
+            index = None if ls.run is None else sent_from(shown, ls.run)
             if index is None:  # another lesson's page, or none
                 return tuple(gr.skip() for _ in outs)
             try:
