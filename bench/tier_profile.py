@@ -110,7 +110,7 @@ def repeat_timeline(path: str, device: str, sizes: dict, out: Path) -> dict:
         acts = [torch.profiler.ProfilerActivity.CPU]
         if device == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=acts) as prof:
+        with torch.profiler.profile(activities=acts) as prof, _host_phases(eng):
             with torch.profiler.record_function("request"):
                 eng.add_request(prefix + [11, 12, 13, 20], tier.ONE)
                 step = 0
@@ -124,6 +124,37 @@ def repeat_timeline(path: str, device: str, sizes: dict, out: Path) -> dict:
         prof.export_chrome_trace(str(trace))
         got[name] = timeline(trace)
     return got
+
+
+@contextlib.contextmanager
+def _host_phases(eng: Any) -> Iterator[None]:
+    """Each host phase of a step marked on the timeline (schedule; the runtime's copies and
+    forward pass; the picks; landing the tokens), by wrapping the engine's parts in this run
+    only: the product carries no profiler marks."""
+    from engine import step_run
+    parts = [(eng.scheduler, "schedule", "schedule"), (step_run, "execute", "run"),
+             (step_run, "pick", "pick"), (eng._flight, "after_launch", "land"),
+             (eng.runtime, "offload", "offload"), (eng.runtime, "load", "load"),
+             (eng.runtime, "execute", "forward")]
+    saved = [(obj, name, obj.__dict__.get(name) if not isinstance(obj, type(step_run)) else
+              getattr(obj, name)) for obj, name, _ in parts]
+    for obj, name, label in parts:
+        setattr(obj, name, _marked(getattr(obj, name), label))
+    try:
+        yield
+    finally:
+        for obj, name, before in saved:
+            if before is None:
+                delattr(obj, name)  # an instance's bound method: its class's comes back
+            else:
+                setattr(obj, name, before)
+
+
+def _marked(fn: Any, label: str) -> Any:
+    def marked(*a: Any, **kw: Any) -> Any:
+        with torch.profiler.record_function(label):
+            return fn(*a, **kw)
+    return marked
 
 
 def timeline(trace: Path) -> dict:
