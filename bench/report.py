@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mem_table  # noqa: E402  (this folder: run as a script or loaded by path)
 import report_device  # noqa: E402
 import report_tp  # noqa: E402
+import report_turns  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -395,27 +396,7 @@ def _step_256_elsewhere() -> str:
             f"the loop at {span(quick, 'python_ms')} ms, the other {len(slow_e)} in "
             f"{span(slow_e, 'step_ms')} ms with the loop at {span(slow_e, 'python_ms')} ms "
             "(`host_speed_run18_h200.json`): the engine's host runs at one of two speeds, with no "
-            "other thread busy." + _run_19())
-
-
-def _run_19() -> str:
-    """Run 19: neither the GPU's interrupts nor stolen time the guest can see."""
-    path = os.path.join(RESULTS, "host_speed_run19_h200.json")
-    if not os.path.exists(path):
-        return ""
-    engines = [e for p in load(path)["processes"] for e in p["engines"]]
-    irqs = sum(sum(e["gpu_interrupts_during_steps"].values()) for e in engines)
-    steal = sum(sum(e["steal_ticks_during_steps"].values()) for e in engines)
-    loops = [x for e in engines for x in (e["python_ms"], e["python_ms_after"])]
-    moved = max(engines, key=lambda e: max(e["python_ms"], e["python_ms_after"])
-                / min(e["python_ms"], e["python_ms_after"]))
-    return (f" In {len(engines)} more engines (`host_speed_run19_h200.json`) the GPU raised "
-            f"{irqs} interrupts during the steps and the guest counted {steal} stolen ticks in "
-            f"all; the thread pinned to one CPU was fast or slow alike, and the loop took "
-            f"{min(loops):.2f}-{max(loops):.2f} ms, once {moved['python_ms']:.2f} ms before an "
-            f"engine's steps and {moved['python_ms_after']:.2f} ms after them: the host's "
-            "speed is decided outside the machine we are lent, so these rows are read beside "
-            "the loop that was timed with them.")
+            "other thread busy." + report_turns.run_19() + report_turns.run_22())
 
 
 def main() -> None:

@@ -72,6 +72,9 @@ class DryRuntime:
     def load(self, pairs: list[tuple[int, int]]) -> None:
         pass
 
+    def fetch_ahead(self, slots: list[int]) -> None:
+        pass
+
     can_save_blocks = True
 
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:

@@ -236,6 +236,12 @@ class CacheEngine:
             self._ids(pairs, self.num_offload_blocks, self.num_gpu_blocks, None)
             self.tier.load(self.kv_cache, pairs)
 
+    def fetch_ahead(self, slots: list[int]) -> None:
+        """The bus copy of this step's loads of these tier slots, started now (tier_copies.py)."""
+        if slots:
+            self._ids([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks, None)
+            self.tier.fetch_ahead(slots)
+
     def wait_for_loads(self, tables: Any) -> None:
         """Before a forward pass over these block tables: wait (on the device) for the loads
         from the CPU tier that write their blocks. Nothing to look at when none is in flight."""

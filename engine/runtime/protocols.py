@@ -200,6 +200,12 @@ class ModelRuntime(Protocol):
         """CPU tier slot -> device block for every (slot, gpu id): a prefix copied back."""
         ...
 
+    def fetch_ahead(self, slots: list[int]) -> None:
+        """This step's loads will read these tier slots: start moving their bytes now, ahead
+        of the copies that run before them (a hint: `load` is still called, and is what
+        counts)."""
+        ...
+
     def read_block(self, block_id: int, layer: int, rank: int | None = None
                    ) -> tuple[Any, Any]:
         """(K, V) of one block in one layer as CPU float32 tensors [block_size, kv_heads,

@@ -119,6 +119,10 @@ class Runtime:
         self._check_open()
         self.cache.load(pairs)
 
+    def fetch_ahead(self, slots: list[int]) -> None:
+        self._check_open()
+        self.cache.fetch_ahead(slots)
+
     can_save_blocks = True
 
     def save_blocks(self, gpu_ids: list[int], cpu_ids: list[int]) -> Any:

@@ -18,10 +18,12 @@ Where each move runs, so that neither kind of copy holds up the batch:
   step's order, so the block can be written by its new owner right after; the copy to the host
   runs on a low-priority stream and nothing waits for it but a later copy of the same slot;
 - **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, the copy
-  from the host into a staging buffer, then, after what the compute stream had queued (the
-  blocks' previous bytes may still be read by an offload's gather), the scatter into the
-  blocks. The engine computes nothing in those blocks until its next step (the request waits
-  one step), and that step's forward pass waits on the load's event, not on the device.
+  from the host into a staging buffer (started before the step's other copies where none of
+  them writes its slots: `fetch_ahead`, engine/core/copy_plan.py `load_ahead`), then, after
+  what the compute stream had queued (the blocks' previous bytes may still be read by an
+  offload's gather), the scatter into the blocks. The engine computes nothing in those blocks
+  until its next step (the request waits one step), and that step's forward pass waits on the
+  load's event, not on the device.
 
 Every copy of a slot waits for the one before it of that slot (an offload into a slot a load is
 still reading, a load of a slot an offload is still writing). On a CPU both moves are plain copies.
@@ -55,6 +57,8 @@ class TierCopies:
         self._slot_event: dict[int, Any] = {}  # a slot's last copy, for the next one to wait on
         self._block_event: dict[int, Any] = {}  # a loaded block: its forward waits on this
         self._staged: torch.Tensor | None = None  # the loads' staging buffer, see _staging
+        self._ahead_buf: torch.Tensor | None = None  # where `fetch_ahead` copies to
+        self._ahead: tuple[dict[int, int], torch.Tensor] | None = None  # its slots' rows there
         if cuda:
             low, high = torch.cuda.Stream.priority_range()
             self._offload_stream = torch.cuda.Stream(self.device, priority=low)
@@ -82,6 +86,9 @@ class TierCopies:
             done.record()
         for s in slots:
             self._slot_event[s] = done
+        if self._ahead is not None:  # fetched bytes of a slot written since are not its bytes
+            for s in slots:
+                self._ahead[0].pop(s, None)
 
     @torch.inference_mode()
     def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
@@ -93,10 +100,12 @@ class TierCopies:
         queued = torch.cuda.Event()
         queued.record()  # whatever the compute stream still does with these blocks
         with torch.cuda.stream(self._load_stream):
-            self._wait_slots(self._load_stream, slots)
-            staged = self._staging(len(slots))
-            for first, last, at in self._count(slots, "in"):
-                staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
+            staged = self._fetched(slots)
+            if staged is None:
+                self._wait_slots(self._load_stream, slots)
+                staged = self._staging(len(slots))
+                for first, last, at in self._count(slots, "in"):
+                    staged[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
             # only the scatter waits for it: the bus copy into staging overlaps an offload's
             # gather of these very blocks (their old bytes) still queued on the compute stream
             self._load_stream.wait_event(queued)
@@ -107,6 +116,42 @@ class TierCopies:
             self._slot_event[s] = done
         for b in blocks:
             self._block_event[b] = done
+
+    @torch.inference_mode()
+    def fetch_ahead(self, slots: list[int]) -> None:
+        """Start the bus copy of these slots now, for this step's loads of them (`load`), ahead
+        of the copies the step runs before those (the offloads of the blocks they evict: a
+        load's scatter waits for their gathers, its copy over the bus need not). Into a buffer
+        of its own, kept like the staging buffer. On a CPU: nothing."""
+        if self.device.type != "cuda" or not slots:
+            return
+        ordered = sorted(set(slots))
+        with torch.cuda.stream(self._load_stream):  # the buffer's memory follows this stream
+            if self._ahead_buf is None or len(self._ahead_buf) < len(ordered):
+                self._ahead_buf = torch.empty((len(ordered), *self.slots.shape[1:]),
+                                              dtype=self.slots.dtype, device=self.device)
+            self._wait_slots(self._load_stream, ordered)
+            buf = self._ahead_buf[:len(ordered)]
+            for first, last, at in self._count(ordered, "in"):
+                buf[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
+            fetched = torch.cuda.Event()
+            fetched.record()
+        for s in ordered:
+            self._slot_event[s] = fetched  # an offload into it waits until the bus read it
+        self._ahead = ({s: i for i, s in enumerate(ordered)}, buf)
+
+    def _fetched(self, slots: list[int]) -> torch.Tensor | None:
+        """These slots' bytes from the copy `fetch_ahead` started (on the load stream, so
+        after it), or None when it did not fetch them all."""
+        if self._ahead is None or any(s not in self._ahead[0] for s in slots):
+            return None
+        rows, buf = self._ahead
+        at = [rows.pop(s) for s in slots]  # each fetched once: its step's load takes it
+        if not rows:
+            self._ahead = None
+        if at == list(range(at[0], at[0] + len(at))):
+            return buf[at[0]:at[0] + len(at)]
+        return buf.index_select(0, to_device(at, torch.long, self.device))
 
     @property
     def pending(self) -> bool:

@@ -287,6 +287,9 @@ class TPRuntime:
 
     load = offload
 
+    def fetch_ahead(self, slots: list[int]) -> None:
+        self.offload([(0, s) for s in slots])
+
     def read_block(self, block_id: int, layer: int, rank: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) of one block in one layer, float32 `[block_size, kv_heads, head_dim]`: every

@@ -164,6 +164,36 @@ def test_on_cuda_loads_queued_back_to_back_share_one_staging_buffer_and_bring_th
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_loads_fetched_ahead_of_the_offloads_of_their_blocks_keep_both_bytes() -> None:
+    """A long prefix's step: the bus copy of its loads starts first (`fetch_ahead`), then the
+    blocks it will write are offloaded (their old bytes), then its loads land, in two calls
+    (into free blocks, into the evicted ones; one of slots not next to each other). Each side
+    gets its own bytes. A fetched slot written before its load reads its new bytes."""
+    kv = pool(96).to("cuda", torch.bfloat16)
+    tier = TierCopies(kv, 48)
+    before = kv.clone()
+    tier.offload(kv, [(b, b) for b in range(20)])  # slots 0-19: the prefix, evicted earlier
+    tier.fetch_ahead(list(range(20)))
+    tier.offload(kv, [(40 + b, 20 + b) for b in range(15)])  # the blocks it evicts now
+    tier.load(kv, [(s, 60 + s) for s in (0, 2, 4, 6, 8)])  # into free blocks
+    tier.load(kv, [(s, 40 + i) for i, s in enumerate((1, 3, 5, 7, 9, *range(10, 20)))])
+    tier.wait_for_blocks(list(range(40, 80)))
+    got = kv.clone()  # read on the compute stream, after the waits
+    torch.cuda.synchronize()
+    assert all(torch.equal(got[:, :, 60 + s], before[:, :, s]) for s in (0, 2, 4, 6, 8))
+    assert all(torch.equal(got[:, :, 40 + i], before[:, :, s])
+               for i, s in enumerate((1, 3, 5, 7, 9, *range(10, 20))))
+    assert all(torch.equal(tier.read(20 + b), before[:, :, 40 + b].cpu()) for b in range(15))
+    tier.fetch_ahead([0, 1])
+    tier.offload(kv, [(90, 1)])  # slot 1 written after its fetch: the load reads it anew
+    tier.load(kv, [(0, 80), (1, 81)])
+    tier.wait_for_blocks([80, 81])
+    got = kv[:, :, 80:82].clone()
+    torch.cuda.synchronize()
+    assert torch.equal(got[:, :, 0], before[:, :, 0]) and torch.equal(got[:, :, 1], before[:, :, 90])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model) -> None:
     prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
 

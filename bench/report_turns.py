@@ -1,0 +1,61 @@
+"""Sentences of the README's issue 44 paragraph that read runs made by turns or beside a timed
+loop on the H200 (bench/host_speed.py, bench/ab_trees.py), from their committed results. Each
+returns "" when its result is not there. bench/report.py puts them after the table's caption."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def _load(name: str) -> dict | None:
+    path = os.path.join(RESULTS, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_19() -> str:
+    """Run 19: neither the GPU's interrupts nor stolen time the guest can see."""
+    got = _load("host_speed_run19_h200.json")
+    if got is None:
+        return ""
+    engines = [e for p in got["processes"] for e in p["engines"]]
+    irqs = sum(sum(e["gpu_interrupts_during_steps"].values()) for e in engines)
+    steal = sum(sum(e["steal_ticks_during_steps"].values()) for e in engines)
+    loops = [x for e in engines for x in (e["python_ms"], e["python_ms_after"])]
+    moved = max(engines, key=lambda e: max(e["python_ms"], e["python_ms_after"])
+                / min(e["python_ms"], e["python_ms_after"]))
+    return (f" In {len(engines)} more engines (`host_speed_run19_h200.json`) the GPU raised "
+            f"{irqs} interrupts during the steps and the guest counted {steal} stolen ticks in "
+            f"all; the thread pinned to one CPU was fast or slow alike, and the loop took "
+            f"{min(loops):.2f}-{max(loops):.2f} ms, once {moved['python_ms']:.2f} ms before an "
+            f"engine's steps and {moved['python_ms_after']:.2f} ms after them: the host's "
+            "speed is decided outside the machine we are lent, so these rows are read beside "
+            "the loop that was timed with them.")
+
+
+def run_22() -> str:
+    """Run 22: the tier's load over the bus ahead of the offloads, by turns with the code before."""
+    got = _load("ab_tier_run22_h200.json")
+    if got is None:
+        return ""
+    turns = {tree: [t for t in got["turns"] if t["tree"] == tree] for tree in ("ab_old", ".")}
+
+    def ms(tree: str) -> list[float]:
+        return [t["tier_ms"][0] for t in turns[tree]]
+
+    def ratio(tree: str) -> float:
+        return statistics.median(t["tier_document"] for t in turns[tree])
+
+    before, after = ms("ab_old"), ms(".")
+    return (f" Since then the load of a prefix from the tier starts over the bus before the "
+            f"offloads of the blocks it evicts (run 22, `ab_tier_run22_h200.json`: {len(after)} "
+            f"turns each, alternating with the code before it): the 4,096-token document came "
+            f"back in "
+            f"{min(after):.2f}-{max(after):.2f} ms against {min(before):.2f}-{max(before):.2f} ms, "
+            f"{ratio('.'):.2f}x recomputing against {ratio('ab_old'):.2f}x (medians).")
