@@ -239,6 +239,7 @@ class CacheEngine:
     def fetch_ahead(self, slots: list[int]) -> None:
         """The bus copy of this step's loads of these tier slots, started now (tier_copies.py)."""
         if slots:
+            # the slots checked as a load's sources are (block 0 only stands in for a target)
             self._ids([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks, None)
             self.tier.fetch_ahead(slots)
 

@@ -288,7 +288,7 @@ class TPRuntime:
     load = offload
 
     def fetch_ahead(self, slots: list[int]) -> None:
-        self.offload([(0, s) for s in slots])
+        self.offload([(0, s) for s in slots])  # refused, as the tier's other copies are
 
     def read_block(self, block_id: int, layer: int, rank: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
