@@ -125,3 +125,21 @@ def click_until(pg: Any, where: str, arg: Any, done: str, tries: int = 5) -> Non
         except Exception:
             if attempt == tries - 1:
                 raise
+
+
+# what is under way on the page while a wait for quiet runs out: each visible Gradio progress text
+# with the id of the element it covers, the focus, whether Next shows, the status line
+BUSY = """() => JSON.stringify({busy: [...document.querySelectorAll('.progress-text')]
+  .filter((e) => e.offsetParent !== null).map((e) => `${e.closest('[id]')?.id ?? '?'}: ${e.innerText}`),
+  focus: document.activeElement?.tagName + '#' + (document.activeElement?.id ?? ''),
+  next: !!document.querySelector('#lesson-next')?.offsetParent,
+  status: document.querySelector('#status')?.innerText?.slice(0, 120)})"""
+
+
+def server_errors(url: Any) -> str:
+    """The tracebacks' last lines in what the served app printed (none: ''), and where its
+    threads are now."""
+    log = url.log() if hasattr(url, "log") else ""
+    lines = [line for line in log.splitlines() if "Error" in line or "Traceback" in line]
+    stacks = f"\nthe app's threads:\n{url.stacks()}" if hasattr(url, "stacks") else ""
+    return ("; server: " + " | ".join(lines[-6:]) if lines else "") + stacks

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers import drawn, open_inspector
+from tests.helpers import BUSY, drawn, open_inspector, server_errors
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -55,7 +55,7 @@ SAYS = """() => ({status: document.querySelector('#status')?.innerText ?? null,
   question: document.querySelector('#lesson-question')?.innerText?.slice(0, 160) ?? null})"""
 
 
-def press_next(pg, key: str = "ArrowRight") -> None:
+def press_next(pg, key: str = "ArrowRight", url: str = "") -> None:
     pg.wait_for_function(IDLE, timeout=180_000)  # nothing under way: one key, one page
     before = pg.evaluate(PROGRESS)
     pg.keyboard.press(key)
@@ -67,7 +67,8 @@ def press_next(pg, key: str = "ArrowRight") -> None:
     except Exception:
         raise AssertionError(f"{key} did not turn the page: {before!r} -> {pg.evaluate(PROGRESS)!r}, "
                              f"focus on {pg.evaluate('document.activeElement?.outerHTML.slice(0, 200)')}; "
-                             f"the page says {pg.evaluate(SAYS)!r}") from None
+                             f"the page says {pg.evaluate(SAYS)!r}; under way: {pg.evaluate(BUSY)}"
+                             f"{server_errors(url)}") from None
 
 
 def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_app):
@@ -85,12 +86,12 @@ def test_the_landing_page_says_what_this_is_and_starts_lesson_1(browser, served_
 def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, served_app):
     pg = lesson_page(browser, served_app, 1280, 720)
     for _ in range(4):  # the presenter checkbox keeps the focus: the clicker's key still works
-        press_next(pg)
+        press_next(pg, url=served_app)
     assert drawn(pg, NARRATION_BOTTOM) <= 720  # the sentence about the step, without scrolling
     assert pg.evaluate(CLIPPED) == []
     small = drawn(pg, PICTURE)
     assert small["top"] < 720 / 4
-    press_next(pg, "ArrowLeft")  # Back
+    press_next(pg, "ArrowLeft", served_app)  # Back
     pg.close()
     big = lesson_page(browser, served_app, 1920, 1080)
     assert drawn(big, PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
@@ -108,20 +109,20 @@ def test_a_clicker_turns_the_page_from_a_pages_open_dropdown(browser, served_app
     cover its text) and the focus out of the box for the next press."""
     pg = lesson_page(browser, served_app, 1280, 720, "01_kv_cache")
     for _ in range(3):
-        press_next(pg)
+        press_next(pg, url=served_app)
     assert "page 3 of" in pg.evaluate(PROGRESS)
     pg.locator("#lesson-input-0 input").click()
     pg.wait_for_function(LIST_OPEN)
     assert pg.evaluate("document.activeElement?.closest('#lesson-input-0') !== null")
-    press_next(pg, "PageDown")
+    press_next(pg, "PageDown", served_app)
     assert "page 4 of" in pg.evaluate(PROGRESS)
     assert pg.evaluate("!document.activeElement?.closest('#lesson-input-0')")
     assert pg.evaluate(LIST_OPEN) is False
-    press_next(pg, "ArrowLeft")
+    press_next(pg, "ArrowLeft", served_app)
     assert "page 3 of" in pg.evaluate(PROGRESS)
     pg.locator("#lesson-input-0 input").click()  # the list open again: a clicker's arrow
     pg.wait_for_function(LIST_OPEN)
-    press_next(pg, "ArrowRight")
+    press_next(pg, "ArrowRight", served_app)
     assert "page 4 of" in pg.evaluate(PROGRESS)
     assert pg.evaluate(LIST_OPEN) is False
     pg.close()
@@ -190,7 +191,7 @@ def test_a_page_turn_beside_the_lesson_box_keeps_the_page_and_the_pick(browser, 
     box.holding = True
     pg.locator("#lesson-input-0 input").click()  # the list open: the clicker's arrow blurs it
     pg.wait_for_function(LIST_OPEN)
-    press_next(pg, "ArrowRight")
+    press_next(pg, "ArrowRight", served_app)
     box.let_go()
     says = pg.evaluate(SAYS)
     assert "page 4 of" in pg.evaluate(PROGRESS) and says["boxes"] == [], says
@@ -201,7 +202,7 @@ def test_a_page_turn_beside_the_lesson_box_keeps_the_page_and_the_pick(browser, 
                          timeout=180_000)
     pg.wait_for_function(IDLE, timeout=180_000)
     assert "page 4 of" in pg.evaluate(PROGRESS) and pg.evaluate(BOX) == "96"
-    press_next(pg, "ArrowLeft")
+    press_next(pg, "ArrowLeft", served_app)
     pg.wait_for_function(f"() => ({BOX})() === 'LLaMA-13B'", timeout=120_000)
     box.holding = True
     _pick(pg, "LLaMA-7B")  # picked on page 3, handled after the clicker's Next
@@ -211,7 +212,7 @@ def test_a_page_turn_beside_the_lesson_box_keeps_the_page_and_the_pick(browser, 
     says = pg.evaluate(SAYS)
     assert "page 4 of" in pg.evaluate(PROGRESS) and says["boxes"] == [], says
     assert pg.evaluate(BOX) == "96"
-    press_next(pg, "ArrowLeft")
+    press_next(pg, "ArrowLeft", served_app)
     pg.wait_for_function(f"() => ({BOX})() === 'LLaMA-7B'", timeout=120_000)
     pg.close()
 

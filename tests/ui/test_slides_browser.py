@@ -21,6 +21,7 @@ import shutil
 import pytest
 
 from lessons import load_all
+from tests.helpers import BUSY, server_errors
 from tests.ui.test_browser import IDLE
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -123,11 +124,6 @@ SLIDE = """() => {
 
 
 # what is still busy on the page (progress shown: where, and what it says), the focus and Next's state
-BUSY = """() => JSON.stringify({busy: [...document.querySelectorAll('.progress-text')]
-  .filter((e) => e.offsetParent !== null).map((e) => `${e.closest('[id]')?.id ?? '?'}: ${e.innerText}`),
-  focus: document.activeElement?.tagName + '#' + (document.activeElement?.id ?? ''),
-  next: !!document.querySelector('#lesson-next')?.offsetParent,
-  status: document.querySelector('#status')?.innerText?.slice(0, 120)})"""
 
 # what the page shows while a wait for it runs out: the picture's fit and the view under it
 STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
@@ -137,15 +133,6 @@ STATE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
     : null, idle: (%s)(), slide: (%s)()}); }"""
 
 
-def _server_errors(url: str) -> str:
-    """The tracebacks' last lines in what the served app printed (none: ''), and where its
-    threads are now."""
-    log = url.log() if hasattr(url, "log") else ""
-    lines = [line for line in log.splitlines() if "Error" in line or "Traceback" in line]
-    stacks = f"\nthe app's threads:\n{url.stacks()}" if hasattr(url, "stacks") else ""
-    return ("; server: " + " | ".join(lines[-6:]) if lines else "") + stacks
-
-
 def _check(pg, where: str, size: tuple[int, int], problems: list[str], url: str = "") -> None:
     # drawn for this window (a redraw for an earlier box may land late: the page asks again)
     try:  # measured in the poll that finds it drawn (a redraw may empty it right after)
@@ -153,7 +140,7 @@ def _check(pg, where: str, size: tuple[int, int], problems: list[str], url: str 
                                    arg=list(size), timeout=120_000).json_value()
     except Exception:
         problems.append(f"{where}: never drawn for the slide: {pg.evaluate(STATE % (IDLE, SLIDE))}, "
-                        f"{pg.evaluate(BUSY)}{_server_errors(url)}")
+                        f"{pg.evaluate(BUSY)}{server_errors(url)}")
         if SHOTS:
             pg.screenshot(path=os.path.join(SHOTS, where.replace(" ", "-") + "-stuck.png"))
         return
@@ -171,7 +158,7 @@ def _turn(pg, key: str, size: tuple[int, int], url: str = "") -> str:
                              f"&& t !== b && ({IDLE})(); }}", arg=before, timeout=180_000)
     except Exception as e:  # the press did nothing, or the page never came to rest: which
         raise AssertionError(f"after {key} from '{before}': the page shows '{pg.evaluate(PROGRESS)}', "
-                             f"{pg.evaluate(BUSY)}{_server_errors(url)}") from e
+                             f"{pg.evaluate(BUSY)}{server_errors(url)}") from e
     try:
         pg.wait_for_function(FITTED, arg=list(size), timeout=60_000)
     except Exception as e:  # say what the page showed: the box, the picture's fit, the view
