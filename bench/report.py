@@ -396,7 +396,8 @@ def _step_256_elsewhere() -> str:
             f"the loop at {span(quick, 'python_ms')} ms, the other {len(slow_e)} in "
             f"{span(slow_e, 'step_ms')} ms with the loop at {span(slow_e, 'python_ms')} ms "
             "(`host_speed_run18_h200.json`): the engine's host runs at one of two speeds, with no "
-            "other thread busy." + report_turns.run_19() + report_turns.run_22())
+            "other thread busy." + report_turns.run_19() + report_turns.run_22()
+            + report_turns.run_23())
 
 
 def main() -> None:

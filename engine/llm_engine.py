@@ -102,7 +102,7 @@ class LLMEngine:
                                  config.enable_prefix_caching, hash_fn=hash_fn, token_repr=token_repr,
                                  num_cpu_blocks=config.num_cpu_blocks,
                                  num_offload_blocks=config.num_offload_blocks, groups=groups,
-                                 content=self.content)
+                                 content=self.content, fetch_ahead=self.runtime.fetch_ahead)
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
         self.step_count = 0
         self.last_events: list[Event] = []

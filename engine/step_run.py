@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine.core.copy_plan import BlockCopy, copy_waves, load_ahead, run_wave
+from engine.core.copy_plan import BlockCopy, copy_waves, run_wave
 from engine.core.events import Event, Prefilled
 from engine.core.kv_content import KVContent
 from engine.core.launched import Launched
@@ -78,9 +78,6 @@ def move_blocks(runtime: ModelRuntime, copies: list[BlockCopy],
     if not copies:
         return
     waves = copy_waves(copies)
-    ahead = load_ahead(waves)
-    if ahead:  # the step's loads over the bus first, beside the copies before them
-        runtime.fetch_ahead(ahead)
     for wave in waves:
         run_wave(wave, runtime)
         if content is not None:

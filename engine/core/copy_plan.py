@@ -66,20 +66,6 @@ def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
     return waves
 
 
-def load_ahead(waves: list[Wave]) -> list[int]:
-    """The tier slots the step's loads read, when other copies run before them (in an earlier
-    wave, or earlier in the same wave's order, COPY_KINDS) and no copy of the step writes those
-    slots: their bytes may start over the bus first (only a load's writes into the pool wait for
-    what runs before it; the runtime's `fetch_ahead`). Else none."""
-    first = next((i for i, wave in enumerate(waves) if "load" in wave), None)
-    before = COPY_KINDS[:COPY_KINDS.index("load")]
-    if first is None or (first == 0 and not any(k in waves[0] for k in before)):
-        return []
-    slots = [slot for wave in waves for slot, _ in wave.get("load", ())]
-    written = {dst for wave in waves for _, dst in wave.get("offload", ())}
-    return [] if written.intersection(slots) else slots
-
-
 def run_wave(wave: Wave, target: object) -> None:
     """Hand one wave's copies to a runtime (or anything with its copy methods), kind by kind."""
     for kind in COPY_KINDS:

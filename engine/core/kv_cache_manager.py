@@ -66,6 +66,7 @@ class KVCacheManager:
         num_offload_blocks: int = 0,
         groups: tuple[KVCacheGroup, ...] = single_group(),
         content: KVContent | None = None,
+        fetch_ahead: Callable[[list[int]], None] | None = None,
     ) -> None:
         self.pool = BlockPool(num_blocks, block_size)
         self.tier = OffloadTier(num_offload_blocks)  # the prefix cache's CPU tier
@@ -77,7 +78,8 @@ class KVCacheManager:
         self.hash_fn = hash_fn
         self.writer = BlockWriter(self.pool, self.tier, hash_fn, token_repr, enable_prefix_caching)
         self.swapping = Swapping(self.writer, self.cpu_pool)
-        self.tier_loads = TierLoads(self.writer, self.tier)
+        # the runtime's bus copies of a load start as its slots are chosen (tier_loads.py)
+        self.tier_loads = TierLoads(self.writer, self.tier, fetch_ahead)
         self.drafts = DraftSlots(self.writer)
         self.prefix_hit_blocks = 0
         self.dropped_blocks = 0  # sliding groups: table entries dropped, cumulative

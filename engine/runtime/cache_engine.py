@@ -237,7 +237,8 @@ class CacheEngine:
             self.tier.load(self.kv_cache, pairs)
 
     def fetch_ahead(self, slots: list[int]) -> None:
-        """The bus copy of this step's loads of these tier slots, started now (tier_copies.py)."""
+        """The bus copy of later loads of these tier slots in this step, started now
+        (tier_copies.py)."""
         if slots:
             # the slots checked as a load's sources are (block 0 only stands in for a target)
             self._ids([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks, None)

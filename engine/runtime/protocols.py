@@ -201,9 +201,9 @@ class ModelRuntime(Protocol):
         ...
 
     def fetch_ahead(self, slots: list[int]) -> None:
-        """This step's loads will read these tier slots: start moving their bytes now, ahead
-        of the copies that run before them (a hint: `load` is still called, and is what
-        counts)."""
+        """Loads later in this step will read these tier slots: start moving their bytes now,
+        while the bookkeeping allocates and evicts for them (a hint: `load` is still called,
+        and is what counts; a slot an offload writes before its load is read again)."""
         ...
 
     def read_block(self, block_id: int, layer: int, rank: int | None = None

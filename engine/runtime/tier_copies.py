@@ -18,8 +18,9 @@ Where each move runs, so that neither kind of copy holds up the batch:
   step's order, so the block can be written by its new owner right after; the copy to the host
   runs on a low-priority stream and nothing waits for it but a later copy of the same slot;
 - **load** (a prefix hit in the tier back into pool blocks): on a high-priority stream, the copy
-  from the host into a staging buffer (started before the step's other copies where none of
-  them writes its slots: `fetch_ahead`, engine/core/copy_plan.py `load_ahead`), then, after
+  from the host into a staging buffer (started as soon as the bookkeeping knows the load,
+  before it allocates and evicts for it: `fetch_ahead`; a slot an offload of the step writes
+  is read again after it), then, after
   what the compute stream had queued (the blocks' previous bytes may still be read by an
   offload's gather), the scatter into the blocks. The engine computes nothing in those blocks
   until its next step (the request waits one step), and that step's forward pass waits on the
@@ -58,7 +59,8 @@ class TierCopies:
         self._block_event: dict[int, Any] = {}  # a loaded block: its forward waits on this
         self._staged: torch.Tensor | None = None  # the loads' staging buffer, see _staging
         self._ahead_buf: torch.Tensor | None = None  # where `fetch_ahead` copies to
-        self._ahead: tuple[dict[int, int], torch.Tensor] | None = None  # its slots' rows there
+        self._ahead_rows = 0  # its rows in use (fetched and not yet loaded)
+        self._ahead: dict[int, tuple[torch.Tensor, int]] = {}  # a fetched slot: (buffer, row)
         if cuda:
             low, high = torch.cuda.Stream.priority_range()
             self._offload_stream = torch.cuda.Stream(self.device, priority=low)
@@ -86,9 +88,8 @@ class TierCopies:
             done.record()
         for s in slots:
             self._slot_event[s] = done
-        if self._ahead is not None:  # fetched bytes of a slot written since are not its bytes
-            for s in slots:
-                self._ahead[0].pop(s, None)
+        for s in slots:  # fetched bytes of a slot written since are not its bytes
+            self._ahead.pop(s, None)
 
     @torch.inference_mode()
     def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
@@ -119,39 +120,50 @@ class TierCopies:
 
     @torch.inference_mode()
     def fetch_ahead(self, slots: list[int]) -> None:
-        """Start the bus copy of these slots now, for this step's loads of them (`load`), ahead
-        of the copies the step runs before those (the offloads of the blocks they evict: a
-        load's scatter waits for their gathers, its copy over the bus need not). Into a buffer
-        of its own, kept like the staging buffer. On a CPU: nothing."""
-        if self.device.type != "cuda" or not slots:
+        """Start the bus copy of these slots now, for loads of them later in the step (`load`):
+        the bookkeeping asks as soon as it knows a prompt's blocks come from the tier, before
+        it allocates and evicts for them (engine/core/tier_loads.py), so the copy runs beside
+        the rest of the schedule and the offloads of the blocks the load evicts (a load's
+        scatter waits for their gathers, its copy over the bus need not). Slots fetched before
+        and not written since are not fetched again. Into a buffer of its own, kept like the
+        staging buffer. On a CPU: nothing."""
+        if self.device.type != "cuda":
             return
-        ordered = sorted(set(slots))
+        ordered = sorted(set(slots).difference(self._ahead))
+        if not ordered:
+            return
+        if not self._ahead:
+            self._ahead_rows = 0  # every row loaded: the buffer is free again (in stream order)
         with torch.cuda.stream(self._load_stream):  # the buffer's memory follows this stream
-            if self._ahead_buf is None or len(self._ahead_buf) < len(ordered):
-                self._ahead_buf = torch.empty((len(ordered), *self.slots.shape[1:]),
+            at = self._ahead_rows
+            if self._ahead_buf is None or len(self._ahead_buf) < at + len(ordered):
+                # a new buffer for these rows; fetched rows not yet loaded keep the old one
+                size = max(len(ordered), len(self._ahead_buf) if self._ahead_buf is not None else 0)
+                self._ahead_buf = torch.empty((size, *self.slots.shape[1:]),
                                               dtype=self.slots.dtype, device=self.device)
+                at = 0
             self._wait_slots(self._load_stream, ordered)
-            buf = self._ahead_buf[:len(ordered)]
-            for first, last, at in self._count(ordered, "in"):
-                buf[at:at + last - first].copy_(self.slots[first:last], non_blocking=True)
+            buf = self._ahead_buf
+            for first, last, i in self._count(ordered, "in"):
+                buf[at + i:at + i + last - first].copy_(self.slots[first:last], non_blocking=True)
             fetched = torch.cuda.Event()
             fetched.record()
-        for s in ordered:
+        for i, s in enumerate(ordered):
             self._slot_event[s] = fetched  # an offload into it waits until the bus read it
-        self._ahead = ({s: i for i, s in enumerate(ordered)}, buf)
+            self._ahead[s] = (buf, at + i)
+        self._ahead_rows = at + len(ordered)
 
     def _fetched(self, slots: list[int]) -> torch.Tensor | None:
-        """These slots' bytes from the copy `fetch_ahead` started (on the load stream, so
-        after it), or None when it did not fetch them all."""
-        if self._ahead is None or any(s not in self._ahead[0] for s in slots):
+        """These slots' bytes from the copies `fetch_ahead` started (on the load stream, so
+        after them), or None when it did not fetch them all (this load reads them all from
+        the host: the rows it fetched are let go)."""
+        rows = [self._ahead.pop(s, None) for s in slots]  # each fetched once: its load takes it
+        if None in rows:
             return None
-        rows, buf = self._ahead
-        at = [rows.pop(s) for s in slots]  # each fetched once: its step's load takes it
-        if not rows:
-            self._ahead = None
-        if at == list(range(at[0], at[0] + len(at))):
-            return buf[at[0]:at[0] + len(at)]
-        return buf.index_select(0, to_device(at, torch.long, self.device))
+        buf, first = rows[0]
+        if all(b is buf and r == first + i for i, (b, r) in enumerate(rows)):
+            return buf[first:first + len(rows)]
+        return torch.stack([b[r] for b, r in rows])
 
     @property
     def pending(self) -> bool:

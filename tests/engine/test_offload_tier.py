@@ -74,3 +74,47 @@ def test_the_tier_is_least_recently_used_and_keeps_pinned_slots() -> None:
     assert tier.find(11, [3, 4]) is None
     assert tier.store(13, [7, 8], pinned={0, 1}) is None  # both slots read by loads this step
     assert tier.check() is None and tier.offloaded_blocks == 3
+
+
+def test_a_loads_bus_copy_is_asked_for_before_the_blocks_it_evicts_are_offloaded(monkeypatch) -> None:
+    """A prefix evicted into the tier and asked again by a prompt that fills the pool: its step
+    evicts other cached blocks into the tier for the blocks it loads into. The runtime hears the
+    load's slots (`fetch_ahead`) as soon as the bookkeeping has chosen them, before it evicts
+    for them (so the bus runs beside the rest of the schedule), and they are exactly the slots
+    the step then loads (dry engine: the copies are the runtime's calls, in order)."""
+    from engine.dry.dry_runtime import DryRuntime
+
+    calls: list[tuple[str, list[int]]] = []
+    evicted_at_fetch: list[int] = []  # the bookkeeping's evictions so far, at each fetch
+
+    def recorded(kind: str):
+        real = getattr(DryRuntime, kind)
+
+        def record(self, arg):  # the slots each call reads or writes, then the real call
+            calls.append((kind, [a if isinstance(a, int) else a[0 if kind == "load" else 1]
+                                 for a in arg]))
+            if kind == "fetch_ahead":
+                evicted_at_fetch.append(eng.kv.writer.evictions)
+            return real(self, arg)
+        return record
+
+    for kind in ("fetch_ahead", "offload", "load"):
+        monkeypatch.setattr(DryRuntime, kind, recorded(kind))
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=12, num_offload_blocks=16))
+    doc, other = list(range(40, 72)), list(range(100, 140))  # 8 and 10 blocks
+    once = SamplingParams(max_tokens=1, ignore_eos=True)
+    eng.generate([doc], once)
+    eng.generate([other], once)  # takes the pool: the document's blocks go to the tier
+    calls.clear()
+    evicted_at_fetch.clear()
+    before = eng.kv.writer.evictions
+    eng.add_request(doc[:28] + [1, 2, 3, 4, 5], once)  # its first 7 blocks from the tier
+    res = eng.step()
+    assert evicted_at_fetch == [before] < [eng.kv.writer.evictions]  # asked before it evicted
+    eng.check_invariants()
+    kinds = [kind for kind, _ in calls]
+    assert kinds[0] == "fetch_ahead" and "offload" in kinds, calls  # the other's blocks evicted
+    fetched = {s for kind, slots in calls if kind == "fetch_ahead" for s in slots}
+    loaded = {s for kind, slots in calls if kind == "load" for s in slots}
+    assert loaded and fetched == loaded
+    assert {s for e in res.events if e.kind == "load" for s in e.facts.slots} == loaded

@@ -51,26 +51,6 @@ def test_a_block_evicted_to_the_tier_is_read_before_its_new_owner_writes_it():
     assert copy_plan.copy_waves([offload, load]) == [{"offload": [(4, 2)]}, {"load": [(2, 4)]}]
 
 
-def test_a_load_behind_the_offloads_of_its_evictions_may_cross_the_bus_first():
-    """A long prefix's load and the offloads of the blocks it evicts: its slots may start over
-    the bus ahead of them (the part into free blocks runs in the offloads' wave, after them; the
-    part into the evicted blocks in the next wave). Not when a copy of the step writes one of
-    its slots (the bytes are not there yet), nor when nothing runs before the load."""
-    evict = swap("offload", (4, 0), (5, 1))
-    into_free = swap("load", (6, 9))
-    into_evicted = swap("load", (7, 4), (8, 5))
-    waves = copy_plan.copy_waves(evict + into_free + into_evicted)
-    assert waves == [{"offload": [(4, 0), (5, 1)], "load": [(6, 9)]},
-                     {"load": [(7, 4), (8, 5)]}]
-    assert copy_plan.load_ahead(waves) == [6, 7, 8]
-    assert copy_plan.load_ahead(copy_plan.copy_waves(evict + into_free)) == [6]  # one wave
-    assert copy_plan.load_ahead(copy_plan.copy_waves(into_free + into_evicted)) == []
-    into_its_slot = swap("offload", (4, 7)) + swap("load", (7, 4))
-    assert copy_plan.load_ahead(copy_plan.copy_waves(into_its_slot)) == []
-    later = evict + into_evicted + swap("offload", (9, 8))  # a later wave writes a slot it read
-    assert copy_plan.load_ahead(copy_plan.copy_waves(later)) == []
-
-
 def test_the_bookkeeping_records_its_copies_in_the_order_it_made_them():
     """Copy-on-write and a swap of one step come out of the bookkeeping as data, in order,
     and the engine hands every one of them to the runtime (none is left after a step)."""

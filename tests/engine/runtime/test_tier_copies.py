@@ -194,6 +194,29 @@ def test_on_cuda_loads_fetched_ahead_of_the_offloads_of_their_blocks_keep_both_b
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_fetches_of_one_step_add_up_and_each_load_reads_its_own_bytes() -> None:
+    """Two prompts' loads in one step, each fetched as the bookkeeping chose it (the second
+    overlapping the first, and more than the buffer held: a new buffer while the first's rows
+    wait), one slot written by an offload before its load, loads in an order of their own:
+    every block gets its slot's bytes, the written slot its new ones."""
+    kv = pool(128).to("cuda", torch.bfloat16)
+    tier = TierCopies(kv, 64)
+    before = kv.clone()
+    tier.offload(kv, [(b, b) for b in range(40)])
+    tier.fetch_ahead([0, 1, 2, 3])
+    tier.fetch_ahead(list(range(2, 30)))  # 2 and 3 fetched already: 26 new rows
+    tier.offload(kv, [(100, 5)])  # slot 5 written after its fetch
+    tier.load(kv, [(s, 60 + s) for s in (3, 1, 7, 5)])
+    tier.load(kv, [(s, 60 + s) for s in (0, 2, *range(8, 30))])
+    tier.load(kv, [(s, 60 + s) for s in (4, 6)])
+    tier.wait_for_blocks(list(range(60, 90)))
+    got = kv[:, :, 60:90].clone()
+    torch.cuda.synchronize()
+    want = {s: before[:, :, 100 if s == 5 else s] for s in range(30)}
+    assert all(torch.equal(got[:, :, s], want[s]) for s in range(30))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model) -> None:
     prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
 
