@@ -47,7 +47,7 @@ WINDOW = 128
 #: the sizes below; --smoke shrinks them so that the script runs on a CPU in seconds
 SIZES = dict(layers=30, new_tokens=400, requests=32, prompt=1024, decode=256, long=4096,
              system=2048, doc=3900, pool=256)
-SMOKE = dict(layers=2, new_tokens=160, requests=4, prompt=200, decode=16, long=600, system=64,
+SMOKE = dict(layers=2, new_tokens=160, requests=2, prompt=200, decode=4, long=600, system=64,
              doc=120, pool=8)
 #: Llama-3.2-1B's attention and MLP shapes (16 layers, 32 query heads over 8 KV heads), for the tier
 ONE_B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
