@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import box_of, open_inspector
+from tests.helpers import BUSY, box_of, open_inspector
 from ui.app_process import ROOT, free_port, launch, stop
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -87,13 +87,24 @@ def run_workload(pg, name: str) -> None:
     pg.locator("#workload input").click()
     pg.get_by_role("option", name=name).click()
     pg.locator("#load-workload").click()  # a new session with the workload's requests added
-    pg.wait_for_function(f"() => {{ const m = /operation (\\d+) of (\\d+)/.exec(({STATUS})());"
-                         " return !!m && m[1] === m[2] && +m[2] >= 2; }", timeout=60_000)
-    pg.wait_for_function(IDLE, timeout=60_000)
+    _wait(pg, f"() => {{ const m = /operation (\\d+) of (\\d+)/.exec(({STATUS})());"
+              " return !!m && m[1] === m[2] && +m[2] >= 2; }", 60_000, f"the workload {name!r} loaded")
+    _wait(pg, IDLE, 60_000, "quiet after loading it")
     pg.get_by_role("button", name="Run to the end").click()
-    pg.wait_for_function(f"() => {{ const m = /operation (\\d+) of (\\d+)/.exec(({STATUS})());"
-                         " return !!m && m[1] === m[2] && +m[2] > 4; }", timeout=120_000)
-    pg.wait_for_function(IDLE, timeout=60_000)
+    _wait(pg, f"() => {{ const m = /operation (\\d+) of (\\d+)/.exec(({STATUS})());"
+              " return !!m && m[1] === m[2] && +m[2] > 4; }", 120_000, "run to the end")
+    _wait(pg, IDLE, 60_000, "quiet after the run")
+
+
+def _wait(pg, condition: str, timeout: float, what: str) -> None:
+    """Wait for `condition`; when it never holds, say what the page showed instead (the status
+    line, the workload box, what is under way)."""
+    try:
+        pg.wait_for_function(condition, timeout=timeout)
+    except Exception:
+        box = pg.evaluate("() => document.querySelector('#workload input')?.value ?? null")
+        raise AssertionError(f"never {what}: status {pg.evaluate(STATUS)!r}, workload box {box!r}, "
+                             f"under way: {pg.evaluate(BUSY)}") from None
 
 
 def test_the_views_follow_the_run_and_select_what_is_clicked(browser, dry_app):
