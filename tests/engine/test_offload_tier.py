@@ -110,7 +110,8 @@ def test_a_loads_bus_copy_is_asked_for_before_the_blocks_it_evicts_are_offloaded
     before = eng.kv.writer.evictions
     eng.add_request(doc[:28] + [1, 2, 3, 4, 5], once)  # its first 7 blocks from the tier
     res = eng.step()
-    assert evicted_at_fetch == [before] < [eng.kv.writer.evictions]  # asked before it evicted
+    assert evicted_at_fetch == [before]  # asked once, before the step evicted anything
+    assert eng.kv.writer.evictions > before  # and the step did evict
     eng.check_invariants()
     kinds = [kind for kind, _ in calls]
     assert kinds[0] == "fetch_ahead" and "offload" in kinds, calls  # the other's blocks evicted
