@@ -213,8 +213,9 @@ class KVCacheManager:
         new prompt, or prompt + generated tokens when it resumes after preemption), sharing
         cached prefix blocks. `max_new` (chunked prefill): write at most that many tokens after
         the prefix hits; the caller keeps the rest (`prompt[seq.num_tokens:]`) for `extend`s.
-        `defer_loads` (serving): when blocks come back from the CPU tier, write nothing after
-        them this step (`seq.loading`): the sequence waits a step while their bytes come in.
+        `defer_loads` (serving, beside other requests): when blocks come back from the CPU tier,
+        write nothing after them this step (`seq.loading`): the sequence waits a step while their
+        bytes come in, so that no other request's forward pass waits for them.
         `max_loads`: take at most that many blocks from the tier now (`load_more` the rest)."""
         if not prompt:
             raise ValueError("a prompt needs at least one token")
@@ -260,7 +261,9 @@ class KVCacheManager:
         """A sequence loading its prompt's prefix from the CPU tier in parts: its next blocks
         the tier still holds (at most `most`, and as many as the pool can give now) become its
         blocks, their bytes copied back (`seq.loading` stays set); none left to take ends the
-        loading (its rest is computed from now on). Its prompt's rest shrinks to match."""
+        loading (its rest is computed from now on), and so does `most` None (nothing else
+        runs) with all of them taken: its rest is computed in this step, after the copies. Its
+        prompt's rest shrinks to match."""
         prompt = seq.token_ids + seq.prefill_rest
         found = self.tier_loads.match(prompt, seq.block_hashes, most)
         loads = found[:self.pool.num_allocatable // self.num_groups]
@@ -268,7 +271,8 @@ class KVCacheManager:
         if loads:
             self.tier_loads.load(seq, prompt, loads, events)
             seq.prefill_rest = prompt[seq.num_tokens:]
-        seq.loading = bool(found)  # found but no block free for it now: it waits, as a prompt does
+        # found but no block free for it now: it waits, as a prompt does
+        seq.loading = bool(found) and (most is not None or len(loads) < len(found))
         return events
 
     def extend(self, seq: Sequence, token_ids: list[int]) -> list[Event]:

@@ -273,9 +273,10 @@ class Scheduler:
                 return
             whole_pool_free = self.kv.pool.num_allocatable == self.kv.pool.num_blocks
             try:
-                if len(seqs) == 1:  # may go in chunks; waits a step for blocks from the CPU tier
+                if len(seqs) == 1:  # may go in chunks; beside others, waits for the CPU tier
+                    most = self._load_chunk(out)
                     events = self.kv.allocate(seqs[0], prompts[0], budget if chunk else None,
-                                              defer_loads=True, max_loads=self._load_chunk(out))
+                                              defer_loads=most is not None, max_loads=most)
                 else:  # a resumed group of several, all or nothing
                     events = allocate_together(self.kv, seqs, prompts)
             except OutOfBlocks:
@@ -304,10 +305,13 @@ class Scheduler:
             self.num_running_seqs = num_seqs
 
     def _load_chunk(self, out: ScheduledStep) -> int | None:
-        """How many blocks a prompt may take from the CPU tier in this step: all of them when
-        nothing else runs; TIER_LOAD_CHUNK beside other requests' work, so that the load's
-        bookkeeping (an allocation, an eviction to the tier and a copy a block) and its copies
-        spread over steps instead of stalling one of theirs (its copies overlap their steps)."""
+        """How many blocks a prompt may take from the CPU tier in this step: TIER_LOAD_CHUNK
+        beside other requests' work, so that the load's bookkeeping (an allocation, an eviction
+        to the tier and a copy a block) and its copies spread over steps instead of stalling one
+        of theirs (its copies overlap their steps), and the prompt computes nothing until the
+        step after its last blocks came (their forward pass never waits for the bus). None (all
+        of them) when nothing else runs: then nobody's pass can wait for it, and the rest of the
+        prompt is computed in the same step, its pass waiting on the device for the copy."""
         busy = out.decodes or out.prefills or self.num_running_seqs > 1
         return TIER_LOAD_CHUNK if busy else None
 

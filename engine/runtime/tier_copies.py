@@ -22,9 +22,9 @@ Where each move runs, so that neither kind of copy holds up the batch:
   before it allocates and evicts for it: `fetch_ahead`; a slot an offload of the step writes
   is read again after it), then, after
   what the compute stream had queued (the blocks' previous bytes may still be read by an
-  offload's gather), the scatter into the blocks. The engine computes nothing in those blocks
-  until its next step (the request waits one step), and that step's forward pass waits on the
-  load's event, not on the device.
+  offload's gather), the scatter into the blocks. The forward pass that reads them waits on
+  the load's event, not on the device: the same step's when the request runs alone, else the
+  next one's (beside other requests it waits a step, so that their passes never wait for it).
 
 Every copy of a slot waits for the one before it of that slot (an offload into a slot a load is
 still reading, a load of a slot an offload is still writing). On a CPU both moves are plain copies.

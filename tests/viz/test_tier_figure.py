@@ -124,6 +124,8 @@ def test_the_picture_names_a_request_whose_blocks_are_coming_back() -> None:
     eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=16, num_offload_blocks=32))
     eng.generate("You are a helpful assistant who answers questions. France?", SamplingParams(max_tokens=4))
     eng.generate("x" * 100, SamplingParams(max_tokens=4))
+    eng.add_request("yz", SamplingParams(max_tokens=8))  # beside it, a load waits a step
+    eng.step()
     eng.add_request("You are a helpful assistant who answers questions. Spain?", SamplingParams(max_tokens=4))
     eng.step()
     fig = pool_figure(eng.snapshot(), eng.last_events, eng.decode)

@@ -60,30 +60,51 @@ DEVICE = "cuda"  # the tests below that need a GPU run there
 SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
 
 
-def test_a_prefix_from_the_tier_waits_one_step_then_computes_the_rest() -> None:
-    """Dry mode (the bookkeeping is the same with a model): the request that hits the tier is
-    'loading' in the step its blocks come back, computes nothing then, and prefills the rest of
-    its prompt in the next step; every sequence reads back its own K/V (content tracked)."""
-    eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=16, num_offload_blocks=32))
-    params = SamplingParams(max_tokens=4)
-    eng.generate(SYSTEM + "France?", params)
-    eng.generate("x" * 100, params)  # pushes the system prompt's blocks into the tier
-    rid = eng.add_request(SYSTEM + "Spain?", params)
-    step = eng.step()
-    loads = [e for e in step.events if e.kind == "load"]
-    assert loads and not [e for e in step.events if e.kind == "prefill"]
-    assert eng.request(rid).status == "loading"
-    seq = eng.request(rid).live_seq_ids[0]
-    assert eng.snapshot().sequences[seq].status == "loading"
-    step = eng.step()
-    prefill = next(e for e in step.events if e.kind == "prefill")
-    computed, served = prefill.facts.computed, prefill.facts.cached
-    assert served >= 8 * len(loads[0].block_ids)
-    assert computed == len(eng.encode(SYSTEM + "Spain?")) - served
-    assert eng.request(rid).status == "running"
-    while eng.has_pending_work():
-        eng.step()
-    eng.check_invariants()
+def test_a_prefix_from_the_tier_waits_one_step_beside_others_and_none_alone() -> None:
+    """Dry mode (the bookkeeping is the same with a model): beside a decoding request, the
+    request that hits the tier is 'loading' in the step its blocks come back, computes nothing
+    then (the other's pass must not wait for the bus), and prefills the rest of its prompt in
+    the next step; alone, it loads and computes the rest in one step (nobody's pass waits but
+    its own). Either way it computes only the rest, with the tokens of recomputing it, and
+    every sequence reads back its own K/V (content tracked)."""
+    params = SamplingParams(max_tokens=4, seed=3, temperature=0.8)
+
+    def serve(tier: int, beside: bool) -> tuple[list, list, list]:
+        """The outputs, then for each step of the request: did it load, its prefill's (computed,
+        cached) or None, its status after the step."""
+        eng = LLMEngine(EngineConfig(model=None, block_size=8, num_gpu_blocks=18,
+                                     num_offload_blocks=tier, track_kv_content=True))
+        eng.generate(SYSTEM + "France?", params)
+        eng.generate("x" * 100, params)  # pushes the system prompt's blocks into the tier
+        if beside:
+            eng.add_request("yz", SamplingParams(max_tokens=12, ignore_eos=True))
+            eng.step()
+        rid = eng.add_request(SYSTEM + "Spain?", params)
+        seq = eng.request(rid).live_seq_ids[0]
+        outs, steps = [], []
+        while eng.has_pending_work():
+            res = eng.step()
+            eng.check_invariants()
+            outs += [(o.request_id, o.outputs[0].token_ids) for o in res.finished]
+            prefill = [(e.facts.computed, e.facts.cached) for e in res.events
+                       if e.kind == "prefill" and e.seq_id == seq]
+            steps.append((any(e.kind == "load" for e in res.events), prefill[0] if prefill else None,
+                          eng.request(rid).status if eng.request(rid) else "finished"))
+        return sorted(outs), steps
+
+    length = LLMEngine(EngineConfig(model=None)).encode(SYSTEM + "Spain?")
+    for beside in (True, False):
+        plain, _ = serve(0, beside)
+        got, steps = serve(32, beside)
+        assert got == plain  # the tokens of recomputing the prefix
+        assert [i for i, (load, _, _) in enumerate(steps) if load] == [0]  # all in its first step
+        prefills = [(i, p) for i, (_, p, _) in enumerate(steps) if p is not None]
+        (at, (computed, cached)), = prefills
+        assert cached >= 8 * 8 and computed == len(length) - cached  # only the rest
+        if beside:  # it waits a step: the other's pass does not wait for the bus
+            assert at == 1 and steps[0][2] == "loading" and steps[1][2] != "loading"
+        else:
+            assert at == 0 and all(status != "loading" for _, _, status in steps)
 
 
 def test_beside_other_requests_a_long_prefix_comes_back_a_few_blocks_a_step(monkeypatch) -> None:
