@@ -81,3 +81,28 @@ def run_23() -> str:
             f"{statistics.median(before):.2f} (medians; shorter in {won} of {len(rounds)} rounds), "
             f"{statistics.median(b['tier_document'] for _, b in rounds):.2f}x recomputing against "
             f"{statistics.median(a['tier_document'] for a, _ in rounds):.2f}x.")
+
+
+def run_24() -> str:
+    """Run 24: a prompt alone computes its rest in the step its blocks come back from the tier,
+    by turns with run 23's code (one call, no warm-up: the first round compiled both trees)."""
+    got = _load("ab_tier_run24_h200.json")
+    if got is None:
+        return ""
+    turns = got["turns"]
+    rounds = list(zip(turns[::2], turns[1::2], strict=True))
+    longer = sum(b["tier_ms"][0] > a["tier_ms"][0] for a, b in rounds)
+
+    def med(side: int, key: str, i: int | None = None) -> float:
+        return statistics.median(r[side][key] if i is None else r[side][key][i] for r in rounds)
+
+    loads = [t["load_step"] for t in turns]
+    after, before = med(1, "tier_ms", 0), med(0, "tier_ms", 0)
+    ratios = med(1, "tier_document"), med(0, "tier_document")
+    return (f" In run 24 a prompt that runs alone computes its rest in the step its blocks come "
+            f"back (`ab_tier_run24_h200.json`: {len(rounds)} rounds by turns with run 23's code) "
+            f"on a lease whose host was fast (both trees over a millisecond quicker than run 23's "
+            f"turns): the document came back in {after:.2f} ms against {before:.2f} (medians; "
+            f"longer in {longer} of {len(rounds)} rounds), {ratios[0]:.2f}x recomputing against "
+            f"{ratios[1]:.2f}x, and the others' tokens/s in a load step "
+            f"{min(loads):.2f}-{max(loads):.2f} in every turn of both.")
