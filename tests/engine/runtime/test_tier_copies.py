@@ -56,40 +56,6 @@ def test_a_forward_waits_once_for_each_load_that_writes_a_block_it_reads() -> No
     assert take_loads(pending, (90,)) == [second] and pending == {}
 
 
-def test_a_load_in_parts_whose_neighbour_ends_takes_the_rest_and_computes_in_that_step(
-        monkeypatch) -> None:
-    """A prompt loading its prefix 3 blocks a step beside a short request: once that request
-    has finished, nothing else runs, so the next step takes all the blocks left and computes
-    the prompt's rest in that same step, with the tokens of recomputing it (content tracked)."""
-    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 3)
-
-    def serve(tier: int) -> tuple[list, list[tuple[int, bool]]]:
-        eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40,
-                                     num_offload_blocks=tier, seed=5, track_kv_content=True))
-        params = SamplingParams(max_tokens=6)
-        outs = [eng.generate(SYSTEM + "France?", params)[0], eng.generate("x" * 130, params)[0]]
-        eng.add_request("yz", SamplingParams(max_tokens=3, ignore_eos=True))
-        eng.step()
-        rid = eng.add_request(SYSTEM + "Spain?", params)
-        seq = eng.request(rid).live_seq_ids[0]
-        steps = []  # (blocks loaded, did the request prefill) per step
-        while eng.has_pending_work():
-            res = eng.step()
-            eng.check_invariants()
-            outs += res.finished
-            steps.append((sum(len(e.block_ids) for e in res.events if e.kind == "load"),
-                          any(e.kind == "prefill" and e.seq_id == seq for e in res.events)))
-        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs), steps
-
-    plain, _ = serve(0)
-    got, steps = serve(64)
-    assert got == plain
-    loading = [(n, pre) for n, pre in steps if n]
-    assert len(loading) >= 2 and all(n <= 3 for n, _ in loading[:-1])  # in parts beside it
-    assert loading[-1][0] > 3 and loading[-1][1]  # then the rest at once, computed in that step
-    assert not any(pre for _, pre in loading[:-1])
-
-
 DEVICE = "cuda"  # the tests below that need a GPU run there
 SYSTEM = "You are a helpful assistant who answers questions about geography in one short sentence. "
 
@@ -126,7 +92,7 @@ def test_a_prefix_from_the_tier_waits_one_step_beside_others_and_none_alone() ->
                           eng.request(rid).status if eng.request(rid) else "finished"))
         return sorted(outs), steps
 
-    length = LLMEngine(EngineConfig(model=None)).encode(SYSTEM + "Spain?")
+    prompt = LLMEngine(EngineConfig(model=None)).encode(SYSTEM + "Spain?")
     for beside in (True, False):
         plain, _ = serve(0, beside)
         got, steps = serve(32, beside)
@@ -134,7 +100,7 @@ def test_a_prefix_from_the_tier_waits_one_step_beside_others_and_none_alone() ->
         assert [i for i, (load, _, _) in enumerate(steps) if load] == [0]  # all in its first step
         prefills = [(i, p) for i, (_, p, _) in enumerate(steps) if p is not None]
         (at, (computed, cached)), = prefills
-        assert cached >= 8 * 8 and computed == len(length) - cached  # only the rest
+        assert cached >= 8 * 8 and computed == len(prompt) - cached  # only the rest
         if beside:  # it waits a step: the other's pass does not wait for the bus
             assert at == 1 and steps[0][2] == "loading" and steps[1][2] != "loading"
         else:
@@ -181,6 +147,40 @@ def test_beside_other_requests_a_long_prefix_comes_back_a_few_blocks_a_step(monk
     alone.add_request(SYSTEM + "Spain?", SamplingParams(max_tokens=6))
     first = alone.step()
     assert sum(len(e.block_ids) for e in first.events if e.kind == "load") > 3  # all at once
+
+
+def test_a_load_in_parts_whose_neighbour_ends_takes_the_rest_and_computes_in_that_step(
+        monkeypatch) -> None:
+    """A prompt loading its prefix 3 blocks a step beside a short request: once that request
+    has finished, nothing else runs, so the next step takes all the blocks left and computes
+    the prompt's rest in that same step, with the tokens of recomputing it (content tracked)."""
+    monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 3)
+
+    def serve(tier: int) -> tuple[list, list[tuple[int, bool]]]:
+        eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=40,
+                                     num_offload_blocks=tier, seed=5, track_kv_content=True))
+        params = SamplingParams(max_tokens=6)
+        outs = [eng.generate(SYSTEM + "France?", params)[0], eng.generate("x" * 130, params)[0]]
+        eng.add_request("yz", SamplingParams(max_tokens=3, ignore_eos=True))
+        eng.step()
+        rid = eng.add_request(SYSTEM + "Spain?", params)
+        seq = eng.request(rid).live_seq_ids[0]
+        steps = []  # (blocks loaded, did the request prefill) per step
+        while eng.has_pending_work():
+            res = eng.step()
+            eng.check_invariants()
+            outs += res.finished
+            steps.append((sum(len(e.block_ids) for e in res.events if e.kind == "load"),
+                          any(e.kind == "prefill" and e.seq_id == seq for e in res.events)))
+        return sorted((o.request_id, o.outputs[0].token_ids) for o in outs), steps
+
+    plain, _ = serve(0)
+    got, steps = serve(64)
+    assert got == plain
+    loading = [(n, pre) for n, pre in steps if n]
+    assert len(loading) >= 2 and all(n <= 3 for n, _ in loading[:-1])  # in parts beside it
+    assert loading[-1][0] > 3 and loading[-1][1]  # then the rest at once, computed in that step
+    assert not any(pre for _, pre in loading[:-1])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
