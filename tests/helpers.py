@@ -137,9 +137,12 @@ BUSY = """() => JSON.stringify({busy: [...document.querySelectorAll('.progress-t
 
 
 def server_errors(url: Any) -> str:
-    """The tracebacks' last lines in what the served app printed (none: ''), and where its
-    threads are now."""
+    """The tracebacks' last lines in what the served app printed (none: ''), the last one whole
+    (which event and component raised it: the app is shared by a worker's tests, so an error
+    may be another page's), and where its threads are now."""
     log = url.log() if hasattr(url, "log") else ""
     lines = [line for line in log.splitlines() if "Error" in line or "Traceback" in line]
+    last = log[log.rfind("Traceback"):][-4000:] if "Traceback" in log else ""
     stacks = f"\nthe app's threads:\n{url.stacks()}" if hasattr(url, "stacks") else ""
-    return ("; server: " + " | ".join(lines[-6:]) if lines else "") + stacks
+    said = "; server: " + " | ".join(lines[-6:]) + f"\nthe last traceback:\n{last}" if lines else ""
+    return said + stacks
