@@ -146,3 +146,32 @@ def server_errors(url: Any) -> str:
     stacks = f"\nthe app's threads:\n{url.stacks()}" if hasattr(url, "stacks") else ""
     said = "; server: " + " | ".join(lines[-6:]) + f"\nthe last traceback:\n{last}" if lines else ""
     return said + stacks
+
+
+#: an init script (page.add_init_script) that lets a test break the page's heartbeat alone, as
+#: a loaded machine or a network blip can: `window.plBreakHeartbeat()`. Gradio then ends the
+#: session (its unload runs) while the page lives on with the same session and keeps acting.
+HEARTBEAT_CUT = """(() => { const real = window.fetch; window.plHeartbeats = [];
+  window.fetch = (input, opts) => {
+    const url = typeof input === 'string' ? input : (input?.url ?? String(input));
+    if (!url.includes('/heartbeat/')) return real(input, opts);
+    const mine = new AbortController();
+    (opts?.signal ?? input?.signal)?.addEventListener('abort', () => mine.abort());
+    window.plHeartbeats.push(mine);
+    return real(new Request(input, {...(opts ?? {}), signal: mine.signal})); };
+  window.plBreakHeartbeat = () => window.plHeartbeats.forEach((c) => c.abort()); })();"""
+ENDED = "ended (Gradio's unload)"  # what the app prints when Gradio ends a page's session
+
+
+def break_heartbeat(pg: Any, app: Any, timeout_s: float = 60) -> None:
+    """Break `pg`'s heartbeat (opened with HEARTBEAT_CUT) and wait until the served `app` (a
+    ServedUrl) says Gradio ended the session."""
+    import time
+
+    ended = app.log().count(ENDED)
+    assert pg.evaluate("() => window.plHeartbeats?.length ?? 0"), "the page has no heartbeat"
+    pg.evaluate("() => window.plBreakHeartbeat()")
+    deadline = time.monotonic() + timeout_s
+    while app.log().count(ENDED) == ended:
+        assert time.monotonic() < deadline, f"the session never ended: {app.log()[-2000:]}"
+        time.sleep(0.1)

@@ -178,7 +178,7 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
                                    large=large)
             fig.layout.meta = {**(fig.layout.meta or {}), "vllm": {
                 "seq": watch.last_seq, "blocks": len(got.nodes), "taken_at": v.taken_at,
-                "drawn_at": time.time()}}
+                "drawn_at": time.time(), "watch_opened_at": watch.opened_at}}
             tree = fig
             v.drew(v.version, got)
         elif force or "tree" not in v.shown:  # nothing watched yet: say how to begin

@@ -60,6 +60,9 @@ class VllmView:
         self.in_front = False  # the vLLM tab is in front (its timer runs only then)
         self.front_clock = TabClock()  # the page's clock on the event that set in_front
         self.waiting_for_lab = False  # "Start one here" pressed: connect once the lab's answers
+        # what the page watched when Gradio ended its session: taken up again at the page's
+        # next poll (a page whose heartbeat broke lives on after its unload; see close)
+        self.resume: str | tuple[str, str | None, OpenAIClient | None] | None = None
         self.note = ""  # a sentence for the tab (what was done, or why not)
         self.sent: deque[Sent] = deque(maxlen=MAX_SENT)
         self.recent: deque[VllmEvent] = deque(maxlen=MAX_RECENT)
@@ -115,7 +118,7 @@ class VllmView:
         except ValueError as err:
             raise UserError(str(err)) from err
         with self._lock:
-            self.waiting_for_lab = False
+            self.waiting_for_lab, self.resume = False, None
             if self.pending is not None:
                 self.pending[0].close()
             if self.watch is None or self.watch.mirror.batches == 0:
@@ -137,6 +140,7 @@ class VllmView:
     def start_here(self) -> None:
         """The lab's local vLLM (one per app process, shared by every session): started now if it
         is not running; this page connects once it answers."""
+        self.resume = None
         running = lab.current()
         if running is not None:
             self.connect_lab(running)
@@ -155,6 +159,8 @@ class VllmView:
         to `wait_s` for vLLM's next message while nothing else is new; whether the page must
         redraw."""
         with self._lock:
+            if self.resume is not None:
+                self._resume()
             if self.waiting_for_lab:
                 self._follow_lab()
             if self.pending is not None:
@@ -182,6 +188,22 @@ class VllmView:
             self.note = (f"{watch.problems[-1].message} The picture still shows "
                          f"{self.endpoint}, as it was.")
             self._changed()
+
+    def _resume(self) -> None:
+        """The page polls after its session was closed (close): watch what it watched again, from
+        vLLM's replay buffer on."""
+        what, self.resume = self.resume, None
+        if what == "lab":
+            self.waiting_for_lab = True  # _follow_lab connects once the lab's vLLM answers
+            return
+        events, replay, client = what
+        try:
+            self.connect(events, replay)
+        except UserError as err:  # it was a valid address: only a failing ZMQ gets here
+            self.note = f"could not watch {events} again: {err}"
+            self._changed()
+            return
+        self.client = client
 
     def _follow_lab(self) -> None:
         said = lab.status()
@@ -293,6 +315,14 @@ class VllmView:
 
     # ---- the end -----------------------------------------------------------------------------------
 
+    def _watched(self) -> str | tuple[str, str | None, OpenAIClient | None] | None:
+        """What this page watches (or is about to): "lab" while the lab's vLLM starts, else the
+        newest watch's endpoints and its OpenAI client; None: nothing."""
+        if self.waiting_for_lab:
+            return "lab"
+        watch, client = self.pending if self.pending is not None else (self.watch, self.client)
+        return None if watch is None else (watch.endpoint, watch.replay_endpoint, client)
+
     def _drop_watch(self) -> None:
         if self.watch is not None:
             self.watch.close()
@@ -302,8 +332,11 @@ class VllmView:
 
     def close(self) -> None:
         """The browser session ended: end the subscription (the lab's server stays: it is the
-        app's)."""
+        app's). Gradio ends a session when its page's heartbeat connection breaks, and a page
+        whose heartbeat broke (a loaded machine, a network blip) lives on and keeps polling:
+        what it watched is kept, and its next poll watches it again."""
         with self._lock:
+            self.resume = self._watched()
             self._drop_watch()
             if self.pending is not None:
                 self.pending[0].close()

@@ -75,6 +75,7 @@ class VllmWatch:
         self._said: set[str] = set()
         self._problem_at = 0  # messages applied when the last problem was noted
         self._started = time.monotonic()
+        self.opened_at = time.time()  # when this subscription began (the tab's picture says it)
         self._last_message: float | None = None
         self.closed = False
 

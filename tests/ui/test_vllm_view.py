@@ -219,3 +219,47 @@ def test_which_picture_shows_is_the_pages_own_business():
     unqueued_selects = [d for d in config["dependencies"] if not d["queue"]
                         and any(t in tabs and e == "select" for t, e in d["targets"])]
     assert unqueued_selects and not [d for d in unqueued_selects if plot in d["outputs"]]
+
+
+def test_a_page_that_outlives_its_sessions_end_watches_again_from_the_replay():
+    """Gradio ends a session (unload: VllmView.close) when its page's heartbeat connection
+    breaks, and such a page lives on: its next tick watches the same endpoints again, the
+    replay brings back the cache it had, and prompts go to the same API (the CI run where the
+    tab said 'connecting…' for two minutes while its timer kept ticking)."""
+    from engine.vllm.openai_client import OpenAIClient
+
+    with_replay = Publisher(replay=True)
+    view = VllmView()
+    try:
+        view.connect(with_replay.endpoint, with_replay.replay_endpoint, "http://127.0.0.1:9")
+        client = view.client
+        until(view, lambda: view.watch.joined)
+        with_replay.publish(stored([11, 12], None))
+        until(view, lambda: view.watch.mirror.batches == 1)
+        view.close()  # Gradio's unload
+        assert view.watch is None
+        until(view, lambda: view.watch is not None and view.watch.mirror.batches >= 1)
+        assert blocks(view) == 2 and view.client is client and isinstance(client, OpenAIClient)
+        assert view.watch.replay_endpoint == with_replay.replay_endpoint
+        until(view, lambda: "Watching" in note_text(view))
+        with_replay.publish(stored([13], 12))
+        until(view, lambda: blocks(view) == 3)
+        view.close()
+        view.close()  # the state deleted an hour later: closed already, nothing to take up
+        assert view.resume is None
+    finally:
+        view.close()
+        with_replay.close()
+
+
+def test_a_page_whose_session_ended_while_the_labs_vllm_started_waits_for_it_again(monkeypatch):
+    from engine.vllm import lab
+
+    monkeypatch.setattr(lab, "status", lambda: "starting (loading the model)")
+    view = VllmView()
+    view.waiting_for_lab = True  # as start_here leaves it while the lab's vLLM starts
+    view.close()
+    assert not view.waiting_for_lab
+    view.poll()
+    assert view.waiting_for_lab and "starting a vLLM here" in note_text(view)
+    view.close()

@@ -1,8 +1,9 @@
 """The app's vLLM tab in Chromium against the real vLLM server of this folder (no mock): the app
 is started with `--vllm-events` (its page opens on the tab, watching), a prompt typed in the tab
 goes to vLLM's OpenAI API, and the picture and counts follow vLLM's KV events; on a phone, an
-endpoint where nothing answers is named while the picture keeps vLLM's cache, and "Start one
-here" finds the lab's vLLM (this folder's server) instead of starting another.
+endpoint where nothing answers is named while the picture keeps vLLM's cache, "Start one
+here" finds the lab's vLLM (this folder's server) instead of starting another, and a page whose
+session Gradio ended while it lived (its heartbeat alone broke) watches vLLM again.
 
 The app runs in dry mode: the tab draws vLLM's cache, not PagedLab's, so it needs no model of
 its own (and the app starts in seconds, not the model's load time, on a busy 2-core machine).
@@ -11,12 +12,15 @@ Every wait is for a condition in the page, written so that it cannot throw while
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import ServedUrl, serve_app
+from tests.helpers import HEARTBEAT_CUT, break_heartbeat, server_errors
 from tests.vllm.conftest import settle
-from ui.app_process import free_port, launch, stop
+from ui.app_process import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -26,25 +30,22 @@ META = ("(() => { const p = document.querySelector('#vllm-tree .js-plotly-plot')
 NOTE = "(document.querySelector('#vllm-note')?.innerText ?? '')"
 
 
-def until_said(page, text: str, timeout_ms: int) -> None:
-    """Wait for the tab's note to say `text`; if it never does, fail with what it says."""
+def until_said(page, text: str, timeout_ms: int, app: ServedUrl | None = None) -> None:
+    """Wait for the tab's note to say `text`; if it never does, fail with what it says (and
+    what the app printed)."""
     try:
         page.wait_for_function(f"() => {NOTE}.includes({text!r})", timeout=timeout_ms)
     except Exception as err:  # Playwright's timeout: say what the tab said instead
         raise AssertionError(f"the tab never said {text!r}; it says "
-                             f"{page.evaluate(f'() => {NOTE}')!r}") from err
+                             f"{page.evaluate(f'() => {NOTE}')!r}; the app printed:\n"
+                             f"{app.log()[-3000:] if app else ''}{server_errors(app)}") from err
 
 
 @pytest.fixture(scope="module")
-def vllm_app(vllm_server) -> Iterator[str]:
-    port = free_port()
-    proc = launch(["app.py", "--dry", "--vllm-events", vllm_server.events_endpoint,
-                   "--vllm-replay", vllm_server.replay_endpoint, "--vllm-url", vllm_server.url],
-                  port, timeout=300)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop(proc)
+def vllm_app(vllm_server) -> Iterator[ServedUrl]:
+    yield from serve_app(argv=("app.py", "--dry", "--vllm-events", vllm_server.events_endpoint,
+                               "--vllm-replay", vllm_server.replay_endpoint, "--vllm-url",
+                               vllm_server.url), timeout=300)
 
 
 def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, vllm_watch,
@@ -52,7 +53,7 @@ def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, v
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         page.goto(vllm_app)
-        until_said(page, "Watching", 120_000)
+        until_said(page, "Watching", 120_000, vllm_app)
         assert "physical block ids, block tables or reference counts" in page.inner_text(
             "#vllm-intro")
         settle(vllm_watch)
@@ -78,16 +79,25 @@ def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, v
 
 def test_start_one_here_finds_the_labs_vllm_on_a_phone(vllm_app, browser):
     page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.add_init_script(HEARTBEAT_CUT)
     try:
         page.goto(vllm_app)
-        until_said(page, "Watching", 120_000)
+        until_said(page, "Watching", 120_000, vllm_app)
         # an endpoint where nothing answers: said in the tab, the picture keeps vLLM's cache
         page.fill("#vllm-events textarea, #vllm-events input", f"tcp://127.0.0.1:{free_port()}")
         page.click("#vllm-connect")
-        until_said(page, "nothing answered", 60_000)
+        until_said(page, "nothing answered", 60_000, vllm_app)
         assert "still shows" in page.evaluate(f"() => {NOTE}")
         page.click("#vllm-start")
-        until_said(page, "Watching", 60_000)
+        until_said(page, "Watching", 60_000, vllm_app)
         page.wait_for_function(f"() => {{ const m = {META}; return !!m; }}", timeout=30_000)
+        # the heartbeat breaks alone (a loaded machine): Gradio ends the session, its unload
+        # closes the watch, and the page lives on with that session: it watches vLLM again, a
+        # new subscription that redraws the cache from the replay (CI: "connecting…" for good)
+        back = time.time()
+        break_heartbeat(page, vllm_app)
+        page.wait_for_function(f"(t) => {{ const m = {META}; return !!m && m.watch_opened_at > t; }}",
+                               arg=back, timeout=60_000)
+        until_said(page, "Watching", 30_000, vllm_app)
     finally:
         page.close()
