@@ -205,7 +205,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
             of ours is then the config and op log only, and a reconnect replays the log."""
             holder = getattr(demo, "state_holder", None)
             data = holder.session_data.get(request.session_hash) if holder and request else None
-            # in the log: a page whose heartbeat broke lives on after this, and says so later
+            # in the log: a page whose heartbeat alone broke lives on and acts after this line
             print(f"[app] session {request.session_hash if request else '?'} ended (Gradio's "
                   f"unload): its engine and vLLM watch closed", file=sys.stderr, flush=True)
             value = data.state_data.get(page.state._id) if data is not None else None
