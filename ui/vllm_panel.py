@@ -218,7 +218,11 @@ def note_text(v: VllmView) -> str:
     parts = [html.escape(v.note)] if v.note else []
     watch = v.watch
     problem = watch.problem if watch is not None else None  # a gap or a bad frame stays said
-    if problem is not None and problem.message not in v.note:
+    if problem is not None and problem.kind == "silent" and watch.joined and not v.note:
+        # joined, and vLLM sent nothing yet: an idle vLLM (its cache has not changed) or one
+        # without KV events; it is watched either way, and the first prompt tells them apart
+        parts.append(f"Watching `{watch.endpoint}`: no KV events came yet. {html.escape(problem.message)}")
+    elif problem is not None and problem.message not in v.note:
         parts.append(f"**Problem:** {html.escape(problem.message)} _(the picture "
                      f"keeps what it had)_")
     elif watch is not None and not v.note:

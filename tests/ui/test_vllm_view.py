@@ -263,3 +263,24 @@ def test_a_page_whose_session_ended_while_the_labs_vllm_started_waits_for_it_aga
     view.poll()
     assert view.waiting_for_lab and "starting a vLLM here" in note_text(view)
     view.close()
+
+
+def test_a_joined_vllm_that_sent_nothing_yet_is_watched_not_a_problem(pub, monkeypatch):
+    """A vLLM started a moment ago has an empty cache and publishes nothing until a prompt
+    comes: the tab says it is watching it, and why nothing came yet, not a "Problem" (the
+    tab's Chromium test of a fresh server waited for 'Watching' and read a problem instead)."""
+    monkeypatch.setattr(vllm_view, "SILENCE_S", 0.3)
+    view = VllmView()
+    try:
+        view.connect(pub.endpoint)
+        until(view, lambda: view.watch.joined and view.watch.problem is not None)
+        said = note_text(view)
+        assert said.startswith("Watching") and "no KV events came yet" in said, said
+        assert "Problem" not in said and "--kv-events-config" in said, said
+        time.sleep(0.2)  # the subscription reaches the PUB
+        pub.publish(stored([11], None))
+        until(view, lambda: view.watch.mirror.batches == 1)
+        assert note_text(view) == f"Watching `{pub.endpoint}` (events only: give its OpenAI API " \
+                                  "under more to send prompts)"
+    finally:
+        view.close()
