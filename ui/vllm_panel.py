@@ -185,12 +185,14 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
             tree = vllm_tree_figure(got or _EMPTY, box=tree_box, large=large)
             if got is not None:
                 v.drew(v.version, got)
-        batches = watch.mirror.batches if watch is not None else -1
-        seen, at = v.timeline_drawn
-        if force or (batches != seen and time.monotonic() - at >= TIMELINE_S):
-            timeline = vllm_timeline_figure(watch.timeline() if watch else [], box=line_box,
-                                            large=large)
-            v.timeline_drawn = (batches, time.monotonic())
+    # the timeline follows at most every TIMELINE_S, also after the last message came: a
+    # message within TIMELINE_S of the timeline's last drawing is drawn at a later tick
+    batches = watch.mirror.batches if watch is not None else -1
+    seen, at = v.timeline_drawn
+    if force or (batches != seen and time.monotonic() - at >= TIMELINE_S):
+        timeline = vllm_timeline_figure(watch.timeline() if watch else [], box=line_box,
+                                        large=large)
+        v.timeline_drawn = (batches, time.monotonic())
     panels = (vllm_counts_html(watch.counts(), watch.status()) if watch is not None else "",
               vllm_events_markdown(list(v.recent), v.decode) if watch is not None else "",
               sent_html(v), note_text(v))
@@ -221,7 +223,8 @@ def note_text(v: VllmView) -> str:
     if problem is not None and problem.kind == "silent" and watch.joined and not v.note:
         # joined, and vLLM sent nothing yet: an idle vLLM (its cache has not changed) or one
         # without KV events; it is watched either way, and the first prompt tells them apart
-        parts.append(f"Watching `{watch.endpoint}`: no KV events came yet. {html.escape(problem.message)}")
+        why = problem.message.partition(" s: ")[2] or problem.message  # the endpoint is said
+        parts.append(f"Watching `{watch.endpoint}`: no KV events came yet. {html.escape(why)}")
     elif problem is not None and problem.message not in v.note:
         parts.append(f"**Problem:** {html.escape(problem.message)} _(the picture "
                      f"keeps what it had)_")

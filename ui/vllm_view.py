@@ -63,6 +63,7 @@ class VllmView:
         # what the page watched when Gradio ended its session: taken up again at the page's
         # next poll (a page whose heartbeat broke lives on after its unload; see close)
         self.resume: str | tuple[str, str | None, OpenAIClient | None] | None = None
+        self._page_tree: PrefixTree | None = None  # on the page then: its replay is not "new"
         self.note = ""  # a sentence for the tab (what was done, or why not)
         self.sent: deque[Sent] = deque(maxlen=MAX_SENT)
         self.recent: deque[VllmEvent] = deque(maxlen=MAX_RECENT)
@@ -118,7 +119,7 @@ class VllmView:
         except ValueError as err:
             raise UserError(str(err)) from err
         with self._lock:
-            self.waiting_for_lab, self.resume = False, None
+            self.waiting_for_lab, self.resume, self._page_tree = False, None, None
             if self.pending is not None:
                 self.pending[0].close()
             if self.watch is None or self.watch.mirror.batches == 0:
@@ -197,13 +198,14 @@ class VllmView:
             self.waiting_for_lab = True  # _follow_lab connects once the lab's vLLM answers
             return
         events, replay, client = what
+        page_tree = self._page_tree
         try:
             self.connect(events, replay)
         except UserError as err:  # it was a valid address: only a failing ZMQ gets here
             self.note = f"could not watch {events} again: {err}"
             self._changed()
             return
-        self.client = client
+        self.client, self._page_tree = client, page_tree
 
     def _follow_lab(self) -> None:
         said = lab.status()
@@ -236,6 +238,9 @@ class VllmView:
             elif e.kind == "removed":
                 self.removed.update(e.block_hashes)
                 self.new.difference_update(e.block_hashes)
+        if self._page_tree is not None:  # the replay after a resume: the page showed these
+            self.new -= {n.block_hash for n in self._page_tree.nodes}
+            self.before, self._page_tree = self._page_tree, None
         if self.note.startswith("connecting"):
             self.note = ""
         self._changed()
@@ -336,7 +341,7 @@ class VllmView:
         whose heartbeat broke (a loaded machine, a network blip) lives on and keeps polling:
         what it watched is kept, and its next poll watches it again."""
         with self._lock:
-            self.resume = self._watched()
+            self.resume, self._page_tree = self._watched(), self._drawn_tree
             self._drop_watch()
             if self.pending is not None:
                 self.pending[0].close()

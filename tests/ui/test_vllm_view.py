@@ -236,14 +236,17 @@ def test_a_page_that_outlives_its_sessions_end_watches_again_from_the_replay():
         until(view, lambda: view.watch.joined)
         with_replay.publish(stored([11, 12], None))
         until(view, lambda: view.watch.mirror.batches == 1)
+        _values(view, _Look, True)  # the page draws the two blocks
         view.close()  # Gradio's unload
         assert view.watch is None
         until(view, lambda: view.watch is not None and view.watch.mirror.batches >= 1)
         assert blocks(view) == 2 and view.client is client and isinstance(client, OpenAIClient)
+        assert view.new == set()  # the replay brought back what the page showed: nothing new
         assert view.watch.replay_endpoint == with_replay.replay_endpoint
         until(view, lambda: "Watching" in note_text(view))
         with_replay.publish(stored([13], 12))
         until(view, lambda: blocks(view) == 3)
+        assert view.new == {13}
         view.close()
         view.close()  # the state deleted an hour later: closed already, nothing to take up
         assert view.resume is None
@@ -277,10 +280,32 @@ def test_a_joined_vllm_that_sent_nothing_yet_is_watched_not_a_problem(pub, monke
         said = note_text(view)
         assert said.startswith("Watching") and "no KV events came yet" in said, said
         assert "Problem" not in said and "--kv-events-config" in said, said
+        assert said.count(pub.endpoint) == 1, said
         time.sleep(0.2)  # the subscription reaches the PUB
         pub.publish(stored([11], None))
         until(view, lambda: view.watch.mirror.batches == 1)
         assert note_text(view) == f"Watching `{pub.endpoint}` (events only: give its OpenAI API " \
                                   "under more to send prompts)"
+    finally:
+        view.close()
+
+
+def test_a_message_within_a_second_of_the_timelines_drawing_is_drawn_at_a_later_tick(pub, monkeypatch):
+    """The timeline is drawn at most every TIMELINE_S; a message that came sooner is drawn at a
+    tick after that even when nothing else comes (it stayed "No KV event yet" under a tree of
+    six blocks once a page's watch was taken up again)."""
+    from ui import vllm_panel
+
+    monkeypatch.setattr(vllm_panel, "TIMELINE_S", 0.3)
+    view = watching(pub)  # drew the tree and the timeline of one message
+    try:
+        pub.publish(stored([13], 12))
+        until(view, lambda: view.watch.mirror.batches == 2)
+        _values(view, _Look, False)  # the tree now; the timeline waits out its interval
+        time.sleep(0.35)
+        view.poll()  # a tick that finds nothing new
+        tree, timeline, *_ = _values(view, _Look, False)
+        assert tree == gr.skip() and timeline != gr.skip()  # gr.skip() is a new dict each call
+        assert view.timeline_drawn[0] == 2
     finally:
         view.close()
