@@ -5,6 +5,7 @@ Triton kernels run in this process is tests/kernels/triton_mode.py's."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -166,8 +167,6 @@ ENDED = "ended (Gradio's unload)"  # what the app prints when Gradio ends a page
 def break_heartbeat(pg: Any, app: Any, timeout_s: float = 60) -> None:
     """Break `pg`'s heartbeat (opened with HEARTBEAT_CUT) and wait until the served `app` (a
     ServedUrl) says Gradio ended the session."""
-    import time
-
     ended = app.log().count(ENDED)
     assert pg.evaluate("() => window.plHeartbeats?.length ?? 0"), "the page has no heartbeat"
     pg.evaluate("() => window.plBreakHeartbeat()")
