@@ -2,7 +2,7 @@
 each tree in turn, several rounds, so that a change to a host-bound row is judged against the
 spread of that row from one engine to the next rather than against another lease's run.
 
-    git archive <commit> engine kernels bench pyproject.toml | tar -x -C ab_old   # the "before"
+    git archive <commit> engine paged_kernels bench pyproject.toml | tar -x -C ab_old   # the "before"
     cp bench/*.py ab_old/bench/                    # both sides measured by the same bench
     python bench/ab_trees.py --trees ab_old . --rounds 3 --only hybrid tier --out "$OUT/ab.json"
     python bench/ab_trees.py --trees ab_old . --rounds 6 --bench tier --only overlap --out "$OUT/ab.json"

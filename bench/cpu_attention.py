@@ -1,5 +1,5 @@
-"""The CPU backend's attention, vectorised (kernels/torch_attention.py) against the reference loop
-(kernels/reference.py), inside real engine steps.
+"""The CPU backend's attention, vectorised (paged_kernels/torch_attention.py) against the reference loop
+(paged_kernels/reference.py), inside real engine steps.
 
 One engine, one process: steps alternate between the two attention functions (the order flips
 every round), so both see the same machine load, which on a shared machine moves more than
@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 from bench.engine_host import running_engine  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from kernels import reference  # noqa: E402
+from paged_kernels import reference  # noqa: E402
 
 
 def engine_and_step(model: str, seqs: int, single: bool) -> tuple[LLMEngine, Callable[[], object]]:

@@ -19,8 +19,8 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from kernels import get_kernel_ops, reference  # noqa: E402
-from kernels.testing import make_case, rel_error  # noqa: E402
+from paged_kernels import get_kernel_ops, reference  # noqa: E402
+from paged_kernels.testing import make_case, rel_error  # noqa: E402
 
 
 def reference_f64(case: dict) -> torch.Tensor:
@@ -65,7 +65,7 @@ def main() -> int:
                     print(f"FAIL decode bs={block_size} d={head_dim} g={group}: {err:.2e}")
     print(f"accuracy sweep: {failures} failures in {time.time() - t0:.0f} s")
     if not args.skip_pytest:
-        rc = subprocess.call([sys.executable, "-m", "pytest", "tests/kernels/test_kernel_ops.py", "-q"],
+        rc = subprocess.call([sys.executable, "-m", "pytest", "tests/paged_kernels/test_kernel_ops.py", "-q"],
                              cwd=ROOT)
         failures += rc != 0
     return 1 if failures else 0

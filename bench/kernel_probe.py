@@ -81,7 +81,7 @@ def _attention_inputs(n: int, context: int, copies: int = 2) -> dict:
 
 def attention(n: int, context: int, config: tuple | None = None, once: bool = False) -> float:
     """Seconds of one decode attention launch (with its merge) of n sequences."""
-    from kernels import paged_attention as pa
+    from paged_kernels import paged_attention as pa
 
     a = _attention_inputs(n, context)
     splits = None
@@ -120,7 +120,7 @@ def _linear(n: int, out_f: int, in_f: int, once: bool) -> float:
 
 def layer_kernels(n: int, context: int, once: bool = False) -> list[dict]:
     """Each launch kind of a decode step of n sequences: seconds, bytes it must move, GB/s."""
-    from kernels import layer_ops
+    from paged_kernels import layer_ops
 
     rows = []
     kv = n * context * KV_HEADS * DIM * 2 * 2

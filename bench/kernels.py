@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from kernels import get_kernel_ops, reference  # noqa: E402
+from paged_kernels import get_kernel_ops, reference  # noqa: E402
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM, NUM_LAYERS = 9, 3, 64, 30  # SmolLM2-135M
 L2_BYTES = 50e6  # H100 L2
@@ -288,7 +288,7 @@ def run_decode(ops, batches, contexts, block_sizes, dtype, device, smoke, copy_b
 
 def sweep_decode(ops, dtype, device) -> list[dict]:
     """Try decode tile configs (block_n, num_warps, num_stages) on two shapes, block size 16."""
-    from kernels import paged_attention as pa
+    from paged_kernels import paged_attention as pa
 
     results = []
     for batch, context in [(32, 2048), (256, 2048)]:
@@ -316,7 +316,7 @@ def sweep_decode(ops, dtype, device) -> list[dict]:
 def sweep_splits(ops, dtype, device) -> list[dict]:
     """Split-K counts (and two tile configs) on the mid-size shapes where the heuristic's choice
     matters most: the grid of batch x KV heads programs is smaller than the GPU there."""
-    from kernels import paged_attention as pa
+    from paged_kernels import paged_attention as pa
 
     results = []
     configs = [None, dict(block_n=128, num_warps=8), dict(num_stages=3), dict(num_stages=4),

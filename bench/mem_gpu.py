@@ -48,8 +48,8 @@ SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, hybrid_prompts=
                               hybrid_requests=4, hybrid_new=16, roof_seqs=[4], roof_prompt=48,
                               roof_new=8, layers=2, budget_s=1800)}
 #: the GPU tests of what issue 44 changed (tests that need the real SmolLM2 weights aside)
-TESTS = ["tests/kernels/test_sliding_window.py::test_triton_split_k_with_a_window",
-         "tests/kernels/test_sliding_window.py::test_triton_bf16_with_a_window",
+TESTS = ["tests/paged_kernels/test_sliding_window.py::test_triton_split_k_with_a_window",
+         "tests/paged_kernels/test_sliding_window.py::test_triton_bf16_with_a_window",
          "tests/engine/runtime/test_sliding_window_models.py::"
          "test_on_a_gpu_graphs_and_triton_kernels_past_the_window_equal_hf",
          "tests/engine/runtime/test_drafts_on_cuda.py::test_drafts_through_the_graphs_change_no_greedy_token[True]",
@@ -57,7 +57,7 @@ TESTS = ["tests/kernels/test_sliding_window.py::test_triton_split_k_with_a_windo
          "tests/engine/runtime/test_tier_copies.py",
          "tests/engine/runtime/test_decode_graphs.py::test_graph_replay_equals_eager_on_cuda",
          "tests/engine/runtime/test_persistent_batch.py", "tests/engine/runtime/test_step_clock.py",
-         "tests/engine/core/test_draft_policy.py", "tests/kernels/test_kernel_ops.py"]
+         "tests/engine/core/test_draft_policy.py", "tests/paged_kernels/test_kernel_ops.py"]
 #: each part's seconds on an H100 (the earlier runs'), to skip what the budget no longer holds
 ESTIMATE = {"spec": 45, "rejects": 50, "hybrid": 50, "tier": 45, "roofline": 80, "tests": 120,
             "probe": 40, "ncu": 60}

@@ -96,7 +96,7 @@ class Phases:
 def compiled_kernels() -> int | None:
     """Triton kernels compiled in this process so far (None where Triton keeps no such count)."""
     try:
-        from kernels import cache_ops, layer_ops, paged_attention
+        from paged_kernels import cache_ops, layer_ops, paged_attention
     except ImportError:
         return None
     total = 0

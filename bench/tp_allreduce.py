@@ -41,7 +41,7 @@ import torch.distributed as dist  # noqa: E402
 
 from engine.tp import fused_norm  # noqa: E402
 from engine.tp.symm_allreduce import KiB, MiB, set_up  # noqa: E402
-from kernels.layer_ops import add_rms_norm  # noqa: E402
+from paged_kernels.layer_ops import add_rms_norm  # noqa: E402
 
 WORLD = 2
 SIZES = (16 * KiB, 128 * KiB, 512 * KiB, 2 * MiB)

@@ -1,6 +1,6 @@
 """Shared test helpers (no fixtures: those live in conftest.py): a full fingerprint of the block
 bookkeeping, a class of clients acting at once, a room opened from the teacher's page. Whether the
-Triton kernels run in this process is tests/kernels/triton_mode.py's."""
+Triton kernels run in this process is tests/paged_kernels/triton_mode.py's."""
 
 from __future__ import annotations
 

@@ -2,16 +2,18 @@
 import circle among the packages, and the heavy libraries only where their layer lives.
 
 Rules (module-level imports; an import inside a function is a deliberate lazy load):
-- no circle among engine, kernels, history, viz, ui, lessons, classroom, bench and app.py;
-- no upward import, at any level: kernels < engine < history, viz < lessons < classroom < ui <
+- no circle among engine, paged_kernels, history, viz, ui, lessons, classroom, bench and app.py;
+- no upward import, at any level: paged_kernels < engine < history, viz < lessons < classroom < ui <
   app.py < bench (LAYERS);
-- torch and numpy only in engine/runtime, engine/tp, kernels and bench (engine/core proves it
+- torch and numpy only in engine/runtime, engine/tp, paged_kernels and bench (engine/core proves it
   imports neither with the two blocked: tests/engine/core/test_torch_free.py);
 - plotly only in viz (the figures); gradio only in ui and app.py (the page);
 - bench may import the product, never tests; the product imports neither (at any level): tests
   may import bench, the code a smoke test checks, but not the other way round;
 - engine/core (the bookkeeping) never imports engine/describe (what describes a run: snapshot,
   sentences, timeline, tree, memory, baselines), at any level: the describing room sits above it.
+- no top-level package of ours named like an installed distribution's module: run from the
+  repository, ours would shadow it.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "kernels", "history", "viz", "ui", "lessons", "classroom", "bench")
-PRODUCT = ("engine", "kernels", "history", "viz", "ui", "lessons", "classroom", "app")
+PACKAGES = ("engine", "paged_kernels", "history", "viz", "ui", "lessons", "classroom", "bench")
+PRODUCT = ("engine", "paged_kernels", "history", "viz", "ui", "lessons", "classroom", "app")
 # each layer imports only from the layers below it (lower numbers), at any level
-LAYERS = {"kernels": 0, "engine": 1, "history": 2, "viz": 2, "lessons": 3, "classroom": 4,
+LAYERS = {"paged_kernels": 0, "engine": 1, "history": 2, "viz": 2, "lessons": 3, "classroom": 4,
           "ui": 5, "app": 6, "bench": 7}
 
 # library -> the module prefixes that may import it at module level
 HEAVY = {
-    "torch": ("engine.runtime", "engine.tp", "kernels", "bench"),
-    "numpy": ("engine.runtime", "engine.tp", "kernels", "bench"),
+    "torch": ("engine.runtime", "engine.tp", "paged_kernels", "bench"),
+    "numpy": ("engine.runtime", "engine.tp", "paged_kernels", "bench"),
     "plotly": ("viz",),
     "gradio": ("ui", "app"),
 }
@@ -197,3 +199,16 @@ def test_bench_and_product_never_import_tests_and_product_never_imports_bench() 
         offenders += [f"{name} imports {imp.target}" for imp in imports(name, path)
                       if imp.target.split(".")[0] in forbidden]
     assert not offenders, offenders
+
+
+def test_no_package_of_ours_takes_the_name_of_an_installed_one() -> None:
+    """A top-level package of ours named like another distribution's module shadows it for
+    everyone run from the repository (`python app.py` puts the root first on sys.path).
+    transformers 5.25 began to require and import Hugging Face's `kernels`: our folder of that
+    name made every model class fail to import, the default model's included."""
+    from importlib.metadata import packages_distributions
+
+    owners = packages_distributions()
+    taken = {pkg: owners[pkg] for pkg in (*PRODUCT, "tests")
+             if set(owners.get(pkg, ())) - {"pagedlab"}}
+    assert not taken, f"these names belong to installed distributions too: {taken}"

@@ -32,7 +32,7 @@ class PagedMetadata:
     """Everything the attention of every layer needs for one step (built once per step)."""
 
     kv_cache: torch.Tensor  # [page layers, 2, blocks, block_size, kv_heads, head_dim]
-    ops: Any  # kernels.KernelOps
+    ops: Any  # paged_kernels.KernelOps
     # per KV cache group (one for most models): int64 [total_tokens], where each new token's
     # K/V goes, and int32 [num_seqs, max_blocks] block tables (padding and dropped entries 0)
     slot_mappings: tuple[torch.Tensor, ...]

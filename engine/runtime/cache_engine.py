@@ -75,7 +75,7 @@ class CacheEngine:
         profile_tokens: int = DEFAULT_PROFILE_TOKENS,
         kernel_backend: str = "auto",
     ) -> None:
-        from kernels import get_kernel_ops
+        from paged_kernels import get_kernel_ops
 
         self.shape = KVShape.of(model_or_shape)
         self.layout = self.shape.layout

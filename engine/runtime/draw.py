@@ -1,5 +1,5 @@
 """The plain-torch draw: one token per row at the row's uniform number, after temperature,
-top-k and top-p, for a whole step at once (`kernels.sampling` is the same in one Triton launch).
+top-k and top-p, for a whole step at once (`paged_kernels.sampling` is the same in one Triton launch).
 
 Owns the arithmetic of a draw: the tempered, top-k-cut weights; the inverse CDF in two levels
 (block sums, then one block); top-p by rejection rounds, with `exact_top_p` as the last resort;
@@ -77,7 +77,7 @@ def draw(scores: torch.Tensor, requests: list[SampleRequest], row_max: torch.Ten
     (rejection from a superset of it), and each round stands with probability at least p. On a
     GPU the rounds run for every row (a settled row keeps its token), so nothing waits for the
     device; a row still open after three rounds (u, then round_uniforms' two) is drawn again
-    by `exact_top_p`. `kernels.sampling` does the same in one kernel."""
+    by `exact_top_p`. `paged_kernels.sampling` does the same in one kernel."""
     rows, vocab = scores.shape
     dev = scores.device
     ks = [r.params.top_k if 0 < r.params.top_k < vocab else vocab for r in requests]

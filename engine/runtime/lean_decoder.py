@@ -13,7 +13,7 @@ re-lays each layer's q/k/v weights into one tensor, and gate/up into another, an
 modules' own parameters at row slices of them. The values do not change, no memory is added,
 and the modules keep working for everyone else (prefill, HF `generate`).
 
-Rounding follows the modules (see kernels/layer_reference.py), and RoPE's cos/sin table is made
+Rounding follows the modules (see paged_kernels/layer_reference.py), and RoPE's cos/sin table is made
 by the model's own rotary embedding, so the two paths agree to float32 precision and mostly to
 the last bit in bf16. Architectures that are not laid out like Llama keep the module path.
 """

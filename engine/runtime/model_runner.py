@@ -160,7 +160,7 @@ class ModelRunner:
                 log(f"[pagedlab] capturing decode graphs: {done + 1}/{total} batch sizes")
 
         if fused_sampling_available(self.device):  # the sampling kernel's variants, too
-            from kernels import sampling
+            from paged_kernels import sampling
 
             sampling.warm_up(int(self.lm_head.weight.shape[0]), self.device)
         queries = (1, self.graphs.max_query) if self.graphs.max_query > 1 else (1,)

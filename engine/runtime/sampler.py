@@ -4,7 +4,7 @@ top-p, per-request seeds; beam candidates.
 `TorchScores` wraps one step's logits (one row per sequence that ran). Every sampled row of the
 step is drawn on the device and read back in one transfer, so a step does not sync once per
 sequence (`torch.multinomial` row by row did, twice). On a GPU with Triton the draw is one fused
-kernel (`kernels.sampling`); elsewhere it is the plain-torch `draw` (engine/runtime/draw.py),
+kernel (`paged_kernels.sampling`); elsewhere it is the plain-torch `draw` (engine/runtime/draw.py),
 whose full-vocabulary temporaries live in a `SamplerWorkspace` reused from step to step.
 
 Seeds without generators: a sampled token is the inverse CDF of the row's (temperature-scaled,
@@ -60,7 +60,7 @@ def fused_sampling_available(device: torch.device) -> bool:
 @functools.cache
 def _triton_installed() -> bool:
     """Looked up once: a scores object is made every step."""
-    from kernels import triton_available
+    from paged_kernels import triton_available
 
     return triton_available()
 
@@ -244,7 +244,7 @@ class TorchScores:
     def _draw_fused(self, sampled: list[SampleRequest]) -> Drawn:
         """(tokens, their log probs, settled, the draw for open rows) by the fused Triton
         kernel: one launch, after a top-k over the rows when some row cuts to its k best."""
-        from kernels import sampling
+        from paged_kernels import sampling
 
         vocab = self._raw.shape[1]
         need_p = any(r.params.top_p < 1.0 for r in sampled)

@@ -1,4 +1,4 @@
-"""The decode graphs' all-reduce fused with the norm after it: kernels/lamport.py, set up here.
+"""The decode graphs' all-reduce fused with the norm after it: paged_kernels/lamport.py, set up here.
 
 Issue 43's second run left a TP = 2 decode graph of the 1.1B shape at 1.74 ms against one GPU's
 1.62: its 44 all-reduces on symmetric memory took 9-13 us each (two barriers of flags over
@@ -40,7 +40,7 @@ class FusedNorm:
 
     def __init__(self, buffer: torch.Tensor, peers: torch.Tensor, rank: int, world: int,
                  rows: int, hidden: int) -> None:
-        from kernels.lamport import STATE_INTS
+        from paged_kernels.lamport import STATE_INTS
 
         self.buffer, self.peers, self.rank, self.world = buffer, peers, rank, world
         self.rows, self.hidden = rows, hidden
@@ -54,7 +54,7 @@ class FusedNorm:
 
     def __call__(self, h: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-        from kernels.lamport import reduce_add_rms_norm
+        from paged_kernels.lamport import reduce_add_rms_norm
 
         return reduce_add_rms_norm(h, residual, weight, eps, self.peers, self.state, self.rank,
                                    self.world, self.rows)
@@ -83,7 +83,7 @@ def set_up(store: Any, group_name: str, rank: int, world: int, device: torch.dev
            dtype: torch.dtype, rows: int, hidden: int) -> tuple[FusedNorm | None, str | None]:
     """This rank's FusedNorm, set up with the other ranks (collective), or (None, why) on every
     rank if any rank failed."""
-    from kernels.lamport import buffer_elements, empty_bits
+    from paged_kernels.lamport import buffer_elements, empty_bits
 
     made: dict[str, Any] = {}
 

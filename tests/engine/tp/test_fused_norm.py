@@ -1,6 +1,6 @@
 """Where the graphs' fused sum + norm (engine/tp/fused_norm.py) may run, decided without a GPU:
 what stops it, said in words, and which sums it takes. Its kernel between two processes is
-tests/kernels/test_lamport.py's; on two GPUs, tests/engine/tp/test_tp_gpu.py's."""
+tests/paged_kernels/test_lamport.py's; on two GPUs, tests/engine/tp/test_tp_gpu.py's."""
 
 from __future__ import annotations
 

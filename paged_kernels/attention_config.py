@@ -1,9 +1,9 @@
-"""Launch heuristics of the Triton paged attention (`kernels.paged_attention`): tile sizes and
+"""Launch heuristics of the Triton paged attention (`paged_kernels.paged_attention`): tile sizes and
 the split-K count.
 
-Kept apart from the kernels so that each file fits its job; `kernels.paged_attention` imports
+Kept apart from the kernels so that each file fits its job; `paged_kernels.paged_attention` imports
 `AttnConfig`, `select_config` and `choose_num_splits` back under the same names. The benchmarks'
-`CONFIG_OVERRIDE` stays in `kernels.paged_attention` (they assign `pa.CONFIG_OVERRIDE = ...`),
+`CONFIG_OVERRIDE` stays in `paged_kernels.paged_attention` (they assign `pa.CONFIG_OVERRIDE = ...`),
 which hands it to `select_config` at every launch.
 
 This module imports torch and triton (for `triton.next_power_of_2` / `triton.cdiv`), no kernels.

@@ -1,7 +1,7 @@
 """Kernels of PagedLab: paged attention and KV-cache operations, Triton or plain torch.
 
 Owns the dispatch: `get_kernel_ops(device, backend)` returns a `KernelOps` whose functions all
-share the signatures documented in `kernels.reference`:
+share the signatures documented in `paged_kernels.reference`:
 
     ops = get_kernel_ops(torch.device("cuda"))
     ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
@@ -12,7 +12,7 @@ share the signatures documented in `kernels.reference`:
     q = ops.rope_write_kv(qkv, cos_sin, positions, k_cache, v_cache, slots, hq, hkv)  # fused
     act = ops.silu_and_mul(gate_up)                                  # layer ops
 
-Triton is imported only when a Triton backend is requested, so `import kernels` works on
+Triton is imported only when a Triton backend is requested, so `import paged_kernels` works on
 machines without triton (macOS, Windows) and the CPU path never pays for it.
 """
 
@@ -50,8 +50,8 @@ def triton_available() -> bool:
 def interpreter_enabled() -> bool:
     """Whether Triton kernels run on CPU through Triton's interpreter (`TRITON_INTERPRET=1`).
 
-    Triton reads the variable when a kernel is defined, i.e. when `kernels.paged_attention` or
-    `kernels.cache_ops` is first imported: set it before that.
+    Triton reads the variable when a kernel is defined, i.e. when `paged_kernels.paged_attention` or
+    `paged_kernels.cache_ops` is first imported: set it before that.
     """
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -81,7 +81,7 @@ def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelO
     backend "auto": Triton on CUDA (when triton is installed), the torch references elsewhere.
     "triton" forces Triton (on CPU only valid under TRITON_INTERPRET=1, i.e. for tests);
     "reference" forces the plain-torch versions (attention: the vectorised one of
-    `kernels.torch_attention`, which the tests hold equal to the loop of `kernels.reference`).
+    `paged_kernels.torch_attention`, which the tests hold equal to the loop of `paged_kernels.reference`).
     """
     device = torch.device(device)
     if backend == "reference":

@@ -1,5 +1,5 @@
-"""One rank of tests/kernels/test_lamport.py's two-process run: `python -m
-tests.kernels.lamport_rank RANK FOLDER`. Both ranks map both buffers (files in FOLDER), make the
+"""One rank of tests/paged_kernels/test_lamport.py's two-process run: `python -m
+tests.paged_kernels.lamport_rank RANK FOLDER`. Both ranks map both buffers (files in FOLDER), make the
 same calls of the fused all-reduce under Triton's interpreter and save what each call gave."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def inputs(call: int, rank: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 
 def main(rank: int, folder: str) -> None:
-    from kernels.lamport import STATE_INTS, buffer_elements, reduce_add_rms_norm
+    from paged_kernels.lamport import STATE_INTS, buffer_elements, reduce_add_rms_norm
 
     n = buffer_elements(WORLD, ROWS, HIDDEN)
     buffers = [torch.from_file(f"{folder}/buffer{q}", shared=True, size=n, dtype=torch.float32)

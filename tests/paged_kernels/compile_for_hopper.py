@@ -1,5 +1,5 @@
 """Compile a Triton kernel of this repository for an H100 (sm_90) on a machine without a GPU:
-`python -m tests.kernels.compile_for_hopper` prints the PTX of kernels/lamport.py's kernel in each
+`python -m tests.paged_kernels.compile_for_hopper` prints the PTX of paged_kernels/lamport.py's kernel in each
 dtype it takes, or the compiler's error. Triton's interpreter runs a kernel's Python, not the
 compiler: a kernel can pass every interpreted test and still not compile (issue 43's run 3 found
 one). Must run without TRITON_INTERPRET."""
@@ -12,7 +12,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels.lamport import MAX_SPIN, _lamport_add_rms_norm_kernel
+from paged_kernels.lamport import MAX_SPIN, _lamport_add_rms_norm_kernel
 
 DTYPES = {"bf16": 16, "fp16": 16, "fp32": 32}
 

@@ -1,7 +1,7 @@
 """Plain-torch references of every kernel: the engine's CPU path and the tests' ground truth.
 
 Each function has exactly the signature of its Triton twin in `paged_attention.py` /
-`cache_ops.py`, so the engine can swap one for the other (see `kernels.get_kernel_ops`).
+`cache_ops.py`, so the engine can swap one for the other (see `paged_kernels.get_kernel_ops`).
 `paged_attention` here is a plain loop over the sequences, kept simple on purpose as the oracle;
 the CPU backend attends with its vectorised twin in `torch_attention.py`.
 

@@ -1,8 +1,8 @@
 """Triton paged attention: one unified kernel for prefill chunks and decodes, plus split-K.
 
-Owns `paged_attention` (same signature as `kernels.reference.paged_attention`) and its two Triton
+Owns `paged_attention` (same signature as `paged_kernels.reference.paged_attention`) and its two Triton
 kernels (`_paged_attn_kernel`, `_merge_splits_kernel`); the launch heuristics (tile sizes, split
-count) live in `kernels.attention_config` and are imported back here.
+count) live in `paged_kernels.attention_config` and are imported back here.
 
 How the unified kernel works (read with ARCHITECTURE.md "Kernels"):
 
@@ -298,7 +298,7 @@ def paged_attention(
     *,
     window: int | None = None,
 ) -> torch.Tensor:
-    """Triton paged attention; semantics and arguments as `kernels.reference.paged_attention`,
+    """Triton paged attention; semantics and arguments as `paged_kernels.reference.paged_attention`,
     sliding `window` included (None or 0: none).
 
     `max_query_len` / `max_seq_len` size the grid; when omitted they are read from the device

@@ -14,9 +14,9 @@ import torch
 # Triton's interpreter is switched on (without CUDA) by the folder's preamble, triton_mode.py,
 # which conftest.py imports before this module; if another folder's tests imported triton first,
 # the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
-from kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
-from kernels.testing import make_case, rel_error
-from tests.kernels.triton_mode import (
+from paged_kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
+from paged_kernels.testing import make_case, rel_error
+from tests.paged_kernels.triton_mode import (
     DEVICE,
     HAS_CUDA,
     fallback_only,
@@ -28,7 +28,7 @@ from tests.kernels.triton_mode import (
 
 def _triton():
     """The Triton kernel modules (imported lazily: only tests that need them pay for it)."""
-    from kernels import cache_ops, paged_attention
+    from paged_kernels import cache_ops, paged_attention
 
     return paged_attention, cache_ops
 
@@ -41,7 +41,7 @@ def test_triton_kernels_in_subprocess():
 
 
 # ---------------------------------------------------------------------------------------------
-# The float64 oracle (the paged inputs come from kernels.testing.make_case)
+# The float64 oracle (the paged inputs come from paged_kernels.testing.make_case)
 
 
 def dense_attention_f64(case: dict) -> torch.Tensor:
@@ -170,7 +170,7 @@ def test_triton_attention_bf16():
 def test_a_short_chunk_after_a_long_prefix_is_split(monkeypatch):
     """A prompt's last 4 tokens after 4,096 loaded ones (the CPU tier's repeat): one query tile
     a KV head is too small a grid, so the keys are split, and the result is still the oracle's."""
-    import kernels.paged_attention as pa_module
+    import paged_kernels.paged_attention as pa_module
 
     chosen = []
 
@@ -187,7 +187,7 @@ def test_a_short_chunk_after_a_long_prefix_is_split(monkeypatch):
 
 
 def test_split_heuristic_only_for_few_long_decodes():
-    from kernels.paged_attention import choose_num_splits
+    from paged_kernels.paged_attention import choose_num_splits
 
     cpu = torch.device("cpu")
     assert choose_num_splits(1, 3, 8192, 64, cpu) == 1  # no split-K off the GPU
@@ -370,11 +370,11 @@ def test_cuda_cache_ops_bf16():
 
 
 # ---------------------------------------------------------------------------------------------
-# The lean decoder's fused layer ops (kernels/layer_ops.py) against their torch references
+# The lean decoder's fused layer ops (paged_kernels/layer_ops.py) against their torch references
 
 
 def _layer_ops():
-    from kernels import layer_ops, layer_reference
+    from paged_kernels import layer_ops, layer_reference
 
     return layer_ops, layer_reference
 

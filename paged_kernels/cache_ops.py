@@ -1,6 +1,6 @@
 """Triton cache operations: write new K/V into their slots, copy-on-write block copies, swaps.
 
-Owns `write_kv` and `copy_blocks` (same signatures as in `kernels.reference`). `swap_blocks`
+Owns `write_kv` and `copy_blocks` (same signatures as in `paged_kernels.reference`). `swap_blocks`
 moves blocks between the device pool and the pinned host pool with the same copy kernel: pinned
 host memory is addressable from the GPU, so one launch moves scattered blocks across PCIe.
 

@@ -3,7 +3,7 @@
 Triton decides between compiling and interpreting when a function is *defined*, including its
 own library functions (tl.cdiv, tl.sum...) at `import triton`. So without CUDA the interpreter
 (`TRITON_INTERPRET=1`) must be switched on before triton is first imported: this module does it
-when it is imported, and tests/kernels/conftest.py imports it, which pytest does before it
+when it is imported, and tests/paged_kernels/conftest.py imports it, which pytest does before it
 imports any module of this folder. If another folder's tests imported triton first,
 uninterpreted, the Triton tests run in a fresh subprocess instead (each kernel test module has
 such a fallback test).
@@ -24,7 +24,7 @@ TRITON_IMPORTED_BEFORE = "triton" in sys.modules
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from kernels import interpreter_enabled, triton_available  # noqa: E402
+from paged_kernels import interpreter_enabled, triton_available  # noqa: E402
 
 
 def triton_runs_here(imported_before: bool) -> bool:

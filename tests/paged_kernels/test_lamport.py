@@ -1,4 +1,4 @@
-"""The fused all-reduce + residual add + RMSNorm (kernels/lamport.py) between two real processes
+"""The fused all-reduce + residual add + RMSNorm (paged_kernels/lamport.py) between two real processes
 that map each other's buffers, under Triton's interpreter: every call's sum and norm equal the
 reference's (the sum in rank order, then layer_reference.add_rms_norm), bit for bit where the
 kernel and the reference round alike, with the slots coming round and rows of earlier calls
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.layer_reference import add_rms_norm
-from tests.kernels.lamport_rank import EPS, HIDDEN, ROW_COUNTS, ROWS, WORLD, inputs
-from tests.kernels.triton_mode import (
+from paged_kernels.layer_reference import add_rms_norm
+from tests.paged_kernels.lamport_rank import EPS, HIDDEN, ROW_COUNTS, ROWS, WORLD, inputs
+from tests.paged_kernels.triton_mode import (
     fallback_only,
     needs_triton,
     rerun_triton_tests_in_a_fresh_process,
@@ -34,13 +34,13 @@ def _empty_buffer(path: Path, n: int) -> None:
 @pytest.mark.skipif(not triton_available(), reason="needs triton")
 def test_two_ranks_sum_and_normalise_as_the_reference(tmp_path):
     """Two processes, each interpreting the kernel (on the CPU: the buffers are shared files)."""
-    from kernels.lamport import buffer_elements
+    from paged_kernels.lamport import buffer_elements
 
     n = buffer_elements(WORLD, ROWS, HIDDEN)
     for q in range(WORLD):
         _empty_buffer(tmp_path / f"buffer{q}", n)
     env = os.environ | {"TRITON_INTERPRET": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.kernels.lamport_rank", str(r),
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.paged_kernels.lamport_rank", str(r),
                                str(tmp_path)], cwd=ROOT, env=env) for r in range(WORLD)]
     assert [p.wait(timeout=300) for p in procs] == [0] * WORLD
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
@@ -65,7 +65,7 @@ def test_triton_tests_in_a_fresh_process():
 
 @needs_triton
 def test_triton_a_peer_that_never_writes_gives_nan_and_a_flag_not_a_hang():
-    from kernels.lamport import STATE_INTS, buffer_elements, reduce_add_rms_norm
+    from paged_kernels.lamport import STATE_INTS, buffer_elements, reduce_add_rms_norm
 
     n = buffer_elements(2, 2, 8)
     buffers = [torch.full((n,), -0.0) for _ in range(2)]  # on the CPU: the interpreter's run
@@ -81,8 +81,8 @@ def test_triton_a_peer_that_never_writes_gives_nan_and_a_flag_not_a_hang():
 def test_triton_one_rank_rounds_as_add_rms_norm_does(dtype):
     """Alone (a group of one), the kernel is layer_ops.add_rms_norm, bit for bit, in each dtype,
     partial sums of -0.0 included; the slot moves on with each call."""
-    from kernels.lamport import STATE_INTS, buffer_elements, empty_bits, reduce_add_rms_norm
-    from kernels.layer_ops import add_rms_norm as add_rms_norm_kernel
+    from paged_kernels.lamport import STATE_INTS, buffer_elements, empty_bits, reduce_add_rms_norm
+    from paged_kernels.layer_ops import add_rms_norm as add_rms_norm_kernel
 
     buffer = torch.empty(buffer_elements(1, 4, HIDDEN), dtype=dtype)
     ints, empty = empty_bits(dtype)
@@ -106,7 +106,7 @@ def test_the_kernel_compiles_for_an_h100_in_each_dtype():
     Python, so a kernel can pass the tests above and still not compile; the own buffer's reads
     are volatile loads (the peers' writes are seen) and the launch counts itself atomically."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "tests.kernels.compile_for_hopper"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tests.paged_kernels.compile_for_hopper"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()

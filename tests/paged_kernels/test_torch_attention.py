@@ -1,6 +1,6 @@
-"""The CPU backend's vectorised paged attention (kernels/torch_attention.py) equals the reference loop.
+"""The CPU backend's vectorised paged attention (paged_kernels/torch_attention.py) equals the reference loop.
 
-The inputs come from `kernels.testing.make_case`: random block tables, and every slot no sequence
+The inputs come from `paged_kernels.testing.make_case`: random block tables, and every slot no sequence
 owns (padding table entries, the tail of a partly filled block) full of NaN, so a gather that
 lets a padded position through poisons the output.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import reference, torch_attention
-from kernels.testing import make_case
+from paged_kernels import reference, torch_attention
+from paged_kernels.testing import make_case
 
 CPU = torch.device("cpu")
 

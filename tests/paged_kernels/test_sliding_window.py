@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import reference, torch_attention
-from kernels.testing import rel_error
-from tests.kernels.triton_mode import (
+from paged_kernels import reference, torch_attention
+from paged_kernels.testing import rel_error
+from tests.paged_kernels.triton_mode import (
     DEVICE,
     fallback_only,
     needs_triton,
@@ -28,7 +28,7 @@ HUGE = 1.0e4
 
 
 def _triton():
-    from kernels import paged_attention
+    from paged_kernels import paged_attention
 
     return paged_attention
 
@@ -294,7 +294,7 @@ def test_triton_merge_of_rows_without_keys_is_zero_not_nan():
 
 def test_split_heuristic_counts_only_the_window(monkeypatch):
     """A sliding-window decode reads at most W keys: that, not the context, sizes the splits."""
-    from kernels import attention_config
+    from paged_kernels import attention_config
 
     monkeypatch.setattr(attention_config, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")  # only its type is read here: no GPU needed
@@ -307,7 +307,7 @@ def test_split_heuristic_counts_only_the_window(monkeypatch):
 def test_a_grid_of_two_programs_per_sm_is_not_split(monkeypatch):
     """On an H100 a 1.2B decode of 64 sequences (8 K/V heads: 512 programs on 132 SMs) ran
     faster unsplit (bench/results/mem_h100_kernel_probe_graph.json); half that grid still splits."""
-    from kernels import attention_config
+    from paged_kernels import attention_config
 
     monkeypatch.setattr(attention_config, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")

@@ -1,6 +1,6 @@
 """Paged attention in vectorised plain torch: the CPU backend's attention at serving scale.
 
-Owns `paged_attention`, with exactly the signature of `kernels.reference.paged_attention` (the
+Owns `paged_attention`, with exactly the signature of `paged_kernels.reference.paged_attention` (the
 loop that stays the tests' oracle) and of the Triton kernel. The loop pays about twenty small
 torch calls per sequence per layer; with a few hundred decoding sequences those calls, not the
 arithmetic, are the step. Here sequences are attended in groups instead:
@@ -78,7 +78,7 @@ def paged_attention(
 ) -> torch.Tensor:
     """Causal, grouped-query attention of packed new tokens over their paged context.
 
-    Same contract as `kernels.reference.paged_attention` (see there), sliding `window` included
+    Same contract as `paged_kernels.reference.paged_attention` (see there), sliding `window` included
     (None or 0: none). The hints are ignored: the decode-graph path passes its capture-time
     maxima, not this batch's.
     """

@@ -1,4 +1,4 @@
-"""The fused Triton sampling kernel (kernels/sampling.py) against the plain-torch sampler.
+"""The fused Triton sampling kernel (paged_kernels/sampling.py) against the plain-torch sampler.
 
 Without CUDA the kernel runs through Triton's interpreter (`TRITON_INTERPRET=1`, set by the
 folder's conftest.py before triton is imported), on small shapes: a vocabulary of a few
@@ -17,7 +17,7 @@ import torch
 from engine.core.sampler_keys import SampleRequest, request_key, sample_uniform
 from engine.core.sequence import SamplingParams
 from engine.runtime.sampler import TorchScores, draw, round_uniforms
-from tests.kernels.triton_mode import (
+from tests.paged_kernels.triton_mode import (
     DEVICE,
     fallback_only,
     needs_triton,
@@ -34,7 +34,7 @@ def test_triton_sampling_in_subprocess():
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 256 tokens, so a vocabulary of 1,000 takes four (the last one partial)."""
-    from kernels import sampling
+    from paged_kernels import sampling
 
     monkeypatch.setattr(sampling, "BLOCK", 256)
     return sampling
