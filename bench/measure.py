@@ -7,6 +7,7 @@ bench/tier_profile.py); the garbage collector's pauses (bench/mem_gpu.py)."""
 
 from __future__ import annotations
 
+import collections
 import gc
 import json
 import os
@@ -89,13 +90,18 @@ class GcPauses:
     every object the process tracks, the model's and the framework's included, and lands in
     whatever step allocates next: on a host-bound row it is a step tens of ms slower."""
 
-    def __init__(self) -> None:
+    def __init__(self, census: int = 0) -> None:
         self.count = [0, 0, 0]
         self.ms = [0.0, 0.0, 0.0]
         self._start = 0.0
+        self._census_left = census
+        self.census: list[dict] = []  # what the first `census` full collections walked
 
     def _heard(self, phase: str, info: dict) -> None:
         if phase == "start":
+            if info["generation"] == 2 and self._census_left:
+                self._census_left -= 1
+                self.census.append(heap_census())  # before the clock starts: not a pause
             self._start = time.perf_counter()
         else:
             g = info["generation"]
@@ -110,5 +116,16 @@ class GcPauses:
         gc.callbacks.remove(self._heard)
 
     def summary(self) -> dict:
-        return {"collections": list(self.count), "ms": [round(m, 1) for m in self.ms]}
+        out = {"collections": list(self.count), "ms": [round(m, 1) for m in self.ms]}
+        return {**out, "census": self.census} if self.census else out
+
+
+def heap_census(top: int = 12) -> dict:
+    """What a full collection is about to walk: the objects each generation tracks (the frozen
+    ones are in none) and the most common types among them, with their count."""
+    sizes = [len(gc.get_objects(generation=g)) for g in range(3)]
+    kinds = collections.Counter(type(o).__qualname__ for g in range(3)
+                                for o in gc.get_objects(generation=g))
+    return {"objects_by_generation": sizes, "frozen": gc.get_freeze_count(),
+            "top_types": kinds.most_common(top)}
 

@@ -190,6 +190,9 @@ def main() -> None:
                          "freezes; off: frozen, and the collector off while the parts measure "
                          "(are the hybrid's slow prefill steps its collections?). The default "
                          "comes from $PAGEDLAB_BENCH_HEAP, so bench/ab_trees.py --envs compares them")
+    ap.add_argument("--gc-census", type=int, default=0, metavar="N",
+                    help="before each part's first N full collections, count what they walk: "
+                         "the objects of each generation and their commonest types")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,7 +209,7 @@ def main() -> None:
             run.result[part] = {"skipped": f"{run.left():.0f} s of the budget left"}
             continue
         t0 = time.perf_counter()
-        with GcPauses() as pauses:
+        with GcPauses(census=args.gc_census) as pauses:
             try:
                 run.result[part] = getattr(run, part)()
             except Exception as err:  # noqa: BLE001 - one part failing must not lose the others
