@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# bench/kernels.py would shadow the `kernels` package that transformers imports
+# only the repository root: bench/'s own scripts must not shadow installed modules
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

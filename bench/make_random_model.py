@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-# bench/kernels.py would shadow the `kernels` package that transformers looks for
+# only the repository root: bench/'s own scripts must not shadow installed modules
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import torch  # noqa: E402

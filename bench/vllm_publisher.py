@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-# bench/ holds a kernels.py, which would shadow the `kernels` package vLLM imports
+# only the repository root: bench/'s own scripts must not shadow installed modules (vLLM's imports)
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 from vllm.distributed.kv_events import (  # noqa: E402

@@ -203,12 +203,15 @@ def test_bench_and_product_never_import_tests_and_product_never_imports_bench() 
 
 def test_no_package_of_ours_takes_the_name_of_an_installed_one() -> None:
     """A top-level package of ours named like another distribution's module shadows it for
-    everyone run from the repository (`python app.py` puts the root first on sys.path).
+    everyone run from the repository (`python app.py` puts the root first on sys.path, a
+    bench script its folder).
     transformers 5.25 began to require and import Hugging Face's `kernels`: our folder of that
     name made every model class fail to import, the default model's included."""
     from importlib.metadata import packages_distributions
 
     owners = packages_distributions()
-    taken = {pkg: owners[pkg] for pkg in (*PRODUCT, "tests")
+    # a bench script runs with bench/ first on sys.path: its file names are top-level there
+    scripts = tuple(p.stem for p in (ROOT / "bench").glob("*.py"))
+    taken = {pkg: owners[pkg] for pkg in (*PRODUCT, "tests", *scripts)
              if set(owners.get(pkg, ())) - {"pagedlab"}}
     assert not taken, f"these names belong to installed distributions too: {taken}"

@@ -23,7 +23,7 @@ def run(script: str, out: Path, timeout: int) -> dict:
 
 @pytest.mark.slow
 def test_kernel_bench_smoke(tmp_path):
-    result = run("kernels.py", tmp_path / "kernels.json", 300)
+    result = run("kernel_speed.py", tmp_path / "kernels.json", 300)
     assert result["smoke"] and result["decode"] and "copy_blocks" in result and "swap" in result
     row = result["decode"][0]
     assert {"shuffled_us", "sdpa_us", "paged_over_sdpa", "shuffled_over_identity"} <= set(row)

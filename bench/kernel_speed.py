@@ -4,9 +4,9 @@ A benchmark, not a test: it prints a table and writes JSON (and a PNG when matpl
 importable). Meant for a GPU (H100, bf16); `--smoke` runs tiny shapes with the torch references
 on CPU, to check that the script itself works.
 
-    python bench/kernels.py --out bench/results/kernels.json --png bench/results/kernels.png
-    python bench/kernels.py --smoke --out /tmp/kernels.json --png /tmp/kernels.png
-    python bench/kernels.py --sweep       # also try decode tile configs on two shapes
+    python bench/kernel_speed.py --out bench/results/kernels.json --png bench/results/kernels.png
+    python bench/kernel_speed.py --smoke --out /tmp/kernels.json --png /tmp/kernels.png
+    python bench/kernel_speed.py --sweep       # also try decode tile configs on two shapes
 
 What is measured (SmolLM2-135M shapes: 9 query heads, 3 KV heads, head_dim 64):
 
