@@ -32,8 +32,9 @@ from pathlib import Path
 
 
 def rows(result: dict) -> dict:
-    """The host-bound rows of a mem_gpu.json: the hybrid's ratios and its prefill and decode
-    seconds, the tier's document repeat and load step, the 1.2B step over its roofline."""
+    """The host-bound rows of a mem_gpu.json: rejected drafts' ratios, the hybrid's ratios and
+    its prefill and decode seconds, the tier's document repeat and load step, the 1.2B step
+    over its roofline."""
     out: dict = {}
     for length, got in result.get("hybrid", {}).items():
         if isinstance(got, dict) and "hybrid" in got:
@@ -41,6 +42,9 @@ def rows(result: dict) -> dict:
             out[f"hybrid_{length}"] = round(h["tokens_per_s"] / f["tokens_per_s"], 3)
             out[f"prefill_{length}_s"] = [h["prefill_steps_s"], f["prefill_steps_s"]]
             out[f"decode_{length}_s"] = [h["decode_steps_s"], f["decode_steps_s"]]
+    for model, got in result.get("rejects", {}).items():
+        if isinstance(got, dict) and "drafts_over_none" in got:
+            out[f"rejects_{model}"] = got["drafts_over_none"]
     tier = result.get("tier", result)  # mem_gpu's part, or bench/tier.py's whole result
     doc = tier.get("repeat_document")
     if doc:
@@ -59,6 +63,8 @@ def rows(result: dict) -> dict:
             out[f"roofline_{seqs}"] = got["async_over_roofline"]
             out[f"host_ms_{seqs}"] = got["host_ms_per_step"]
     out["gc_pauses"] = result.get("gc_pauses")
+    out["python_ms"] = result.get("python_ms")  # the host's speed as each part began
+    out["busy_cpus"] = result.get("busy_cpus")
     return out
 
 
@@ -144,7 +150,8 @@ def _write(out: str, turns: list[dict], sides: list[tuple[str, str, str]]) -> No
     side = {}
     for _, _, name in sides:
         mine = [t for t in turns if t["tree"] == name and "error" not in t]
-        keys = ("hybrid_1024", "hybrid_4096", "tier_document", "load_step", "roofline_64", "roofline_256")
+        keys = ("rejects_smollm2", "rejects_llama1b", "hybrid_1024", "hybrid_4096", "tier_document",
+                "load_step", "roofline_64", "roofline_256")
         side[name] = {k: [t[k] for t in mine] for k in keys if mine and k in mine[0]}
         side[name]["medians"] = {k: statistics.median(v) for k, v in side[name].items() if v}
     Path(out).write_text(json.dumps({"turns": turns, "by_tree": side}, indent=1))

@@ -36,8 +36,10 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 from bench import mem_models, mem_parts, tier  # noqa: E402
+from bench.host_speed import python_ms  # noqa: E402
 from bench.measure import GcPauses  # noqa: E402
 from bench.mem_table import table  # noqa: E402
+from bench.spinners import spinning  # noqa: E402
 from engine.runtime.runtime import freeze_heap  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
@@ -193,6 +195,9 @@ def main() -> None:
     ap.add_argument("--gc-census", type=int, default=0, metavar="N",
                     help="before each part's first N full collections, count what they walk: "
                          "the objects of each generation and their commonest types")
+    ap.add_argument("--spin", type=int, default=int(os.environ.get("PAGEDLAB_BENCH_SPIN", "0")),
+                    metavar="N", help="keep N other CPUs busy while the parts run (bench/spinners.py; "
+                                      "default $PAGEDLAB_BENCH_SPIN, so ab_trees --envs compares)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,10 +209,21 @@ def main() -> None:
     run.result["heap"] = {"mode": args.heap, "frozen_objects": gc.get_freeze_count()}
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
           f"{run.result['tokenizer']}, heap: {run.result['heap']}", flush=True)
+    with spinning(args.spin) as busy:
+        run.result["busy_cpus"] = busy
+        run_parts(run, args)
+    run.result["total_s"] = round(time.perf_counter() - START, 1)
+    run.save()
+    print(table(run.result), flush=True)
+
+
+def run_parts(run: Run, args: argparse.Namespace) -> None:
     for part in args.only:
         if not worth_starting(part, run.left()):
             run.result[part] = {"skipped": f"{run.left():.0f} s of the budget left"}
             continue
+        # the host's speed as the part starts (run 18: two-valued; fast about 1.6-1.8 ms)
+        run.result.setdefault("python_ms", {})[part] = python_ms()
         t0 = time.perf_counter()
         with GcPauses(census=args.gc_census) as pauses:
             try:
@@ -220,9 +236,6 @@ def main() -> None:
         print(f"[mem_gpu] {part}: {run.result['part_s'][part]} s, "
               f"{'error' if 'error' in run.result[part] else 'done'}", flush=True)
         run.save()
-    run.result["total_s"] = round(time.perf_counter() - START, 1)
-    run.save()
-    print(table(run.result), flush=True)
 
 
 if __name__ == "__main__":
