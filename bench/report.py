@@ -398,7 +398,8 @@ def _step_256_elsewhere() -> str:
             f"{span(slow_e, 'step_ms')} ms with the loop at {span(slow_e, 'python_ms')} ms "
             "(`host_speed_run18_h200.json`): the engine's host runs at one of two speeds, with no "
             "other thread busy." + report_turns.run_19() + report_turns.run_22()
-            + report_turns.run_23() + report_turns.run_24() + report_turns.run_26())
+            + report_turns.run_23() + report_turns.run_24() + report_turns.run_26()
+            + report_turns.run_27_28())
 
 
 def main() -> None:

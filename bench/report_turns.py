@@ -127,3 +127,26 @@ def run_26() -> str:
             f"(medians), the hybrid's prefill {min(saved):.2f}-{max(saved):.2f} s shorter, and "
             f"still {min(still):.1f}-{max(still):.1f}x the full model's: the collector is part of "
             "what the hybrid loses at 4,096, not all of it.")
+
+
+def run_27_28() -> str:
+    """Runs 27-28: the hybrid's 4,096 row over its goal in one run, and why; busy CPUs beside
+    the turns."""
+    one, got = _load("mem_h200_run27.json"), _load("ab_spin_run28_h200.json")
+    if one is None or got is None:
+        return ""
+    h = one["hybrid"]["4096"]
+    hybrid = [t["prefill_4096_s"][0] for t in got["turns"]]
+    full = sorted(t["prefill_4096_s"][1] for t in got["turns"])
+    spin = [t for t in got["turns"] if t.get("busy_cpus")]
+    slow = sum(ms > 2.7 for t in spin for ms in t["python_ms"].values())
+    parts = sum(len(t["python_ms"]) for t in spin)
+    return (f" Run 27 (`mem_h200_run27.json`) read the hybrid at 4,096 "
+            f"{h['hybrid_over_full']:.3f}x, over its goal, because its full model's engine ran at "
+            f"the slow speed (prefill steps {h['full']['prefill_steps_s']:.2f} s against the "
+            f"hybrid's {h['hybrid']['prefill_steps_s']:.2f}). By turns in run 28 "
+            f"(`ab_spin_run28_h200.json`) the hybrid's prefill took {min(hybrid):.2f}-"
+            f"{max(hybrid):.2f} s in every turn and the full model's {full[0]:.2f}-{full[1]:.2f} "
+            f"or {full[-2]:.2f}-{full[-1]:.2f} s, so that row reads one of two values by the full "
+            f"engine's draw; two busy CPUs beside the run did not hold the fast speed ({slow} of "
+            f"the {parts} parts they ran beside started slow).")
