@@ -87,8 +87,8 @@ def top_functions(stats: Any, per: float = 1.0, top: int = 30) -> list[str]:
 class GcPauses:
     """The cyclic garbage collector's pauses while it is open (`with GcPauses() as gc_pauses:`):
     how many of each generation and their milliseconds. A full (generation 2) collection walks
-    every object the process tracks, the model's and the framework's included, and lands in
-    whatever step allocates next: on a host-bound row it is a step tens of ms slower."""
+    every object the process tracks but the frozen ones, and frees what it finds dead; it lands
+    in whatever step allocates next. `census`: what the first few full collections walk."""
 
     def __init__(self, census: int = 0) -> None:
         self.count = [0, 0, 0]
