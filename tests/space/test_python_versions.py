@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 #: where the small venvs live between runs (made on first use, from PyPI)
 VENVS = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pagedlab" / "python-checks"
-SPACE_CODE = ["app.py", "engine", "kernels", "viz", "ui", "lessons", "classroom",
+SPACE_CODE = ["app.py", "engine", "paged_kernels", "history", "viz", "ui", "lessons", "classroom",
               "tests/space_sim"]
 
 COMPILE = """
