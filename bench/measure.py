@@ -123,9 +123,9 @@ class GcPauses:
 def heap_census(top: int = 12) -> dict:
     """What a full collection is about to walk: the objects each generation tracks (the frozen
     ones are in none) and the most common types among them, with their count."""
-    sizes = [len(gc.get_objects(generation=g)) for g in range(3)]
-    kinds = collections.Counter(type(o).__qualname__ for g in range(3)
-                                for o in gc.get_objects(generation=g))
-    return {"objects_by_generation": sizes, "frozen": gc.get_freeze_count(),
+    generations = [gc.get_objects(generation=g) for g in range(3)]
+    kinds = collections.Counter(type(o).__qualname__ for objs in generations for o in objs)
+    return {"objects_by_generation": [len(objs) for objs in generations],
+            "frozen": gc.get_freeze_count(),
             "top_types": kinds.most_common(top)}
 

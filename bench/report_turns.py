@@ -137,16 +137,18 @@ def run_27_28() -> str:
         return ""
     h = one["hybrid"]["4096"]
     hybrid = [t["prefill_4096_s"][0] for t in got["turns"]]
-    full = sorted(t["prefill_4096_s"][1] for t in got["turns"])
+    full = [t["prefill_4096_s"][1] for t in got["turns"]]
+    middle = (min(full) + max(full)) / 2  # the full engine's two speeds, either side of it
+    fast, slow = [v for v in full if v < middle], [v for v in full if v >= middle]
     spin = [t for t in got["turns"] if t.get("busy_cpus")]
-    slow = sum(ms > 2.7 for t in spin for ms in t["python_ms"].values())
+    started_slow = sum(ms > 2.7 for t in spin for ms in t["python_ms"].values())
     parts = sum(len(t["python_ms"]) for t in spin)
     return (f" Run 27 (`mem_h200_run27.json`) read the hybrid at 4,096 "
             f"{h['hybrid_over_full']:.3f}x, over its goal, because its full model's engine ran at "
             f"the slow speed (prefill steps {h['full']['prefill_steps_s']:.2f} s against the "
             f"hybrid's {h['hybrid']['prefill_steps_s']:.2f}). By turns in run 28 "
             f"(`ab_spin_run28_h200.json`) the hybrid's prefill took {min(hybrid):.2f}-"
-            f"{max(hybrid):.2f} s in every turn and the full model's {full[0]:.2f}-{full[1]:.2f} "
-            f"or {full[-2]:.2f}-{full[-1]:.2f} s, so that row reads one of two values by the full "
-            f"engine's draw; two busy CPUs beside the run did not hold the fast speed ({slow} of "
-            f"the {parts} parts they ran beside started slow).")
+            f"{max(hybrid):.2f} s in every turn and the full model's {min(fast):.2f}-"
+            f"{max(fast):.2f} or {min(slow):.2f}-{max(slow):.2f} s, so that row reads one of two "
+            f"values by the full engine's draw; two busy CPUs beside the run did not hold the "
+            f"fast speed ({started_slow} of the {parts} parts they ran beside started slow).")
