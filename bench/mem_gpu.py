@@ -43,12 +43,15 @@ from bench.spinners import spinning  # noqa: E402
 from engine.runtime.runtime import freeze_heap  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
-FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, hybrid_prompts=[1024, 4096],
-                            hybrid_requests=32, hybrid_new=256, roof_seqs=[64, 256], roof_prompt=512,
-                            roof_new=96, layers=None, budget_s=480)}
-SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, hybrid_prompts=[160],
-                              hybrid_requests=4, hybrid_new=16, roof_seqs=[4], roof_prompt=48,
-                              roof_new=8, layers=2, budget_s=1800)}
+# (the rejects' and the hybrid's rounds by turns: their rows are ratios of host-bound runs)
+FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, reject_repeats=9,
+                            hybrid_prompts=[1024, 4096], hybrid_requests=32, hybrid_new=256,
+                            hybrid_rounds=5, roof_seqs=[64, 256], roof_prompt=512, roof_new=96,
+                            layers=None, budget_s=480)}
+SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, reject_repeats=3,
+                              hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
+                              hybrid_rounds=2, roof_seqs=[4], roof_prompt=48, roof_new=8, layers=2,
+                              budget_s=1800)}
 #: the GPU tests of what issue 44 changed (tests that need the real SmolLM2 weights aside)
 TESTS = ["tests/paged_kernels/test_sliding_window.py::test_triton_split_k_with_a_window",
          "tests/paged_kernels/test_sliding_window.py::test_triton_bf16_with_a_window",

@@ -30,6 +30,14 @@ def _ratio(got: dict[int, dict]) -> float:
     return round(got[4]["tokens_per_s"] / got[0]["tokens_per_s"], 3)
 
 
+def _paired(row: dict, got: dict[int, dict]) -> dict:
+    """A rejects row's readings from timed_runs' turns: `drafts_over_none` the median of each
+    round's ratio (the two runs side by side), `ratio_of_medians` the older reading."""
+    row["drafts_over_none"], row["per_round"] = paired_ratio(got[0]["runs_s"], got[4]["runs_s"])
+    row["ratio_of_medians"] = _ratio(got)
+    return row
+
+
 def spec_greedy(path: str, device: str, sizes: dict) -> dict:
     """Drafts k = 4 against none, greedy, repetitive prompts, at each batch: tokens/s, tokens a
     pass, the same tokens."""
@@ -57,14 +65,14 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
     engines = {k: device_step.engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
     params = SamplingParams(max_tokens=sizes["new"], temperature=1.0, seed=1, ignore_eos=True)
     prompts = repetitive(top, REJECT_VOCAB)
-    got = timed_runs(engines, prompts, params, device, sizes["repeats"])
+    got = timed_runs(engines, prompts, params, device, sizes.get("reject_repeats", sizes["repeats"]))
     same = got[4].pop("ids") == got[0].pop("ids")  # seeded: rejection sampling keeps them
     drafting = _drafting_steps(engines[4], prompts, params)
     costs = engines[4].runtime.step_costs()
     for eng in engines.values():
         eng.close()
-    return {"batch": top, "drafts_over_none": _ratio(got), "same_tokens": same, "k0": got[0],
-            "k4": got[4], "drafting_steps": drafting, "step_costs_ms": costs}
+    return _paired({"batch": top, "same_tokens": same, "k0": got[0], "k4": got[4],
+                    "drafting_steps": drafting, "step_costs_ms": costs}, got)
 
 
 def _drafting_steps(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
@@ -99,41 +107,74 @@ def hf_lookup(path: str, device: str, sizes: dict) -> dict:
 
 def hybrid(paths: dict[str, str], device: str, sizes: dict) -> dict:
     """Hybrid (half the layers a 128-token window) against all full, n requests of each prompt
-    length: tokens/s (median of 3 runs of new prompts), the time of the prefill steps and of
-    the decode steps of one more run, and the steady decode step with its graph's GPU time."""
+    length. Both engines are built first and their runs taken by turns (new prompts each round,
+    the two sides' order swapped every round), because the host's speed switches within a part
+    (runs 18-28): `hybrid_over_full` is the median of each round's ratio, two runs side by side;
+    `ratio_of_medians` is the older reading. Then, for each engine, the time of the prefill steps
+    and of the decode steps of one more run, and the steady decode step with its graph's GPU
+    time."""
     from bench import hybrid as prompts_of
 
     out: dict[str, Any] = {}
     n, new = sizes["hybrid_requests"], sizes["hybrid_new"]
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     for plen in sizes["hybrid_prompts"]:
-        row: dict[str, Any] = {}
-        for name, path in paths.items():
-            # the same bytes for both: the hybrid's pages hold half the layers, twice the blocks
-            blocks = (n * -(-(plen + new) // 16) + 256) * (2 if name == "hybrid" else 1)
-            eng = LLMEngine(EngineConfig(model=path, device=device, dtype=device_step.dtype(device),
-                                         block_size=16, num_gpu_blocks=blocks, max_num_seqs=n,
-                                         max_num_batched_tokens=8192, async_scheduling=True))
+        engines = {name: _hybrid_engine(path, name == "hybrid", n, plen + new, device)
+                   for name, path in paths.items()}
+        for eng in engines.values():
             eng.generate(prompts_of._prompts(2, plen, plen, 2), SamplingParams(max_tokens=8,
                                                                                 ignore_eos=True))
-            times = []
-            for r in range(3):
-                sync(device)
-                t0 = time.perf_counter()
-                eng.generate(prompts_of._prompts(n, plen, plen, 10 + r), params)
-                sync(device)
-                times.append(time.perf_counter() - t0)
+        rounds = [prompts_of._prompts(n, plen, plen, 10 + r)
+                  for r in range(sizes.get("hybrid_rounds", 3))]
+        times = _by_turns(engines, rounds, params, device)
+        row: dict[str, Any] = {}
+        for name, eng in engines.items():
             phases = _phases(eng, prompts_of._prompts(n, plen, plen, 30), params, device)
             phases["prefill_profile"] = _prefill_profile(eng, prompts_of._prompts(
                 n, plen, plen, 40), params, device)
             steady = device_step.mid_run(eng, prompts_of._prompts(n, plen, plen, 20), params)
+            row[name] = {"tokens_per_s": round(n * new / statistics.median(times[name]), 1),
+                         "runs_s": [round(t, 3) for t in times[name]], **phases, **steady}
+        for eng in engines.values():
             eng.close()
-            row[name] = {"tokens_per_s": round(n * new / statistics.median(times), 1),
-                         "runs_s": [round(t, 3) for t in times], **phases, **steady}
-        row["hybrid_over_full"] = round(row["hybrid"]["tokens_per_s"] / row["full"]["tokens_per_s"], 3)
+        if set(engines) == {"hybrid", "full"}:
+            row["hybrid_over_full"], row["per_round"] = paired_ratio(times["full"], times["hybrid"])
+            row["ratio_of_medians"] = round(
+                row["hybrid"]["tokens_per_s"] / row["full"]["tokens_per_s"], 3)
         row["requests"] = n
         out[str(plen)] = row
     return out
+
+
+def _hybrid_engine(path: str, hybrid: bool, n: int, seq_len: int, device: str) -> LLMEngine:
+    # the same bytes for both: the hybrid's pages hold half the layers, twice the blocks
+    blocks = (n * -(-seq_len // 16) + 256) * (2 if hybrid else 1)
+    return LLMEngine(EngineConfig(model=path, device=device, dtype=device_step.dtype(device),
+                                  block_size=16, num_gpu_blocks=blocks, max_num_seqs=n,
+                                  max_num_batched_tokens=8192, async_scheduling=True))
+
+
+def _by_turns(engines: dict[str, LLMEngine], rounds: list[list], params: SamplingParams,
+              device: str) -> dict[str, list[float]]:
+    """Each engine's wall time for `generate` of each round's prompts, the engines by turns and
+    in reversed order every other round (so neither always goes first)."""
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for r, prompts in enumerate(rounds):
+        for name in (list(engines) if r % 2 == 0 else list(reversed(engines))):
+            sync(device)
+            t0 = time.perf_counter()
+            engines[name].generate(prompts, params)
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def paired_ratio(base_s: list[float], other_s: list[float]) -> tuple[float, list[float]]:
+    """How many times faster `other` ran than `base`, from runs taken by turns: the median of
+    each round's own ratio (two runs side by side share the host's speed of the moment), and
+    those ratios."""
+    per_round = [round(b / o, 3) for b, o in zip(base_s, other_s, strict=True)]
+    return round(statistics.median(per_round), 3), per_round
 
 
 def _phases(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) -> dict:

@@ -37,13 +37,23 @@ def _rejects_rows(r: dict) -> list[Row]:
     def one(name: str, label: str) -> str:
         x = r[name]
         d = x["drafting_steps"]
-        return (f"{x['drafts_over_none']:.3f}x ({label}; {d['steps_that_drafted']} of {d['steps']} "
-                f"steps drafted, {x['k4']['kept']} of {x['k4']['drafted']} draft tokens kept)")
+        return (f"{x['drafts_over_none']:.3f}x ({label}{_turns(x)}; {d['steps_that_drafted']} of "
+                f"{d['steps']} steps drafted, {x['k4']['kept']} of {x['k4']['drafted']} draft tokens "
+                "kept)")
 
     worst = min(r["smollm2"]["drafts_over_none"], r["llama1b"]["drafts_over_none"])
     return [(f"drafts on at batch {r['smollm2'].get('batch', 64)}, temperature 1: the lookup finds "
              "drafts and sampling rejects them (≥ 0.97)",
              f"{one('smollm2', 'SmolLM2 shapes')}, {one('llama1b', '1B shape')}", worst >= 0.97)]
+
+
+def _turns(x: dict) -> str:
+    """A row read by turns (runs since 29): the median of its rounds' ratios, which it names."""
+    per = x.get("per_round")
+    if not per:
+        return ""
+    return (f"; median of {len(per)} rounds by turns, {min(per):.2f}-{max(per):.2f} "
+            f"(ratio of medians {x['ratio_of_medians']:.3f})")
 
 
 def _hybrid_rows(h: dict) -> list[Row]:
@@ -57,7 +67,8 @@ def _hybrid_rows(h: dict) -> list[Row]:
                     f"{x.get('requests', '?')} × {int(plen):,}-token "
                     f"prompts (≥ {goal})",
                     f"{x['hybrid_over_full']:.3f}x ({hy['tokens_per_s']:,.0f} vs {fu['tokens_per_s']:,.0f} "
-                    f"tokens/s; prefill steps {hy['prefill_steps_s']:.2f} vs {fu['prefill_steps_s']:.2f} s, "
+                    f"tokens/s{_turns(x)}; prefill steps {hy['prefill_steps_s']:.2f} vs "
+                    f"{fu['prefill_steps_s']:.2f} s, "
                     f"decode steps {hy['decode_steps_s']:.2f} vs {fu['decode_steps_s']:.2f} s; steady "
                     f"step {hy['step_ms']} vs {fu['step_ms']} ms{gpu})", x["hybrid_over_full"] >= goal))
     return out
