@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import mem_models
+from bench.mem_parts import paired_ratio
 from bench.mem_table import rows, table
 from engine import EngineConfig, LLMEngine, SamplingParams
 
@@ -28,7 +29,8 @@ def _result() -> dict:
                            "k4": {"tokens_per_pass": 4.4}} for b, r in ((1, 3.9), (8, 3.0), (64, 1.9))],
                  "hf_prompt_lookup": {"tokens_per_pass": 4.57}},
         "rejects": {"error": "RuntimeError: out of memory"},
-        "hybrid": {"4096": {"requests": 32, "hybrid_over_full": 1.45,
+        "hybrid": {"4096": {"requests": 32, "hybrid_over_full": 1.45, "ratio_of_medians": 1.05,
+                            "per_round": [1.5, 1.45, 1.02, 1.47, 1.4],
                             "hybrid": {**step, "tokens_per_s": 145.0}, "full": step}},
         "tier": {"skipped": "20 s of the budget left"},
         "roofline": {"64": {"async_over_roofline": 1.25, "async_step_ms": 1.4, "roofline_ms": 1.12,
@@ -56,9 +58,17 @@ def test_a_second_run_of_the_same_code_gets_a_column_of_its_own() -> None:
     hybrid = next(line for line in lines if "4,096-token prompts" in line)
     cells = [c.strip() for c in hybrid.strip("|").split(" | ")]
     assert cells[1].startswith("1.450x") and cells[2] == "yes"
+    assert "median of 5 rounds by turns, 1.02-1.50 (ratio of medians 1.050)" in cells[1]
     assert cells[3].startswith("1.100x") and cells[4] == "**no**"
     roof = next(line for line in lines if "64 sequences" in line)
     assert roof.endswith("| yes | not run | — |")
+
+
+def test_a_ratio_by_turns_is_the_median_of_each_rounds_own() -> None:
+    # both sides slow in round 2, the other side alone in round 3: its median is a slow run
+    # (a ratio of medians would read 1.2 / 2.0 = 0.6), the rounds side by side read 1.2
+    base, other = [1.2, 2.4, 1.2], [1.0, 2.0, 2.0]
+    assert paired_ratio(base, other) == (1.2, [1.2, 1.2, 0.6])
 
 
 def test_a_rejects_model_has_a_small_vocabulary_and_serves_with_the_stand_in(tmp_path) -> None:
