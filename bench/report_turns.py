@@ -152,3 +152,17 @@ def run_27_28() -> str:
             f"{max(fast):.2f} or {min(slow):.2f}-{max(slow):.2f} s, so that row reads one of two "
             f"values by the full engine's draw; two busy CPUs beside the run did not hold the "
             f"fast speed ({started_slow} of the {parts} parts they ran beside started slow).")
+
+
+def run_29(run: dict) -> str:
+    """Run 29: the host's speed as each part began (its fixed loop), slow or fast."""
+    speed = {k: v for k, v in run.get("python_ms", {}).items() if k in
+             ("rejects", "hybrid", "tier", "roofline")}
+    if not speed:
+        return ""
+    fast = [k for k, ms in speed.items() if ms < 2.7]  # the loop's two values: ~1.7-2.0, 3.4-4.2
+    slow = [k for k in speed if k not in fast]
+    said = "; ".join(f"{k} {speed[k]:.2f} ms" for k in speed)
+    return (f" In that run the host's loop (`bench/host_speed.py`) took {said} as the parts "
+            f"began: {', '.join(slow) or 'none'} at the slow speed, {', '.join(fast) or 'none'} "
+            "at the fast one.")
