@@ -76,14 +76,29 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
 
 
 def _drafting_steps(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
+    """One more run: its steps, those that verified drafts, and those that landed at once for
+    a lookup (async scheduling gave up its overlap so that the next step could draft: counted
+    at the policy, which the engine does not report)."""
+    policy = eng.scheduler.drafting
+    landed = [0]
+
+    def counted(*args: Any, **kw: Any) -> bool:
+        wants = policy.__class__.wants_lookup(policy, *args, **kw)
+        landed[0] += wants
+        return wants
+
+    policy.wants_lookup = counted  # this engine's policy only, for this run
     for p in prompts:
         eng.add_request(p, params)
     steps = drafting = 0
-    while eng.has_pending_work():
-        result = eng.step()
-        steps += 1
-        drafting += any(e.kind == "draft" for e in result.events)
-    return {"steps": steps, "steps_that_drafted": drafting}
+    try:
+        while eng.has_pending_work():
+            result = eng.step()
+            steps += 1
+            drafting += any(e.kind == "draft" for e in result.events)
+    finally:
+        del policy.wants_lookup
+    return {"steps": steps, "steps_that_drafted": drafting, "steps_landed_for_a_lookup": landed[0]}
 
 
 def hf_lookup(path: str, device: str, sizes: dict) -> dict:

@@ -37,9 +37,11 @@ def _rejects_rows(r: dict) -> list[Row]:
     def one(name: str, label: str) -> str:
         x = r[name]
         d = x["drafting_steps"]
+        landed = d.get("steps_landed_for_a_lookup")
+        landed = "" if landed is None else f", {landed} landed at once for a lookup"
         return (f"{x['drafts_over_none']:.3f}x ({label}{_turns(x)}; {d['steps_that_drafted']} of "
-                f"{d['steps']} steps drafted, {x['k4']['kept']} of {x['k4']['drafted']} draft tokens "
-                "kept)")
+                f"{d['steps']} steps drafted{landed}, {x['k4']['kept']} of {x['k4']['drafted']} "
+                "draft tokens kept)")
 
     worst = min(r["smollm2"]["drafts_over_none"], r["llama1b"]["drafts_over_none"])
     return [(f"drafts on at batch {r['smollm2'].get('batch', 64)}, temperature 1: the lookup finds "
