@@ -67,15 +67,17 @@ def bandwidth(path: str, device: str, sizes: dict) -> dict:
     eng = engine(path, device, 3 * n, n)
     cache = eng.runtime.cache  # the engine's own copies, driven directly
     cache.kv_cache.normal_()
-    out_s, in_s = [], []
+    out_s, in_s, calls = [], [], {"out": [], "in": []}
     for _ in range(5):
         sync(device)
         t0 = time.perf_counter()
         cache.offload([(b, b) for b in range(n)])
+        calls["out"].append(time.perf_counter() - t0)  # the host's part: the call itself
         cache.tier.read(n - 1)  # waits for the slot's copy: the last byte on the host
         out_s.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         cache.load([(s, n + s) for s in range(n)])
+        calls["in"].append(time.perf_counter() - t0)
         cache.wait_for_loads([list(range(n, 2 * n))])
         sync(device)
         in_s.append(time.perf_counter() - t0)
@@ -84,7 +86,10 @@ def bandwidth(path: str, device: str, sizes: dict) -> dict:
     eng.close()
     return {"blocks": n, "bytes": nbytes, "slot_bytes": nbytes // n, "same_bytes_back": same,
             "gpu_to_cpu_gb_s": round(nbytes / statistics.median(out_s) / 1e9, 1),
-            "cpu_to_gpu_gb_s": round(nbytes / statistics.median(in_s) / 1e9, 1)}
+            "cpu_to_gpu_gb_s": round(nbytes / statistics.median(in_s) / 1e9, 1),
+            "call_ms": {way: round(1e3 * statistics.median(t), 3) for way, t in calls.items()},
+            "copy_ms": {"out": round(1e3 * statistics.median(out_s), 3),
+                        "in": round(1e3 * statistics.median(in_s), 3)}}
 
 
 def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int) -> dict:
