@@ -69,10 +69,37 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
     same = got[4].pop("ids") == got[0].pop("ids")  # seeded: rejection sampling keeps them
     drafting = _drafting_steps(engines[4], prompts, params)
     costs = engines[4].runtime.step_costs()
+    host = host_difference(engines, prompts, params)
     for eng in engines.values():
         eng.close()
     return _paired({"batch": top, "same_tokens": same, "k0": got[0], "k4": got[4],
-                    "drafting_steps": drafting, "step_costs_ms": costs}, got)
+                    "drafting_steps": drafting, "step_costs_ms": costs,
+                    "host_k4_minus_k0": host}, got)
+
+
+def host_difference(engines: dict[int, LLMEngine], prompts: list, params: SamplingParams,
+                    top: int = 12) -> list[dict]:
+    """Where the drafting engine's host time goes that the other's does not: one more run of
+    each under cProfile, the engine's functions by how much longer they ran in the drafting
+    one (cumulative ms, the largest differences)."""
+    import cProfile
+    import pstats
+
+    cum: dict[int, dict[str, float]] = {}
+    for k, eng in engines.items():
+        prof = cProfile.Profile()
+        prof.enable()
+        eng.generate(prompts, params)
+        prof.disable()
+        cum[k] = {}
+        for (path, _, func), row in pstats.Stats(prof).stats.items():
+            if "/engine/" in path:
+                name = f"{path[path.index('/engine/') + 1:]}:{func}"
+                cum[k][name] = cum[k].get(name, 0.0) + row[3]
+    a, b = cum[min(cum)], cum[max(cum)]
+    rows = sorted(((b.get(n, 0.0) - a.get(n, 0.0), n) for n in set(a) | set(b)), reverse=True)
+    return [{"function": n, "more_ms": round(1e3 * d, 2), "k0_ms": round(1e3 * a.get(n, 0.0), 2)}
+            for d, n in rows[:top]]
 
 
 def _drafting_steps(eng: LLMEngine, prompts: list, params: SamplingParams) -> dict:
