@@ -5,8 +5,8 @@ B sequences computing k + 1 tokens each takes `cost(B, k + 1)` times a decode st
 says what: on a GPU measured from its own steps, the lost overlap of async scheduling included;
 on a CPU a fixed share per draft token). Drafts that fail must cost nothing, so:
 
-- **what**: each decoding sequence keeps an n-gram index of its text (engine/core/ngram_index.py)
-  and looks its tail up there: a few dictionary operations, not a search of the text;
+- **what**: each decoding sequence keeps its text mirrored as a string (engine/core/
+  ngram_index.py) and looks its tail up there: a search in C, no Python loop over its tokens;
 - **how often**: a lookup that finds nothing makes the sequence wait before the next one, twice
   as long each time (up to MAX_WAIT steps), so text that never repeats costs almost no lookups;
 - **whose**: each sequence keeps its acceptance rate, the share of its drafted tokens that were

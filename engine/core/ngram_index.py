@@ -1,63 +1,56 @@
-"""Prompt lookup without a search: an index of a sequence's n-grams, grown as its tokens come.
+"""Prompt lookup by a search in C: each sequence's known tokens mirrored as a string, one
+character a token, and its tail found in it with `str.rfind`.
 
 Speculative decoding by prompt lookup proposes the tokens that followed an earlier occurrence of a
-sequence's last n tokens (engine/core/speculation.py). Searching the whole text for them every
-step costs a sequence's length a step; this index costs a few dictionary operations a step:
+sequence's last n tokens (engine/core/speculation.py). Searching the token list in Python costs a
+sequence's length a step, and so did indexing every position as it came, in a Python loop (issue
+44: 0.26 us a token, half of what drafting cost the host in a batch of 64 whose drafts sampling
+rejects: 27 of 53 us a step, bench/spec_host.py's dry mode on the 2-core CPU). Here the only
+per-token work is in C (the catch-up now 8 us of 38 there):
 
-- every position e has a key, the hash of the `n_min` tokens before it (the token itself where
-  n_min is 1); `head[key]` is the latest such position and `prev[e]` the one before it with
-  the same key (a hash chain, as LZ77 compressors keep one);
-- a proposal looks up the tail's `n_min`-gram and walks its chain back over at most `chain`
-  earlier occurrences, the latest first, extending each match backwards up to `n_max` tokens; the
-  longest match wins (the latest one among equals), and the tokens after it are the draft. With
-  a chain as long as the occurrences, that is vLLM's rule (the latest earlier occurrence of the
-  longest tail from n_max down to n_min); the cap bounds a step's work on text that loops.
+- the mirror grows by the tokens a lookup has not seen yet, `chr` of each joined in one call
+  (a sequence that backs off or cools down catches up on dozens at once);
+- a proposal finds the latest occurrences of the tail's `n_min` tokens by `rfind`, each search
+  going on before the last one found, over at most `chain` of them, and extends each match
+  backwards up to `n_max` tokens; the longest match wins (the latest one among equals), and the
+  tokens after it are the draft. With a chain as long as the occurrences, that is vLLM's rule
+  (the latest earlier occurrence of the longest tail from n_max down to n_min); the cap bounds a
+  step's work on text that loops. A tail that never occurred costs one search of the whole text
+  in C (5-25 us at 32,768 tokens on that CPU, for tails of one or two tokens), and its sequence
+  then backs off (engine/core/draft_policy.py);
 - the draft is what followed the occurrence; where that runs into the tail itself (text that
   loops with a period shorter than k: the latest occurrence is one period back), it goes on
   repeating, as the loop would: k tokens where a plain copy would give one period.
 
-Positions are indexed one behind the text: an occurrence must end before the tail (whose own
-n-gram would always match itself). The index holds confirmed tokens only (never a draft); a
-sequence whose tokens shrank below what it indexed (nothing does that today) is indexed afresh.
+An occurrence must end before the tail's last token (the tail would always match itself). The
+mirror holds confirmed tokens only (never a draft, never the placeholder of a token still on the
+device); token ids are characters, so they must lie in [0, 0x110000), as every vocabulary's do.
+A sequence whose tokens shrank below what was mirrored (nothing does that today) is cut back.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable
+MAX_TOKEN_ID = 0x10FFFF  # the largest character: a token id is its character in the mirror
 
 
 class NgramIndex:
     def __init__(self, n_min: int, n_max: int, chain: int = 8) -> None:
         self.n_min, self.n_max, self.chain = n_min, max(n_min, n_max), chain
-        self.head: dict[int, int] = {}
-        self.prev = array("i")  # prev[e]: the previous position whose n_min tokens before it match
-        self.indexed = 0  # positions 0 .. indexed - 1 are in the chains
+        self.text = ""  # tokens[:indexed], a character each
+        self.indexed = 0
 
     def copy(self) -> NgramIndex:
         new = NgramIndex(self.n_min, self.n_max, self.chain)
-        new.head, new.prev, new.indexed = dict(self.head), array("i", self.prev), self.indexed
+        new.text, new.indexed = self.text, self.indexed  # a string is immutable: shared
         return new
 
     def catch_up(self, tokens: list[int], known: int) -> None:
-        """Index every position up to `known - 1` (the tokens before it are all known). A
-        sequence that backs off or cools down looks up rarely, so this often indexes many
-        positions at once: their keys in C loops (`_keys`), then one pass for the chains."""
+        """Mirror tokens[:known] (all known)."""
         if known < self.indexed:
-            self.__init__(self.n_min, self.n_max, self.chain)
-        start = self.indexed
-        if known <= start:
-            return
-        head, get = self.head, self.head.get
-        first = min(known, max(start, self.n_min))
-        self.prev.extend([-1] * (first - start))  # fewer than n_min tokens before them
-        links = []
-        for e, key in zip(range(first, known), _keys(tokens, self.n_min, first, known),
-                          strict=True):
-            links.append(get(key, -1))
-            head[key] = e
-        self.prev.extend(links)
-        self.indexed = known
+            self.text, self.indexed = self.text[:known], known
+        elif known > self.indexed:
+            self.text += _chars(tokens, self.indexed, known)
+            self.indexed = known
 
     def propose(self, tokens: list[int], end: int, k: int) -> list[int]:
         """Up to k tokens that followed the best earlier occurrence of the tokens before `end`
@@ -65,33 +58,38 @@ class NgramIndex:
         n = self.n_min
         if end <= n or k <= 0:
             return []
-        self.catch_up(tokens, end)  # up to end - 1: the tail's own n-gram (ending at end) is not
-        tail = tokens[end - n:end]
-        e = self.head.get(tail[0] if n == 1 else hash(tuple(tail)), -1)
+        self.catch_up(tokens, end)
+        text, find = self.text, self.text.rfind
+        tail = text[end - n:end]
         best, best_len = -1, 0
+        hi = end - 1  # an occurrence ends at e <= hi, before the tail's last token
         for _ in range(self.chain):
-            if e < 0:
+            s = find(tail, 0, hi)
+            if s < 0:
                 break
-            if tokens[e - n:e] == tail:  # a hash may collide: compare the tokens
-                m = n
-                while m < self.n_max and e - m - 1 >= 0 and tokens[e - m - 1] == tokens[end - m - 1]:
-                    m += 1
-                if m > best_len:
-                    best, best_len = e, m
-                    if m == self.n_max:
-                        break
-            e = self.prev[e]
+            e = s + n
+            m = n
+            while m < self.n_max and s - 1 >= 0 and text[s - 1] == text[end - m - 1]:
+                m, s = m + 1, s - 1
+            if m > best_len:
+                best, best_len = e, m
+                if m == self.n_max:
+                    break
+            hi = e - 1  # the next occurrence ends before this one does
         if best < 0:
             return []
         return continuation(tokens, best, end, k)
 
 
-def _keys(tokens: list[int], n: int, first: int, end: int) -> Iterable[int]:
-    """The key of each position e in [first, end), first >= n: the n tokens before it, hashed
-    (one token is its own key)."""
-    if n == 1:
-        return tokens[first - 1:end - 1]
-    return map(hash, zip(*[tokens[first - n + j:end - n + j] for j in range(n)], strict=True))
+def _chars(tokens: list[int], start: int, end: int) -> str:
+    """tokens[start:end] as a string, a character a token id; an id no character can be (a
+    placeholder, a negative number) is refused by name."""
+    try:
+        return "".join(map(chr, tokens[start:end]))
+    except (ValueError, OverflowError, TypeError):
+        bad = next(t for t in tokens[start:end] if not (isinstance(t, int) and 0 <= t <= MAX_TOKEN_ID))
+        raise ValueError(f"token id {bad!r} cannot be looked up: prompt lookup takes ids in "
+                         f"[0, {MAX_TOKEN_ID}] (confirmed tokens only, never a placeholder)") from None
 
 
 def continuation(tokens: list[int], start: int, end: int, k: int) -> list[int]:

@@ -6,6 +6,7 @@ chunked prefill, async scheduling, the prefix cache)."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -52,10 +53,11 @@ def _lookup_by_hand(tokens: list[int], k: int, n_min: int, n_max: int) -> list[i
 
 
 @settings(max_examples=300, deadline=None)
-@given(tokens=st.lists(st.sampled_from([0, 1, 2, 256, 65536, 2**31 - 1, -1]), max_size=40),
+@given(tokens=st.lists(st.sampled_from([0, 1, 2, 255, 256, 0xD800, 65536, 0x10FFFF]), max_size=40),
        k=st.integers(1, 6), n_min=st.integers(1, 3), extra=st.integers(0, 3))
 def test_the_lookup_finds_what_a_search_by_hand_finds(tokens, k, n_min, extra) -> None:
-    """The index (its chain as long as the occurrences) agrees with the obvious loop."""
+    """The index (its chain as long as the occurrences) agrees with the obvious loop, whatever
+    width the ids' characters take in the mirror (one byte, two, a surrogate's, four)."""
     assert propose_ngram(tokens, k, n_min, n_min + extra) == \
         _lookup_by_hand(tokens, k, n_min, n_min + extra)
 
@@ -77,6 +79,42 @@ def test_a_lookup_walks_at_most_chain_occurrences() -> None:
     text = [7, 8, 1, 2, 3] + [9, 1, 2, 4] * 20 + [7, 8, 1, 2]
     assert propose_ngram(text, 2, 2, 4, chain=64) == [3, 9]  # the whole tail [7, 8, 1, 2], far back
     assert propose_ngram(text, 2, 2, 4, chain=8) == [4, 7]  # among the latest 8: [1, 2] at best
+
+
+def _capped_by_hand(tokens: list[int], k: int, n_min: int, n_max: int, chain: int) -> list[int]:
+    """The rule with a cap, by hand: among the latest `chain` earlier occurrences of the tail's
+    n_min tokens, the one whose match reaches furthest back (up to n_max; the latest among
+    equals) gives the draft."""
+    end, tail = len(tokens), tokens[len(tokens) - n_min:]
+    starts = [s for s in range(end - n_min - 1, -1, -1) if tokens[s:s + n_min] == tail][:chain]
+    best, best_len = -1, 0
+    for s in starts:
+        m = n_min
+        while m < n_max and s - (m - n_min) - 1 >= 0 and \
+                tokens[s - (m - n_min) - 1] == tokens[end - m - 1]:
+            m += 1
+        if m > best_len:
+            best, best_len = s + n_min, m
+    if best < 0 or end <= n_min:
+        return []
+    run = tokens[best:]
+    return [run[j % len(run)] for j in range(k)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from([0, 1, 2]), max_size=50), k=st.integers(1, 5),
+       n_min=st.integers(1, 2), extra=st.integers(0, 3), chain=st.integers(1, 4))
+def test_a_capped_lookup_is_the_rule_by_hand(tokens, k, n_min, extra, chain) -> None:
+    assert propose_ngram(tokens, k, n_min, n_min + extra, chain) == \
+        _capped_by_hand(tokens, k, n_min, n_min + extra, chain)
+
+
+def test_an_id_no_character_can_be_is_refused_by_name() -> None:
+    index = NgramIndex(1, 2)
+    assert index.propose([5, 6, 5], 3, 2) == [6, 5]
+    with pytest.raises(ValueError, match=r"token id -1 cannot be looked up"):
+        index.propose([5, 6, 5, 6, -1], 5, 2)  # the placeholder of a token still on the device
+    assert index.propose([5, 6, 5, 6], 4, 2) == [5, 6]  # what it had mirrored is still there
 
 
 def test_a_draft_is_kept_up_to_the_first_pick_that_differs() -> None:
