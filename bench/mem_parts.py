@@ -78,24 +78,26 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
 
 
 def host_difference(engines: dict[int, LLMEngine], prompts: list, params: SamplingParams,
-                    top: int = 12) -> list[dict]:
-    """Where the drafting engine's host time goes that the other's does not: one more run of
-    each under cProfile, the engine's functions by how much longer they ran in the drafting
-    one (cumulative ms, the largest differences)."""
+                    top: int = 12, rounds: int = 3) -> list[dict]:
+    """Where the drafting engine's host time goes that the other's does not: `rounds` more runs
+    of each under cProfile, by turns (the order swapped each round, as the timed runs are: run 32
+    read one profiled run of each, one after the other, and its `decode` difference swung from
+    14 to 33 ms), the engine's functions by how much longer they ran in the drafting one
+    (cumulative ms a run, the largest differences)."""
     import cProfile
     import pstats
 
-    cum: dict[int, dict[str, float]] = {}
-    for k, eng in engines.items():
-        prof = cProfile.Profile()
-        prof.enable()
-        eng.generate(prompts, params)
-        prof.disable()
-        cum[k] = {}
-        for (path, _, func), row in pstats.Stats(prof).stats.items():
-            if "/engine/" in path:
-                name = f"{path[path.index('/engine/') + 1:]}:{func}"
-                cum[k][name] = cum[k].get(name, 0.0) + row[3]
+    cum: dict[int, dict[str, float]] = {k: {} for k in engines}
+    for r in range(rounds):
+        for k in (sorted(engines) if r % 2 == 0 else sorted(engines, reverse=True)):
+            prof = cProfile.Profile()
+            prof.enable()
+            engines[k].generate(prompts, params)
+            prof.disable()
+            for (path, _, func), row in pstats.Stats(prof).stats.items():
+                if "/engine/" in path:
+                    name = f"{path[path.index('/engine/') + 1:]}:{func}"
+                    cum[k][name] = cum[k].get(name, 0.0) + row[3] / rounds
     a, b = cum[min(cum)], cum[max(cum)]
     rows = sorted(((b.get(n, 0.0) - a.get(n, 0.0), n) for n in set(a) | set(b)), reverse=True)
     return [{"function": n, "more_ms": round(1e3 * d, 2), "k0_ms": round(1e3 * a.get(n, 0.0), 2)}

@@ -196,13 +196,14 @@ class DraftPolicy:
         found: list[tuple[Sequence, int, list[int]]] = []
         k = max(1, self.max_tokens)
         for seq in in_flight:
-            st = self.state(seq)
-            known = seq.num_tokens - 1  # the last token is still on the device
+            st = seq.drafting or self.state(seq)
+            tokens = seq.token_ids
+            known = len(tokens) - 1  # the last token is still on the device
             if st.shadow is not None:
-                self._settle_shadow(st, seq.token_ids, known, step)
-            if not st.may_look(step) or known < 1:
+                self._settle_shadow(st, tokens, known, step)
+            if step < st.next_lookup or step < st.paused_until or known < 1:  # not may_look
                 continue
-            draft = st.index.propose(seq.token_ids, known, k)  # from the token in flight on
+            draft = st.index.propose(tokens, known, k)  # from the token in flight on
             if draft:
                 found.append((seq, known, draft))
             else:

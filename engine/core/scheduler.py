@@ -211,15 +211,14 @@ class Scheduler:
         proposals: list[tuple[Sequence, list[int]]] = []
         waiting: list[Sequence] = []  # their last token on the device: no lookup this step
         for seq in due:
-            group = groups[seq.request_id]
-            room = group.params.max_tokens - len(seq.output_ids) - 1  # the last pick: no draft
-            k = min(cfg.num_speculative_tokens, room)
-            if k <= 0 or group.params.beam_width > 1:
+            params = groups[seq.request_id].params
+            room = params.max_tokens - len(seq.output_ids) - 1  # the last pick: no draft
+            if room <= 0 or params.beam_width > 1:
                 continue
             if seq.inflight_step >= 0:
                 waiting.append(seq)
                 continue
-            draft = policy.propose(seq, k, step)
+            draft = policy.propose(seq, min(cfg.num_speculative_tokens, room), step)
             if draft:
                 proposals.append((seq, draft))
         chosen = policy.choose(proposals, len(out.decodes), step)
