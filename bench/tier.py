@@ -83,13 +83,38 @@ def bandwidth(path: str, device: str, sizes: dict) -> dict:
         in_s.append(time.perf_counter() - t0)
     same = bool(torch.equal(cache.kv_cache[:, :, :n], cache.kv_cache[:, :, n:2 * n]))
     nbytes = n * cache.tier.slot_bytes
+    calls_profile = _call_profile(cache, n, device)
     eng.close()
     return {"blocks": n, "bytes": nbytes, "slot_bytes": nbytes // n, "same_bytes_back": same,
             "gpu_to_cpu_gb_s": round(nbytes / statistics.median(out_s) / 1e9, 1),
             "cpu_to_gpu_gb_s": round(nbytes / statistics.median(in_s) / 1e9, 1),
             "call_ms": {way: round(1e3 * statistics.median(t), 3) for way, t in calls.items()},
             "copy_ms": {"out": round(1e3 * statistics.median(out_s), 3),
-                        "in": round(1e3 * statistics.median(in_s), 3)}}
+                        "in": round(1e3 * statistics.median(in_s), 3)},
+            "call_profile": calls_profile}
+
+
+def _call_profile(cache: Any, n: int, device: str, rounds: int = 5) -> dict[str, list[str]]:
+    """Where the host's part of each copy goes (`call_ms`: the offload and load calls before
+    the bus starts): the calls again under cProfile, their functions by own time a call."""
+    import cProfile
+    import pstats
+
+    from bench.measure import top_functions
+
+    got = {}
+    for way, call in (("out", lambda: cache.offload([(b, b) for b in range(n)])),
+                      ("in", lambda: cache.load([(s, n + s) for s in range(n)]))):
+        prof = cProfile.Profile()
+        for _ in range(rounds):
+            sync(device)
+            prof.enable()
+            call()
+            prof.disable()
+            cache.wait_for_loads([list(range(n, 2 * n))])
+            sync(device)
+        got[way] = top_functions(pstats.Stats(prof), per=rounds, top=14)
+    return got
 
 
 def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int) -> dict:

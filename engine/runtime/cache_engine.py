@@ -225,7 +225,7 @@ class CacheEngine:
         """Device block -> CPU tier slot for every (gpu_id, slot); the copy over the bus goes
         on by itself (tier_copies.py)."""
         if pairs:
-            self._ids(pairs, self.num_gpu_blocks, self.num_offload_blocks, None)
+            _checked(pairs, self.num_gpu_blocks, self.num_offload_blocks)
             self._loaded_first(pairs)
             self.tier.offload(self.kv_cache, pairs)
 
@@ -233,7 +233,7 @@ class CacheEngine:
         """CPU tier slot -> device block for every (slot, gpu_id); a forward pass that reads
         those blocks waits for it (`wait_for_loads`)."""
         if pairs:
-            self._ids(pairs, self.num_offload_blocks, self.num_gpu_blocks, None)
+            _checked(pairs, self.num_offload_blocks, self.num_gpu_blocks)
             self.tier.load(self.kv_cache, pairs)
 
     def fetch_ahead(self, slots: list[int]) -> None:
@@ -241,7 +241,7 @@ class CacheEngine:
         (tier_copies.py)."""
         if slots:
             # the slots checked as a load's sources are (block 0 only stands in for a target)
-            self._ids([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks, None)
+            _checked([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks)
             self.tier.fetch_ahead(slots)
 
     def wait_for_loads(self, tables: Any) -> None:
@@ -296,13 +296,7 @@ class CacheEngine:
     @staticmethod
     def _ids(pairs: list[tuple[int, int]], src_count: int, dst_count: int,
              device: torch.device | None) -> tuple[torch.Tensor, torch.Tensor]:
-        # Checked before any byte moves, so a bad id leaves both pools as they were.
-        srcs, dsts = [p[0] for p in pairs], [p[1] for p in pairs]
-        if min(srcs) < 0 or max(srcs) >= src_count or min(dsts) < 0 or max(dsts) >= dst_count:
-            src, dst = next((s, d) for s, d in pairs
-                            if not (0 <= s < src_count and 0 <= d < dst_count))
-            raise ValueError(f"block pair ({src}, {dst}) out of range: source ids go up to "
-                             f"{src_count - 1}, destination ids up to {dst_count - 1}")
+        srcs, dsts = _checked(pairs, src_count, dst_count)
         src_ids = torch.tensor(srcs, dtype=torch.long)
         dst_ids = torch.tensor(dsts, dtype=torch.long)
         if device is not None:
@@ -336,3 +330,16 @@ def _profile_peak_activations(model: Any, num_tokens: int, device: torch.device)
     peak = torch.cuda.max_memory_allocated(device) - before
     torch.cuda.empty_cache()
     return max(int(peak), 0)
+
+
+def _checked(pairs: list[tuple[int, int]], src_count: int, dst_count: int
+             ) -> tuple[list[int], list[int]]:
+    """The pairs' source and destination ids, each checked against its pool before any byte
+    moves, so a bad id leaves both pools as they were (the tier's copies take the pairs as
+    they are: no index tensors made only to be dropped, on the host's part of a copy)."""
+    srcs, dsts = [p[0] for p in pairs], [p[1] for p in pairs]
+    if min(srcs) < 0 or max(srcs) >= src_count or min(dsts) < 0 or max(dsts) >= dst_count:
+        src, dst = next((s, d) for s, d in pairs if not (0 <= s < src_count and 0 <= d < dst_count))
+        raise ValueError(f"block pair ({src}, {dst}) out of range: source ids go up to "
+                         f"{src_count - 1}, destination ids up to {dst_count - 1}")
+    return srcs, dsts

@@ -86,10 +86,10 @@ class TierCopies:
             staged.record_stream(self._offload_stream)  # not reused before this stream read it
             done = torch.cuda.Event()
             done.record()
-        for s in slots:
-            self._slot_event[s] = done
-        for s in slots:  # fetched bytes of a slot written since are not its bytes
-            self._ahead.pop(s, None)
+        self._slot_event.update(dict.fromkeys(slots, done))
+        if self._ahead:  # fetched bytes of a slot written since are not its bytes
+            for s in slots:
+                self._ahead.pop(s, None)
 
     @torch.inference_mode()
     def load(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
@@ -113,10 +113,8 @@ class TierCopies:
             _scatter(kv_cache, blocks, staged)
             done = torch.cuda.Event()
             done.record()
-        for s in slots:
-            self._slot_event[s] = done
-        for b in blocks:
-            self._block_event[b] = done
+        self._slot_event.update(dict.fromkeys(slots, done))
+        self._block_event.update(dict.fromkeys(blocks, done))
 
     @torch.inference_mode()
     def fetch_ahead(self, slots: list[int]) -> None:
