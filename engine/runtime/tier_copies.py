@@ -33,12 +33,15 @@ still reading, a load of a slot an offload is still writing). On a CPU both move
 from __future__ import annotations
 
 from collections.abc import Collection
+from operator import itemgetter
 from typing import Any
 
 import torch
 
 from engine.core.scheduler import TIER_LOAD_CHUNK  # a load beside decodes: a step's blocks
 from engine.runtime.transfer import to_device
+
+_SLOT = itemgetter(1)
 
 
 class TierCopies:
@@ -71,7 +74,7 @@ class TierCopies:
     @torch.inference_mode()
     def offload(self, kv_cache: torch.Tensor, pairs: list[tuple[int, int]]) -> None:
         """Pool block -> tier slot for every (block, slot)."""
-        blocks, slots = _ids(sorted(pairs, key=lambda p: p[1]))  # by slot: runs go in one copy
+        blocks, slots = _ids(sorted(pairs, key=_SLOT))  # by slot: runs go in one copy
         staged = _gather(kv_cache, blocks)  # on the compute stream: the block is free after it
         if self.device.type != "cuda":
             self.slots[slots] = staged
@@ -204,8 +207,11 @@ class TierCopies:
         return self._staged[:n]
 
     def _wait_slots(self, stream: Any, slots: list[int]) -> None:
-        for event in {id(e): e for s in slots if (e := self._slot_event.get(s)) is not None}.values():
-            stream.wait_event(event)
+        # each slot's last copy once (a prefix's slots share one), looked up in C: a copy's host
+        # part is paid before its bus time starts
+        for event in dict.fromkeys(map(self._slot_event.get, slots)):
+            if event is not None:
+                stream.wait_event(event)
 
 
 def take_loads(pending: dict[int, Any], blocks: Collection[int]) -> list[Any]:
@@ -220,7 +226,10 @@ def take_loads(pending: dict[int, Any], blocks: Collection[int]) -> list[Any]:
 
 
 def _ids(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    return [int(a) for a, _ in pairs], [int(b) for _, b in pairs]
+    if not pairs:
+        return [], []
+    firsts, seconds = zip(*pairs, strict=True)
+    return list(map(int, firsts)), list(map(int, seconds))
 
 
 def _gather(kv_cache: torch.Tensor, blocks: list[int]) -> torch.Tensor:
@@ -236,6 +245,8 @@ def _scatter(kv_cache: torch.Tensor, blocks: list[int], staged: torch.Tensor) ->
 
 def _runs(slots: list[int]) -> list[tuple[int, int, int]]:
     """(first slot, one past the last, index in `slots`) of each run of consecutive slots."""
+    if slots and slots[-1] - slots[0] == len(slots) - 1:  # sorted, each once: one run
+        return [(slots[0], slots[-1] + 1, 0)]
     runs, start = [], 0
     for i in range(1, len(slots) + 1):
         if i == len(slots) or slots[i] != slots[i - 1] + 1:

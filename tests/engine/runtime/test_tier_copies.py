@@ -42,6 +42,9 @@ def test_a_load_writes_exactly_its_blocks() -> None:
 def test_consecutive_slots_go_in_one_copy() -> None:
     assert _runs([3, 4, 5, 9, 10, 2]) == [(3, 6, 0), (9, 11, 3), (2, 3, 5)]
     assert _runs([0]) == [(0, 1, 0)]
+    assert _runs(list(range(20, 148))) == [(20, 148, 0)]  # a prefix's slots: one copy
+    assert _runs([3, 3, 4]) == [(3, 4, 0), (3, 5, 1)]  # a slot twice (two loads of it): not one run
+    assert _runs([]) == []
 
 
 def test_a_forward_waits_once_for_each_load_that_writes_a_block_it_reads() -> None:
