@@ -65,7 +65,9 @@ TESTS = ["tests/paged_kernels/test_sliding_window.py::test_triton_split_k_with_a
          "tests/engine/core/test_draft_policy.py", "tests/paged_kernels/test_kernel_ops.py"]
 #: each part's seconds on an H100 (the earlier runs'), to skip what the budget no longer holds
 ESTIMATE = {"spec": 45, "rejects": 50, "hybrid": 50, "tier": 45, "roofline": 80, "tests": 120,
-            "probe": 40, "ncu": 60}
+            "probe": 40, "ncu": 60, "rejects_order": 40}
+#: parts only an `--only` asks for: diagnostics of one question, not rows of the table
+ASKED_ONLY = ("rejects_order",)
 TESTS_AT_LEAST = 100  # seconds the tests get whatever the parts before them took
 
 
@@ -109,6 +111,11 @@ class Run:
     def rejects(self) -> dict:
         return {"smollm2": mem_parts.spec_rejects(self.model("rejects_smol"), self.device, self.sizes),
                 "llama1b": mem_parts.spec_rejects(self.model("rejects_1b"), self.device, self.sizes)}
+
+    def rejects_order(self) -> dict:
+        return {"smollm2": mem_parts.rejects_order(self.model("rejects_smol"), self.device,
+                                                   self.sizes),
+                "llama1b": mem_parts.rejects_order(self.model("rejects_1b"), self.device, self.sizes)}
 
     def hybrid(self) -> dict:
         return mem_parts.hybrid({"hybrid": self.model("hybrid"), "full": self.model("full")},
@@ -186,7 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--only", nargs="+", default=list(ESTIMATE), choices=list(ESTIMATE))
+    ap.add_argument("--only", nargs="+", default=[p for p in ESTIMATE if p not in ASKED_ONLY],
+                    choices=list(ESTIMATE))
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
     ap.add_argument("--heap", choices=["frozen", "as-is", "off"],
                     default=os.environ.get("PAGEDLAB_BENCH_HEAP", "frozen"),

@@ -77,6 +77,48 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
                     "host_k4_minus_k0": host}, got)
 
 
+def rejects_order(path: str, device: str, sizes: dict) -> dict:
+    """Is the drafting engine's extra time (run 33: its `decode` and sampler too, functions that
+    do the same work in both engines) its drafting, or something else about it? Four engines of
+    the rejects row, built in this order: drafts k = 4, none, none again, and k = 4 with its
+    schedule's drafting switched off (`_draft` does nothing: the step clock and its kind stay).
+    Their runs by turns (the order reversed every other round), each one's ratio to the first
+    engine without drafts round by round, and each one's GPU busy time in one run."""
+    top = max(sizes["batches"])
+    params = SamplingParams(max_tokens=sizes["new"], temperature=1.0, seed=1, ignore_eos=True)
+    prompts = repetitive(top, REJECT_VOCAB)
+    built = {"k4": 4, "k0": 0, "k0_again": 0, "k4_inert": 4}
+    engines = {name: device_step.engine(path, device, k, top, top * 40 + 64)
+               for name, k in built.items()}
+    engines["k4_inert"].scheduler._draft = lambda out: None  # this engine's schedule only
+    for eng in engines.values():
+        eng.generate(prompts, params)  # warm
+    times = _by_turns(engines, [prompts] * sizes.get("reject_repeats", sizes["repeats"]), params,
+                      device)
+    got: dict = {"built_in_order": list(built), "runs_s": {n: [round(t, 4) for t in ts]
+                                                          for n, ts in times.items()}}
+    for name in engines:
+        if name != "k0":
+            got[f"{name}_over_k0"], got[f"{name}_per_round"] = paired_ratio(times["k0"], times[name])
+    got["gpu_busy_ms"] = {name: _gpu_busy_ms(eng, prompts, params, device)
+                          for name, eng in engines.items()}
+    for eng in engines.values():
+        eng.close()
+    return got
+
+
+def _gpu_busy_ms(eng: LLMEngine, prompts: list, params: SamplingParams, device: str) -> float | None:
+    """The device's kernels and copies in one run, summed (ms): the same work gives the same."""
+    if device != "cuda":
+        return None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        eng.generate(prompts, params)
+        sync(device)
+    total = sum(getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
+                for e in prof.key_averages())
+    return round(total / 1e3, 3)
+
+
 def host_difference(engines: dict[int, LLMEngine], prompts: list, params: SamplingParams,
                     top: int = 12, rounds: int = 3) -> list[dict]:
     """Where the drafting engine's host time goes that the other's does not: `rounds` more runs
