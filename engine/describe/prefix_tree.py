@@ -13,8 +13,9 @@ parent is fixed by its tokens), so a snapshot recorded earlier draws the same tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, NamedTuple
 
 from engine.core.events import Event
@@ -79,15 +80,14 @@ class HashChain:
     def load_state(self, state: dict[int, int | None]) -> None:
         self.parent = dict(state)
 
-    def learn(self, hashes: Iterable[int]) -> None:
-        """A sequence's chain of full-block hashes, in order."""
+    def learn(self, hashes: Sequence[int]) -> None:
+        """A sequence's chain of full-block hashes, in order (each after the one before it; in
+        one C call: this runs after every step that hashed or loaded a block, over the whole
+        chain, 256 hashes for a 4,096-token prompt)."""
         parent = self.parent
         if len(parent) > MAX_REMEMBERED:
             parent.clear()
-        prev = None
-        for h in hashes:
-            parent[h] = prev
-            prev = h
+        parent.update(zip(hashes, chain((None,), hashes), strict=False))  # n hashes, n + 1 parents
 
     def note(self, events: Iterable[Event], seqs: Mapping[int, Any]) -> None:
         """After an operation: the chains of the sequences that hashed (`cache`) or loaded
