@@ -95,16 +95,18 @@ def dtype(device: str) -> str:
 
 
 def timed_runs(engines: dict[int, LLMEngine], prompts: list, params: SamplingParams,
-               device: str, repeats: int) -> dict[int, dict]:
+               device: str, repeats: int, alternate: bool = False) -> dict[int, dict]:
     """A warm-up run on each engine, then `repeats` runs of the same requests on each in turn
     (the engines interleaved, so a slow spell of the machine hits both; no prefix cache: the
-    same work every run). Medians."""
+    same work every run; `alternate`: their order reversed every other round, so that neither
+    always runs first). Medians."""
     got: dict[int, dict] = {}
     for eng in engines.values():
         eng.generate(prompts, params)
     times: dict[int, list[float]] = {k: [] for k in engines}
-    for _ in range(repeats):
-        for k, eng in engines.items():
+    for r in range(repeats):
+        order = list(engines.items())
+        for k, eng in (order[::-1] if alternate and r % 2 else order):
             sync(device)
             t0, s0 = time.perf_counter(), eng.step_count
             outs = eng.generate(prompts, params)

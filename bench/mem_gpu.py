@@ -44,7 +44,7 @@ from engine.runtime.runtime import freeze_heap  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
 # (the rejects' and the hybrid's rounds by turns: their rows are ratios of host-bound runs)
-FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, reject_repeats=9,
+FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, reject_repeats=15,
                             hybrid_prompts=[1024, 4096], hybrid_requests=32, hybrid_new=256,
                             hybrid_rounds=5, roof_seqs=[64, 256], roof_prompt=512, roof_new=96,
                             layers=None, budget_s=480)}

@@ -65,7 +65,8 @@ def spec_rejects(path: str, device: str, sizes: dict) -> dict:
     engines = {k: device_step.engine(path, device, k, top, top * 40 + 64) for k in (0, 4)}
     params = SamplingParams(max_tokens=sizes["new"], temperature=1.0, seed=1, ignore_eos=True)
     prompts = repetitive(top, REJECT_VOCAB)
-    got = timed_runs(engines, prompts, params, device, sizes.get("reject_repeats", sizes["repeats"]))
+    got = timed_runs(engines, prompts, params, device, sizes.get("reject_repeats", sizes["repeats"]),
+                     alternate=True)
     same = got[4].pop("ids") == got[0].pop("ids")  # seeded: rejection sampling keeps them
     drafting = _drafting_steps(engines[4], prompts, params)
     costs = engines[4].runtime.step_costs()

@@ -366,7 +366,7 @@ def table() -> str:
                   "their slots are chosen, and a prompt alone computing its rest in the step of "
                   "its loads), on a chip whose memory is ~1.4x faster, so its roofline rows are "
                   "against a lower roofline; its hybrid and rejects rows are read by turns, "
-                  "each the median of its rounds' own ratios." + report_turns.run_29(
+                  "each the median of its rounds' own ratios." + report_turns.host_speed_at_parts(
                       load(MEM_ALSO[1])) + " Rows bound by the host move by a "
                   "third or more from one engine to the next, the same code on one machine "
                   "(`ab_trees_h100.json`, `ab_threads_h200.json`: versions by turns): "

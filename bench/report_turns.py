@@ -157,8 +157,8 @@ def run_27_28() -> str:
             f"fast speed ({started_slow} of the {parts} parts they ran beside started slow).")
 
 
-def run_29(run: dict) -> str:
-    """Run 29: the host's speed as each part began (its fixed loop), slow or fast."""
+def host_speed_at_parts(run: dict) -> str:
+    """A run's host speed as each part began (its fixed loop), slow or fast."""
     speed = {k: v for k, v in run.get("python_ms", {}).items() if k in
              ("rejects", "hybrid", "tier", "roofline")}
     if not speed:
