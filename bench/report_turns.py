@@ -166,6 +166,9 @@ def host_speed_at_parts(run: dict) -> str:
     fast = [k for k, ms in speed.items() if ms <= SLOW_LOOP_MS]
     slow = [k for k in speed if k not in fast]
     said = "; ".join(f"{k} {speed[k]:.2f} ms" for k in speed)
+    if not slow or not fast:
+        which = f"every one at the {'fast' if fast else 'slow'} speed"
+    else:
+        which = f"{', '.join(slow)} at the slow speed, {', '.join(fast)} at the fast one"
     return (f" In that run the host's loop (`bench/host_speed.py`) took {said} as the parts "
-            f"began: {', '.join(slow) or 'none'} at the slow speed, {', '.join(fast) or 'none'} "
-            "at the fast one.")
+            f"began: {which}.")
