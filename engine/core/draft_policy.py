@@ -196,12 +196,12 @@ class DraftPolicy:
         found: list[tuple[Sequence, int, list[int]]] = []
         k = max(1, self.max_tokens)
         for seq in in_flight:
-            st = seq.drafting or self.state(seq)
+            st = self.state(seq)
             tokens = seq.token_ids
             known = len(tokens) - 1  # the last token is still on the device
             if st.shadow is not None:
                 self._settle_shadow(st, tokens, known, step)
-            if step < st.next_lookup or step < st.paused_until or known < 1:  # not may_look
+            if not st.may_look(step) or known < 1:
                 continue
             draft = st.index.propose(tokens, known, k)  # from the token in flight on
             if draft:
