@@ -178,6 +178,9 @@ def test_the_space_kept_zerogpus_contract(space):
         f"{c['requested']:.0f}/{c['used']:.1f}/{c['outcome']}" for c in ran))
     for c in ran:  # within its duration, and a duration sized to the work, not the 60 s default
         assert c["used"] <= c["requested"] <= 30, c
-    for c in ran[1:]:  # once one call was measured, each asks for about what it takes
-        assert c["requested"] <= 3 * c["used"] + 4, c
+    # once a call was measured, each asks for about what the calls so far took. Not what this
+    # one took: the clock learns from earlier calls, and on a loaded machine an earlier call can
+    # take several times longer than a later one of the same work (CI: 5.2 s, then 1.4 s)
+    for i, c in enumerate(ran[1:], start=1):
+        assert c["requested"] <= 3 * max(e["used"] for e in ran[: i + 1]) + 4, c
     assert [e for e in log if e["event"] == "refused"] == []
