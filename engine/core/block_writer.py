@@ -84,11 +84,11 @@ class BlockWriter:
             tier, step, copies = self.tier, self.step, self.copies
             pinned = tier.pinned(step)
             self.evictions += len(evicted)
+            slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned)
             # hundreds a step when a long prompt evicts: each record straight from its fields'
             # tuple (a NamedTuple's own __new__ costs a Python call)
-            for block_id, evicted_hash, tokens in evicted:
+            for (block_id, evicted_hash, _), slot in zip(evicted, slots, strict=True):
                 events.append(_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None)))
-                slot = tier.store(evicted_hash, tokens, pinned)
                 if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
                     copies.append(_new(BlockCopy, ("offload", block_id, slot)))
                     facts = _new(Offloaded, (slot, evicted_hash & 0xFFFF))

@@ -14,11 +14,19 @@ wave only where a copy touches a block that an earlier copy of the current wave 
 one that it read. Copies within a wave are independent, so the runtime may run each kind of copy
 of a wave as one launch. A step without such a dependency is one wave, as before.
 
+One dependency stays inside a wave: a load into a GPU block that an offload of the wave read (a
+long prompt's blocks taken by evicting cached ones to the tier, then filled from it). A wave
+runs its kinds in COPY_KINDS order, offloads before loads, and every runtime reads an offload's
+blocks before a later load writes them (engine/runtime/tier_copies.py: the load's scatter waits
+for the compute stream's gathers), so the prompt's offloads and loads go in one launch each.
+
 Locations are (space, block id): the GPU pool, the CPU swap space, the CPU tier of the prefix cache.
 """
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 #: The runtime's copy methods (engine/runtime/protocols.py), in the order a wave runs them. Within a
@@ -43,6 +51,7 @@ class BlockCopy(NamedTuple):
 
 
 Wave = dict[str, list[tuple[int, int]]]  # kind -> (source, destination) pairs
+_KIND = itemgetter(0)
 
 
 def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
@@ -51,16 +60,28 @@ def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
     waves: list[Wave] = []
     wave: Wave = {}
     read: set[int] = set()
+    gathered: set[int] = set()  # the GPU blocks the wave's offloads read: loads may write them
     written: set[int] = set()
-    for kind, src, dst in copies:
+    for kind, run in groupby(copies, key=_KIND):  # a long prompt's hundreds of offloads, loads
         src_space, dst_space = _CODES[kind]
-        source, target = 3 * src + src_space, 3 * dst + dst_space
-        if source in written or target in read or target in written:
-            waves.append(wave)  # this copy must see the wave's writes, or come after its reads
-            wave, read, written = {}, set(), set()
-        wave.setdefault(kind, []).append((src, dst))
-        read.add(source)
-        written.add(target)
+        pairs = [(src, dst) for _, src, dst in run]
+        sources = [3 * src + src_space for src, _ in pairs]
+        targets = [3 * dst + dst_space for _, dst in pairs]
+        if (written.isdisjoint(sources) and written.isdisjoint(targets) and read.isdisjoint(targets)
+                and (kind == "load" or gathered.isdisjoint(targets))
+                and len(set(targets)) == len(targets) and set(targets).isdisjoint(sources)):
+            wave.setdefault(kind, []).extend(pairs)  # nothing in the run meets anything: at once
+            (gathered if kind == "offload" else read).update(sources)
+            written.update(targets)
+            continue
+        for pair, source, target in zip(pairs, sources, targets, strict=True):
+            if source in written or target in read or target in written or (
+                    kind != "load" and target in gathered):
+                waves.append(wave)  # this copy must see the wave's writes, or come after its reads
+                wave, read, gathered, written = {}, set(), set(), set()
+            wave.setdefault(kind, []).append(pair)
+            (gathered if kind == "offload" else read).add(source)
+            written.add(target)
     if wave:
         waves.append(wave)
     return waves

@@ -40,24 +40,35 @@ class OffloadTier:
         """The slot to copy an evicted block into (the least recently used entry's when the tier
         is full, but never a `pinned` one: a load reads it this step), or None when there is no
         such slot or the tier holds this block already (then it only becomes the most recent)."""
+        return self.store_many([(block_hash, token_ids)], pinned)[0]
+
+    def store_many(self, blocks: list[tuple[int, list[int]]], pinned: set[int] = frozenset()
+                   ) -> list[int | None]:
+        """`store` for each (hash, tokens) in turn, as one operation: a long prompt evicts
+        hundreds of blocks in a step, and each call's overhead was a third of the work."""
         if not self.num_blocks:
-            return None
+            return [None] * len(blocks)
         self.version += 1
-        if block_hash in self.entries:
-            self.entries.move_to_end(block_hash)
-            return None
-        if self.free_slots:
-            slot = self.free_slots.popleft()
-        else:
-            victim = next(iter(self.entries))  # the least recently used, unless a load reads it
-            if self.entries[victim][0] in pinned:
-                victim = next((h for h, (s, _) in self.entries.items() if s not in pinned), None)
-            if victim is None:
-                return None
-            slot, _ = self.entries.pop(victim)
-        self.entries[block_hash] = (slot, tuple(token_ids))
-        self.offloaded_blocks += 1
-        return slot
+        entries, free, slots = self.entries, self.free_slots, []
+        for block_hash, token_ids in blocks:
+            if block_hash in entries:
+                entries.move_to_end(block_hash)
+                slots.append(None)
+                continue
+            if free:
+                slot = free.popleft()
+            else:
+                victim = next(iter(entries))  # the least recently used, unless a load reads it
+                if entries[victim][0] in pinned:
+                    victim = next((h for h, (s, _) in entries.items() if s not in pinned), None)
+                if victim is None:
+                    slots.append(None)
+                    continue
+                slot, _ = entries.pop(victim)
+            entries[block_hash] = (slot, tuple(token_ids))
+            slots.append(slot)
+        self.offloaded_blocks += len(slots) - slots.count(None)
+        return slots
 
     def state(self) -> dict:
         """Everything the tier holds, as plain data (its size is fixed at construction)."""
@@ -95,14 +106,18 @@ class OffloadTier:
         end = (len(prompt) - 1) // block_size
         if most is not None:
             end = min(end, start + most)
-        for i in range(start, end):
+        entries = self.entries
+        for i in range(start, end):  # `find`, inline: a 4,096-token prefix is 256 blocks
             chunk = prompt[i * block_size:(i + 1) * block_size]
             h = hash_fn(parent, chunk)
-            slot = self.find(h, chunk)
-            if slot is None:
+            entry = entries.get(h)
+            if entry is None or entry[1] != tuple(chunk):
                 break
-            found.append((slot, h))
+            entries.move_to_end(h)
+            found.append((entry[0], h))
             parent = h
+        if found:
+            self.version += 1
         return found
 
     def slots(self) -> list[tuple[int, int | None, tuple[int, ...]]]:

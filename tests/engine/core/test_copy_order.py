@@ -10,6 +10,8 @@ import os
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import EngineConfig, LLMEngine, SamplingParams, step_run
 from engine.config import TRACK_KV_CONTENT_ENV
@@ -49,6 +51,67 @@ def test_a_block_evicted_to_the_tier_is_read_before_its_new_owner_writes_it():
     offload = BlockCopy("offload", 4, 2)
     load = BlockCopy("load", 2, 4)  # the tier slot just written, into block 4
     assert copy_plan.copy_waves([offload, load]) == [{"offload": [(4, 2)]}, {"load": [(2, 4)]}]
+
+
+def test_a_prompt_loaded_into_blocks_it_evicted_to_the_tier_is_one_wave():
+    """The offloads run before the loads within a wave, so a load may write a block an
+    offload of the wave read; anything else that writes it still waits for the next wave."""
+    offloads = swap("offload", (4, 0), (5, 1))
+    loads = swap("load", (7, 4), (8, 5))  # other slots, into the blocks just offloaded
+    assert copy_plan.copy_waves(offloads + loads) == [
+        {"offload": [(4, 0), (5, 1)], "load": [(7, 4), (8, 5)]}]
+    cow = BlockCopy("copy_blocks", 9, 4)  # not a load: after the offload read block 4
+    assert copy_plan.copy_waves([*offloads, cow]) == [{"offload": [(4, 0), (5, 1)]},
+                                                     {"copy_blocks": [(9, 4)]}]
+    again = BlockCopy("offload", 4, 3)  # block 4 read again after the load wrote it
+    assert len(copy_plan.copy_waves([*offloads, *loads, again])) == 2
+
+
+def test_a_long_prompt_from_the_tier_reads_back_its_own_kv(monkeypatch):
+    """The document repeat (its blocks evicted to the tier, then loaded into the blocks their
+    evictions freed, in one wave): every block reads back its own tokens' K/V."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=12,
+                                 num_offload_blocks=32, track_kv_content=True))
+    doc, other = list(range(3, 39)), list(range(100, 136))
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
+    waves: list = []
+    monkeypatch.setattr(step_run, "copy_waves",
+                        lambda copies, real=step_run.copy_waves: waves.append(real(copies)) or waves[-1])
+    for r in range(3):
+        eng.generate([doc + [40 + r]], one)
+        eng.generate([other + [50 + r]], one)  # evicts the document's blocks into the tier
+        eng.generate([doc + [60 + r]], one)
+        eng.check_invariants()  # the content shadow: every slot holds its own token's K/V
+    assert eng.snapshot().metrics.offload_hit_blocks > 0
+    assert any(len(w) == 1 and {"offload", "load"} <= set(w[0]) for w in waves), waves
+
+
+def waves_by_hand(copies: list[BlockCopy]) -> list[dict]:
+    """The rule, a copy at a time: a new wave where a copy reads what the wave wrote, or writes
+    what it read or wrote, except a load writing what the wave's offloads read."""
+    waves, wave, read, gathered, written = [], {}, set(), set(), set()
+    spaces = {"offload": ("gpu", "tier"), "swap_out": ("gpu", "cpu"), "swap_in": ("cpu", "gpu"),
+              "load": ("tier", "gpu"), "copy_blocks": ("gpu", "gpu")}
+    for kind, src, dst in copies:
+        source, target = (spaces[kind][0], src), (spaces[kind][1], dst)
+        if source in written or target in read or target in written or (
+                kind != "load" and target in gathered):
+            waves.append(wave)
+            wave, read, gathered, written = {}, set(), set(), set()
+        wave.setdefault(kind, []).append((src, dst))
+        (gathered if kind == "offload" else read).add(source)
+        written.add(target)
+    return waves + [wave] if wave else waves
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(copy_plan.COPY_KINDS), st.integers(0, 5),
+                          st.integers(0, 5)), max_size=30))
+def test_copy_waves_cut_where_the_rule_by_hand_does(raw):
+    """Runs of one kind go into a wave at once where nothing in them meets anything; the waves
+    are the rule's, a copy at a time, whatever the runs hold."""
+    copies = [BlockCopy(*c) for c in raw]
+    assert copy_plan.copy_waves(copies) == waves_by_hand(copies)
 
 
 def test_the_bookkeeping_records_its_copies_in_the_order_it_made_them():
