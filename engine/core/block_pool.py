@@ -176,6 +176,18 @@ class BlockPool:
         self._log.append(block_id)
         return True
 
+    def register_many(self, block_ids: list[int], hashes: list[int]) -> None:
+        """`register_hash` for each block with its hash, as one operation (a prefix's hundreds
+        of blocks loaded from the tier)."""
+        blocks, table = self.blocks, self.hash_to_block
+        for block_id, block_hash in zip(block_ids, hashes, strict=True):
+            block = blocks[block_id]
+            key = (block.group, block_hash)
+            if key not in table:
+                block.block_hash = block_hash
+                table[key] = block_id
+        self._log += block_ids
+
     # ---- a block's tokens (every write goes through here: the change log stays true) ----------
 
     def append_token(self, block_id: int, token: int) -> None:
