@@ -164,6 +164,26 @@ class BlockPool:
             self.free_ids.append(block_id)
         return True
 
+    def decref_many(self, block_ids: list[int], owner: int) -> list[int]:
+        """`decref` each block in turn, as one operation (a long prompt's window passes hundreds
+        of blocks at once). Returns the blocks whose ref count reached 0, in that order."""
+        blocks, cached, free = self.blocks, self.cached_ids, self.free_ids
+        released = []
+        for block_id in block_ids:
+            block = blocks[block_id]
+            block.ref_count -= 1
+            block.owners.pop(owner, None)
+            if block.ref_count > 0:
+                continue
+            if block.block_hash is not None:
+                cached[block_id] = None  # most recently used end
+            else:
+                block.token_ids = []
+                free.append(block_id)
+            released.append(block_id)
+        self._log += block_ids
+        return released
+
     def register_hash(self, block_id: int, block_hash: int) -> bool:
         """Make a full block findable by its hash. False when the hash already names another
         block: that one keeps serving hits (no deduplication after the fact)."""

@@ -356,13 +356,11 @@ class KVCacheManager:
         start of a prefix, the part most likely to be asked for again, stays cached longest."""
         swapped = seq.status is SequenceStatus.SWAPPED  # its blocks are in CPU swap space
         pool = self.cpu_pool if swapped else self.pool
-        released, kept = [], []
         tables = seq.block_tables
-        for j in range(len(tables[0]) - 1, -1, -1):
-            for table in tables:
-                b = table[j]
-                if b is not None:
-                    (released if pool.decref(b, seq.seq_id) else kept).append(b)
+        order = [b for j in range(len(tables[0]) - 1, -1, -1) for t in tables if (b := t[j]) is not None]
+        released = pool.decref_many(order, seq.seq_id)
+        gone = set(released)
+        kept = [b for b in order if b not in gone]
         released.reverse()
         kept.reverse()
         seq.block_tables = [[] for _ in tables]
@@ -385,19 +383,19 @@ class KVCacheManager:
             j = dead_blocks(n, group.window, bs, len(table)) - 1
             if j < 0 or table[j] is None:  # most steps: nothing newly out of the window
                 continue
-            dropped, released = [], []
+            last = j
             while j >= 0 and table[j] is not None:  # the newly dead ones: amortised O(1)
-                b, table[j] = table[j], None
-                dropped.append(b)
-                if self.pool.decref(b, seq.seq_id):
-                    released.append(b)
                 j -= 1
-            if dropped:
-                self.dropped_blocks += len(dropped)
-                cached = tuple(b for b in released if self.pool.blocks[b].block_hash is not None)
-                events.append(Event("drop", self.step, seq.seq_id, tuple(reversed(dropped)),
-                                    facts=Dropped(group.name, group.window, j + 1, cached,
-                                                  tuple(b for b in dropped if b not in released))))
+            dropped = table[j + 1:last + 1][::-1]  # last first: the LRU order of one at a time
+            table[j + 1:last + 1] = [None] * len(dropped)
+            released = self.pool.decref_many(dropped, seq.seq_id)
+            gone = set(released)  # a long prompt drops hundreds at once: no list scans
+            self.dropped_blocks += len(dropped)
+            blocks = self.pool.blocks
+            events.append(Event("drop", self.step, seq.seq_id, tuple(reversed(dropped)),
+                                facts=Dropped(group.name, group.window, j + 1,
+                                              tuple(b for b in released if blocks[b].block_hash is not None),
+                                              tuple(b for b in dropped if b not in gone))))
         return events
 
     # ---- checks -------------------------------------------------------------------------------

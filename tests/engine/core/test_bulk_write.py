@@ -104,3 +104,51 @@ def test_a_hash_whose_cached_block_the_write_evicts_stays_findable() -> None:
         assert seq.block_table == [3, 2, 1]
     assert served[True] == [0, 2, 1]  # A's hash: the cached block the prompt did not hit
     assert served[False] == [0, None, 1]
+
+
+def _drop_one_by_one(mgr: KVCacheManager, seq: Sequence) -> list:
+    """The sliding group's drop a block at a time (`decref` each, walking back from the last
+    dead block), as the manager did before it dropped a run of them in one call."""
+    from engine.core.events import Dropped
+    from engine.core.kv_groups import dead_blocks
+
+    group = HYBRID[1]
+    table = seq.block_tables[1]
+    j = dead_blocks(seq.num_tokens, group.window, BS, len(table)) - 1
+    if j < 0 or table[j] is None:
+        return []
+    dropped, released = [], []
+    while j >= 0 and table[j] is not None:
+        b, table[j] = table[j], None
+        dropped.append(b)
+        if mgr.pool.decref(b, seq.seq_id):
+            released.append(b)
+        j -= 1
+    cached = tuple(b for b in released if mgr.pool.blocks[b].block_hash is not None)
+    return [(tuple(reversed(dropped)), Dropped(group.name, group.window, j + 1, cached,
+                                               tuple(b for b in dropped if b not in released)))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(history=st.lists(tokens, max_size=6), prompt=tokens, fork=st.booleans(),
+       blocks=st.integers(8, 40))
+def test_a_window_drops_a_run_of_blocks_as_one_at_a_time_would(history, prompt, fork, blocks):
+    """A prompt's blocks past the sliding window given back in one call: the same tables, the
+    same event, and the pool (ref counts, the LRU order of the cached ones, the free list)
+    exactly as dropping them a block at a time leaves it."""
+    done = []
+    for reference in (False, True):
+        mgr = _manager(blocks, 0, True, history)
+        seq, child = Sequence(1), Sequence(2)
+        try:
+            mgr.allocate(seq, prompt)
+        except OutOfBlocks:
+            return
+        if fork:  # the dropped blocks shared: only this table's reference goes
+            mgr.fork(seq, child)
+        live = [seq, child] if fork else [seq]
+        got = [_drop_one_by_one(mgr, s) if reference else
+               [(e.block_ids, e.facts) for e in mgr.drop_out_of_window(s)] for s in live]
+        mgr.check_invariants(live)
+        done.append((got, [s.block_tables for s in live], mgr.pool.state()))
+    assert done[0] == done[1]
