@@ -116,7 +116,7 @@ class BlockPool:
         if len(groups) > len(self.free_ids) + len(self.cached_ids):
             raise OutOfBlocks(f"{len(groups)} block(s) asked for, but the pool has only "
                               f"{self.num_allocatable} free or cached")
-        free, cached, blocks = self.free_ids, self.cached_ids, self.blocks
+        free, cached, blocks, by_hash = self.free_ids, self.cached_ids, self.blocks, self.hash_to_block
         ids: list[int] = []
         evicted: list[tuple[int, int, list[int]]] = []
         for group in groups:
@@ -126,7 +126,10 @@ class BlockPool:
             else:
                 block_id, _ = cached.popitem(last=False)
                 block = blocks[block_id]
-                evicted.append((block_id, self._drop_hash(block_id), block.token_ids))
+                h, block.block_hash = block.block_hash, None  # `_drop_hash`, inline: thousands a run
+                if by_hash.get(key := (block.group, h)) == block_id:
+                    del by_hash[key]
+                evicted.append((block_id, h, block.token_ids))
             block.ref_count = 1
             block.token_ids = []
             owners = block.owners  # emptied in place: no new dict a block (fewer for the GC)

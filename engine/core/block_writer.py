@@ -84,7 +84,8 @@ class BlockWriter:
             tier, step, copies = self.tier, self.step, self.copies
             pinned = tier.pinned(step)
             self.evictions += len(evicted)
-            slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned)
+            slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned) \
+                if tier.num_blocks else [None] * len(evicted)
             # hundreds a step when a long prompt evicts: each record straight from its fields'
             # tuple (a NamedTuple's own __new__ costs a Python call)
             for (block_id, evicted_hash, _), slot in zip(evicted, slots, strict=True):
@@ -190,7 +191,7 @@ class BlockWriter:
         for j, chunk in enumerate(chunks, index):
             parent = hash_fn(parent, chunk)
             hashes.append(parent)
-            for table in tables:
-                if register(table[j], parent):
-                    events.append(Event("cache", step, sid, (table[j],),
-                                        facts=Cached(parent & 0xFFFF)))
+            for table in tables:  # a block in each group: a hybrid's prompt registers twice
+                if register(table[j], parent):  # the records from their fields' tuples, as above
+                    events.append(_new(Event, ("cache", step, sid, (table[j],), (), None,
+                                               _new(Cached, (parent & 0xFFFF,)), "", None)))
