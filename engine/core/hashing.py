@@ -19,6 +19,7 @@ Two families, chosen by `EngineConfig.prefix_caching_hash_algo` (`hash_function`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pickle
 import struct
@@ -40,21 +41,14 @@ _LOW_64 = (1 << 64) - 1
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     """xxh64 of the parent block's hash followed by this block's token ids (as int64), both
     little-endian: the bytes packed in one call (a 4,096-token prefix hashes 256 blocks)."""
-    n = len(token_ids)
-    packers = _WITH_PARENT if parent_hash is not None else _ALONE
-    pack = packers.get(n) or _packer(packers, n, parent_hash is not None)
     if parent_hash is None:
-        return xxhash.xxh64_intdigest(pack(*token_ids))
-    return xxhash.xxh64_intdigest(pack(parent_hash, *token_ids))
+        return xxhash.xxh64_intdigest(_packer(len(token_ids), False)(*token_ids))
+    return xxhash.xxh64_intdigest(_packer(len(token_ids), True)(parent_hash, *token_ids))
 
 
-_WITH_PARENT: dict[int, Callable[..., bytes]] = {}  # tokens in a block -> its struct's pack
-_ALONE: dict[int, Callable[..., bytes]] = {}
-
-
-def _packer(packers: dict[int, Callable[..., bytes]], n: int, parent: bool) -> Callable[..., bytes]:
-    packers[n] = struct.Struct(f"<{'Q' if parent else ''}{n}q").pack
-    return packers[n]
+@functools.cache  # a pure function of a block's size: one Struct per size, compiled once
+def _packer(n: int, parent: bool) -> Callable[..., bytes]:
+    return struct.Struct(f"<{'Q' if parent else ''}{n}q").pack
 
 
 class VllmBlockHash(int):
