@@ -84,7 +84,7 @@ def browser() -> Iterator[Any]:
     one for the session: each test opens and closes its own pages."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
-    from playwright.sync_api import Page, sync_playwright
+    from playwright.sync_api import Browser, Page, sync_playwright
 
     # A wait polls its condition every 100 ms, not at every frame (Playwright's default): the
     # slide walk's condition measures every text of the page, and at 60 polls a second the browser
@@ -95,8 +95,20 @@ def browser() -> Iterator[Any]:
     def polled(self, expression, *, arg=None, timeout=None, polling=None):
         return wait(self, expression, arg=arg, timeout=timeout, polling=100 if polling is None else polling)
 
+    # An action (a click, a fill) waits for its element up to two minutes, as the waits here do,
+    # not Playwright's 30 s: beside a busy neighbour the page's main thread can be starved that
+    # long (the slide walk of lesson 14, run with a `yes` loop at a load of 22: 50 s to show its
+    # first page, then 30 s with no answer to the locator of the presenter box, always present)
+    new_page = Browser.new_page
+
+    def patient(self, *args, **kwargs):
+        page = new_page(self, *args, **kwargs)
+        page.set_default_timeout(120_000)
+        return page
+
     with sync_playwright() as pw, pytest.MonkeyPatch.context() as mp:
         mp.setattr(Page, "wait_for_function", polled)
+        mp.setattr(Browser, "new_page", patient)
         b = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])
