@@ -126,7 +126,7 @@ class BlockPool:
             else:
                 block_id, _ = cached.popitem(last=False)
                 block = blocks[block_id]
-                h, block.block_hash = block.block_hash, None  # `_drop_hash`, inline: thousands a run
+                h, block.block_hash = block.block_hash, None  # its hash no longer finds it
                 if by_hash.get(key := (block.group, h)) == block_id:
                     del by_hash[key]
                 evicted.append((block_id, h, block.token_ids))
@@ -154,18 +154,7 @@ class BlockPool:
 
     def decref(self, block_id: int, owner: int) -> bool:
         """One block-table entry lets go. Returns True when the block's ref count reached 0."""
-        block = self.blocks[block_id]
-        block.ref_count -= 1
-        block.owners.pop(owner, None)
-        self._log.append(block_id)
-        if block.ref_count > 0:
-            return False
-        if block.block_hash is not None:
-            self.cached_ids[block_id] = None  # most recently used end
-        else:
-            block.token_ids = []
-            self.free_ids.append(block_id)
-        return True
+        return bool(self.decref_many([block_id], owner))
 
     def decref_many(self, block_ids: list[int], owner: int) -> list[int]:
         """`decref` each block in turn, as one operation (a long prompt's window passes hundreds
@@ -268,11 +257,3 @@ class BlockPool:
         if block_id is None or self.blocks[block_id].token_ids != token_ids:
             return None
         return block_id
-
-    def _drop_hash(self, block_id: int) -> int | None:
-        block = self.blocks[block_id]
-        h = block.block_hash
-        if h is not None and self.hash_to_block.get((block.group, h)) == block_id:
-            del self.hash_to_block[(block.group, h)]
-        block.block_hash = None
-        return h

@@ -84,8 +84,7 @@ class BlockWriter:
             tier, step, copies = self.tier, self.step, self.copies
             pinned = tier.pinned(step)
             self.evictions += len(evicted)
-            slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned) \
-                if tier.num_blocks else [None] * len(evicted)
+            slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned)
             # hundreds a step when a long prompt evicts: each record straight from its fields'
             # tuple (a NamedTuple's own __new__ costs a Python call)
             for (block_id, evicted_hash, _), slot in zip(evicted, slots, strict=True):

@@ -25,8 +25,6 @@ Locations are (space, block id): the GPU pool, the CPU swap space, the CPU tier 
 
 from __future__ import annotations
 
-from itertools import groupby
-from operator import itemgetter
 from typing import NamedTuple
 
 #: The runtime's copy methods (engine/runtime/protocols.py), in the order a wave runs them. Within a
@@ -51,7 +49,6 @@ class BlockCopy(NamedTuple):
 
 
 Wave = dict[str, list[tuple[int, int]]]  # kind -> (source, destination) pairs
-_KIND = itemgetter(0)
 
 
 def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
@@ -62,26 +59,16 @@ def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
     read: set[int] = set()
     gathered: set[int] = set()  # the GPU blocks the wave's offloads read: loads may write them
     written: set[int] = set()
-    for kind, run in groupby(copies, key=_KIND):  # a long prompt's hundreds of offloads, loads
+    for kind, src, dst in copies:
         src_space, dst_space = _CODES[kind]
-        pairs = [(src, dst) for _, src, dst in run]
-        sources = [3 * src + src_space for src, _ in pairs]
-        targets = [3 * dst + dst_space for _, dst in pairs]
-        if (written.isdisjoint(sources) and written.isdisjoint(targets) and read.isdisjoint(targets)
-                and (kind == "load" or gathered.isdisjoint(targets))
-                and len(set(targets)) == len(targets) and set(targets).isdisjoint(sources)):
-            wave.setdefault(kind, []).extend(pairs)  # nothing in the run meets anything: at once
-            (gathered if kind == "offload" else read).update(sources)
-            written.update(targets)
-            continue
-        for pair, source, target in zip(pairs, sources, targets, strict=True):
-            if source in written or target in read or target in written or (
-                    kind != "load" and target in gathered):
-                waves.append(wave)  # this copy must see the wave's writes, or come after its reads
-                wave, read, gathered, written = {}, set(), set(), set()
-            wave.setdefault(kind, []).append(pair)
-            (gathered if kind == "offload" else read).add(source)
-            written.add(target)
+        source, target = 3 * src + src_space, 3 * dst + dst_space
+        if source in written or target in read or target in written or (
+                kind != "load" and target in gathered):
+            waves.append(wave)  # this copy must see the wave's writes, or come after its reads
+            wave, read, gathered, written = {}, set(), set(), set()
+        wave.setdefault(kind, []).append((src, dst))
+        (gathered if kind == "offload" else read).add(source)
+        written.add(target)
     if wave:
         waves.append(wave)
     return waves

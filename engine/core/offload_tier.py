@@ -106,18 +106,14 @@ class OffloadTier:
         end = (len(prompt) - 1) // block_size
         if most is not None:
             end = min(end, start + most)
-        entries = self.entries
-        for i in range(start, end):  # `find`, inline: a 4,096-token prefix is 256 blocks
+        for i in range(start, end):
             chunk = prompt[i * block_size:(i + 1) * block_size]
             h = hash_fn(parent, chunk)
-            entry = entries.get(h)
-            if entry is None or entry[1] != tuple(chunk):
+            slot = self.find(h, chunk)
+            if slot is None:
                 break
-            entries.move_to_end(h)
-            found.append((entry[0], h))
+            found.append((slot, h))
             parent = h
-        if found:
-            self.version += 1
         return found
 
     def slots(self) -> list[tuple[int, int | None, tuple[int, ...]]]:

@@ -108,8 +108,8 @@ def waves_by_hand(copies: list[BlockCopy]) -> list[dict]:
 @given(st.lists(st.tuples(st.sampled_from(copy_plan.COPY_KINDS), st.integers(0, 5),
                           st.integers(0, 5)), max_size=30))
 def test_copy_waves_cut_where_the_rule_by_hand_does(raw):
-    """Runs of one kind go into a wave at once where nothing in them meets anything; the waves
-    are the rule's, a copy at a time, whatever the runs hold."""
+    """The waves are the rule's, written out here in other words (locations as pairs), whatever
+    the copies hold."""
     copies = [BlockCopy(*c) for c in raw]
     assert copy_plan.copy_waves(copies) == waves_by_hand(copies)
 

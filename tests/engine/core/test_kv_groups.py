@@ -85,8 +85,9 @@ def test_a_prefix_hit_needs_the_window_blocks_of_the_sliding_group():
             enumerate(first.block_hashes)]
     # the sliding group's copy of logical block 4 is evicted; the full group keeps all six
     lost = hits[4][0]
-    kv.pool.cached_ids.pop(lost)
-    kv.pool._drop_hash(lost)
+    kv.pool.cached_ids.pop(lost)  # evicted: out of the LRU, its hash forgotten, free
+    del kv.pool.hash_to_block[(1, kv.pool.blocks[lost].block_hash)]
+    kv.pool.blocks[lost].block_hash = None
     kv.pool.free_ids.append(lost)
     again = Sequence(1)
     kv.allocate(again, prompt)
