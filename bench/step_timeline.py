@@ -14,7 +14,8 @@ for its tokens) and the collector's pauses and Triton's new compilations counted
   steady steps (torch.profiler: the union of kernels and copies against the window's wall).
 - `prefill`: the hybrid SmolLM2-shaped model against all-full, 32 prompts of 4,096 tokens (run
   10: its prefill steps 0.63 s against 0.33 with cheaper attention kernels); every prefill
-  step's phases, plus the host's functions over one run's prefill steps (cProfile).
+  step's phases, the device's busy share over four steady prefill steps, and the host's
+  functions over one run's prefill steps (cProfile, by own and by cumulative time).
 """
 
 from __future__ import annotations
@@ -206,6 +207,13 @@ def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
             for p in prompts_of._prompts(n, plen, plen, 10 + r):
                 eng.add_request(p, params)
             runs.append(timed_steps(eng, device, lambda res: res.num_prefills > 0))
+        for p in prompts_of._prompts(n, plen, plen, 30):
+            eng.add_request(p, params)
+        eng.step()
+        eng.step()  # past the first steps: steady prefills of 8,192 tokens
+        busy = device_busy(eng, device, 4)
+        while eng.has_pending_work():
+            eng.step()
         for p in prompts_of._prompts(n, plen, plen, 20):
             eng.add_request(p, params)
         prof = cProfile.Profile()
@@ -218,11 +226,14 @@ def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
         while eng.has_pending_work():
             eng.step()
         sync(device)
-        text = io.StringIO()
+        text, cumulative = io.StringIO(), io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=cumulative).sort_stats("cumulative").print_stats(40)
         eng.close()
         out[name] = {"first_run": summary(runs[0]), "second_run": summary(runs[1]),
-                     "second_run_steps": runs[1], "host_profile": text.getvalue().splitlines()[:45]}
+                     "second_run_steps": runs[1], "prefill_busy": busy,
+                     "host_profile": text.getvalue().splitlines()[:45],
+                     "host_cumulative": cumulative.getvalue().splitlines()[:60]}
         print(json.dumps({"prefill": name, "first": out[name]["first_run"],
                           "second": out[name]["second_run"]}), flush=True)
     return out
