@@ -11,10 +11,11 @@ This module imports torch and triton (for `triton.next_power_of_2` / `triton.cdi
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 
-__all__ = ["AttnConfig", "select_config", "choose_num_splits"]
+__all__ = ["AttnConfig", "select_config", "choose_num_splits", "query_tile", "tile_map"]
 
 
 class AttnConfig:
@@ -55,6 +56,28 @@ def select_config(max_query_len: int, group: int, head_dim: int, block_size: int
     block_m = min(max(group_p2, triton.next_power_of_2(group * max_query_len)), max(64, group_p2))
     block_n = 64 if head_dim <= 64 else 32
     return AttnConfig(block_m, block_n, num_warps=4, num_stages=2)
+
+
+def query_tile(max_query_len: int, group: int, head_dim: int, block_size: int) -> int:
+    """Query tokens a program of the kernel takes at this `max_query_len`: a tile map's unit."""
+    return select_config(max_query_len, group, head_dim, block_size).block_m // group
+
+
+def tile_map(q_lens: np.ndarray, tile: int, size: int) -> np.ndarray:
+    """The (sequence, query tile) pairs of a step whose sequences have these query lengths, at
+    `tile` tokens a tile, as int32 [2, size]: the sequences, then their tiles, in order; the
+    entries past the step's pairs are (-1, 0), which the kernel skips."""
+    q_lens = np.asarray(q_lens, dtype=np.int64)
+    counts = -(-q_lens // tile)
+    total = int(counts.sum())
+    if total > size:
+        raise ValueError(f"the step has {total} query tiles, the map holds {size}")
+    out = np.zeros((2, size), dtype=np.int32)
+    out[0, total:] = -1
+    out[0, :total] = np.repeat(np.arange(len(q_lens)), counts)
+    firsts = np.repeat(np.cumsum(counts) - counts, counts)
+    out[1, :total] = np.arange(total) - firsts
+    return out
 
 
 _SM_COUNT: dict[int, int] = {}

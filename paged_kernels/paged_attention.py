@@ -130,7 +130,7 @@ def _attend_tile(
 def _paged_attn_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
     block_tables_ptr, seq_lens_ptr, query_start_loc_ptr,
-    part_out_ptr, part_lse_ptr,
+    part_out_ptr, part_lse_ptr, tile_map_ptr,
     qk_scale, window,
     stride_qt, stride_qh,
     stride_ot, stride_oh,
@@ -139,6 +139,7 @@ def _paged_attn_kernel(
     stride_bt,
     stride_ps, stride_pt, stride_ph,  # partial out [split, token, head, d]; lse shares the first 3
     stride_ls, stride_lt,
+    stride_map,  # the tile map's two rows: sequences, then their query tiles
     GROUP: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -149,15 +150,25 @@ def _paged_attn_kernel(
     SLIDING: tl.constexpr,  # window > 0; False compiles the plain causal kernel
     IEEE: tl.constexpr,
     UPCAST: tl.constexpr,
+    TILE_MAP: tl.constexpr,  # program (i, head): the map's i-th (sequence, query tile)
 ):
-    seq = tl.program_id(0)
     kv_head = tl.program_id(1)
-    q_tile = tl.program_id(2) // NUM_SPLITS
-    split = tl.program_id(2) % NUM_SPLITS
+    if TILE_MAP:  # a graph's grid, fixed at capture: the step's tiles are listed, -1 pads
+        seq = tl.load(tile_map_ptr + tl.program_id(0))
+        q_tile = tl.load(tile_map_ptr + stride_map + tl.program_id(0))
+        live = seq >= 0
+        seq = tl.maximum(seq, 0)
+        split = 0
+    else:
+        seq = tl.program_id(0)
+        q_tile = tl.program_id(2) // NUM_SPLITS
+        split = tl.program_id(2) % NUM_SPLITS
     BLOCK_Q = BLOCK_M // GROUP  # query tokens per tile (a constexpr)
 
     q_start = tl.load(query_start_loc_ptr + seq)
     q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    if TILE_MAP:
+        q_len = tl.where(live, q_len, 0)  # a padding entry: no query, nothing to do
     seq_len = tl.load(seq_lens_ptr + seq)
     first_tok = q_tile * BLOCK_Q
     if first_tok < q_len:  # the grid is sized for the longest query; shorter ones skip tiles
@@ -297,9 +308,15 @@ def paged_attention(
     num_splits: int | None = None,
     *,
     window: int | None = None,
+    tile_map: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton paged attention; semantics and arguments as `paged_kernels.reference.paged_attention`,
     sliding `window` included (None or 0: none).
+
+    `tile_map` (int32 [2, M]: sequence indices, then query tile indices, -1 sequences pad) lists
+    the (sequence, query tile) pairs to run, one program each, for a grid that cannot follow the
+    step: a CUDA graph's (engine/runtime/prefill_graphs.py). Its tiles are `query_tile(...)`
+    tokens for this `max_query_len`; it implies no split.
 
     `max_query_len` / `max_seq_len` size the grid; when omitted they are read from the device
     (one synchronisation each). `num_splits` forces the split-K path's split count (1 = off);
@@ -328,7 +345,9 @@ def paged_attention(
     block_q = cfg.block_m // group
     num_q_tiles = triton.cdiv(max_query_len, block_q)
 
-    if num_splits is None:
+    if tile_map is not None:
+        num_splits = 1
+    elif num_splits is None:
         if q.device.type == "cuda" and num_q_tiles == 1:
             if max_seq_len is None:
                 max_seq_len = int(seq_lens.max())
@@ -355,10 +374,13 @@ def paged_attention(
     upcast = q.device.type == "cpu"
     ieee = upcast or q.dtype == torch.float32
     grid = (num_seqs, num_kv_heads, num_q_tiles * num_splits)
+    if tile_map is not None:
+        assert tile_map.dtype == torch.int32 and tile_map.shape[0] == 2 and tile_map.stride(1) == 1
+        grid = (tile_map.shape[1], num_kv_heads, 1)
     _paged_attn_kernel[grid](
         q, k_cache, v_cache, out,
         block_tables, seq_lens, query_start_loc,
-        part_out, part_lse,
+        part_out, part_lse, seq_lens if tile_map is None else tile_map,
         scale * LOG2E, window,
         q.stride(0), q.stride(1),
         out.stride(0), out.stride(1),
@@ -367,9 +389,10 @@ def paged_attention(
         block_tables.stride(0),
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
+        0 if tile_map is None else tile_map.stride(0),
         GROUP=group, BLOCK_SIZE=block_size, HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, NUM_SPLITS=num_splits,
-        SLIDING=window > 0, IEEE=ieee, UPCAST=upcast,
+        SLIDING=window > 0, IEEE=ieee, UPCAST=upcast, TILE_MAP=tile_map is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if num_splits > 1:

@@ -49,6 +49,7 @@ def paged_attention(
     num_splits: int | None = None,
     *,
     window: int | None = None,
+    tile_map: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal, grouped-query attention of packed new tokens over their paged context.
 
@@ -61,10 +62,10 @@ def paged_attention(
     the first query's window may be placeholders (the engine has dropped those blocks): their
     values get no weight, whatever they are.
     Returns `[total_q_tokens, num_q_heads, head_dim]` in q's dtype; math in float32 (float64 for
-    float64 inputs). The hints `max_query_len`, `max_seq_len` and `num_splits` only shape the
-    Triton launch; they are accepted here so that both paths share one signature.
+    float64 inputs). The hints `max_query_len`, `max_seq_len`, `num_splits` and `tile_map` only
+    shape the Triton launch; they are accepted here so that both paths share one signature.
     """
-    del max_query_len, max_seq_len, num_splits  # launch hints of the Triton path
+    del max_query_len, max_seq_len, num_splits, tile_map  # the Triton launch's
     window = window or 0
     assert window >= 0, "window must be None, 0 (no window) or positive"
     num_q_heads, head_dim = q.shape[1], q.shape[2]

@@ -75,6 +75,7 @@ def paged_attention(
     num_splits: int | None = None,
     *,
     window: int | None = None,
+    tile_map: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal, grouped-query attention of packed new tokens over their paged context.
 
@@ -82,7 +83,7 @@ def paged_attention(
     (None or 0: none). The hints are ignored: the decode-graph path passes its capture-time
     maxima, not this batch's.
     """
-    del max_query_len, max_seq_len, num_splits  # launch hints of the Triton path
+    del max_query_len, max_seq_len, num_splits, tile_map  # the Triton launch's
     window = window or 0
     assert window >= 0, "window must be None, 0 (no window) or positive"
     out = torch.empty_like(q)

@@ -42,6 +42,9 @@ class PagedMetadata:
     max_query_len: int
     max_seq_len: int
     layout: KVLayout
+    # a CUDA graph's attention grid: the step's (sequence, query tile) pairs, listed by the host
+    # (engine/runtime/prefill_graphs.py); None: the grid follows the step
+    tile_map: torch.Tensor | None = None
 
 
 def layer_cache(meta: PagedMetadata, layer: int
@@ -60,6 +63,8 @@ def attend(meta: PagedMetadata, group: int, q: torch.Tensor, k_cache: torch.Tens
     the block tables of KV cache group `group` (its window, if it slides)."""
     window = meta.layout.windows[group]
     extra = {} if window is None else {"window": window}  # the kernels' no-window path as is
+    if meta.tile_map is not None:
+        extra["tile_map"] = meta.tile_map
     return meta.ops.paged_attention(
         q, k_cache, v_cache, meta.block_tables[group], meta.seq_lens, meta.query_start_loc,
         scale, max_query_len=meta.max_query_len, max_seq_len=meta.max_seq_len, **extra)

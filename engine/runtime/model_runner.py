@@ -33,10 +33,13 @@ from engine.runtime.attention_plugin import METADATA_KWARG, PagedMetadata, use_p
 from engine.runtime.cache_engine import CacheEngine
 from engine.runtime.decode_graphs import DecodeGraphs, DecodeStep
 from engine.runtime.lean_decoder import lean_forward
+from engine.runtime.prefill_graphs import PrefillGraphs
 from engine.runtime.protocols import StepItem
 from engine.runtime.sampler import TorchScores, fused_sampling_available
 from engine.runtime.sampler_workspace import SamplerWorkspace
+from engine.runtime.step_inputs import StepInputs
 from engine.runtime.transfer import to_device
+from paged_kernels.attention_config import query_tile
 
 #: on a GPU, a prompt's rest of at most this many tokens (after a prefix hit, a load from the CPU
 #: tier, a chunk's end) runs in the step's graph beside the decodes instead of a step of eager
@@ -53,7 +56,7 @@ class ModelRunner:
 
     def __init__(self, loaded_model: Any, cache_engine: CacheEngine, max_batch: int = 256,
                  use_graphs: bool | None = None, use_lean: bool = True, max_query: int = 1,
-                 static_queries: bool = False) -> None:
+                 static_queries: bool = False, prefill_tokens: int | None = None) -> None:
         self.loaded = loaded_model
         self.model = loaded_model.model
         self.cache = cache_engine
@@ -75,6 +78,9 @@ class ModelRunner:
         self._no_mask = torch.zeros((1, 1, 1, 1), dtype=cache_engine.dtype, device=self.device)
         self._query_starts = torch.arange(max_batch + 1, dtype=torch.int32, device=self.device)
         max_len = min(self.max_model_len, cache_engine.num_gpu_blocks * self.block_size)
+        self.layout = cache_engine.layout  # which group's table and which page slot each layer reads
+        self.inputs = StepInputs(self.block_size, self.layout, self.max_model_len,
+                                 cache_engine.num_gpu_blocks)
         # Steps run on the lean decoder (fused layer kernels) where the architecture allows,
         # else on the model's own modules with our attention plugged in.
         self.lean = getattr(loaded_model, "lean", None) if use_lean else None
@@ -82,7 +88,6 @@ class ModelRunner:
         # the sampler's full-vocabulary scratch, reused every step (fresh pages cost a CPU more
         # than the arithmetic on them)
         self.sampler_workspace = SamplerWorkspace()
-        self.layout = cache_engine.layout  # which group's table and which page slot each layer reads
         # decodes, and steps of up to max_query tokens a sequence (drafts to verify, short rests
         # of prompts), from static buffers; on a CPU only decodes unless `static_queries`
         graphs_on = cache_engine.device.type == "cuda" if use_graphs is None else use_graphs
@@ -93,12 +98,24 @@ class ModelRunner:
                                    -(-max_len // self.block_size), max_len, use_graphs,
                                    num_groups=self.layout.num_groups, block_size=self.block_size,
                                    max_query=max_query)
+        # steps with longer chunks of prompts, up to `prefill_tokens` tokens, from static
+        # buffers too (graphs where the decodes' are): the lean decoder only
+        self.prefill = None
+        if prefill_tokens and self.lean is not None:
+            lean = self.lean
+            group = lean.num_q_heads // lean.num_kv_heads
+            self.prefill = PrefillGraphs(
+                self._prefill_forward, self.device, prefill_tokens, max_batch, self.graphs.width,
+                self.layout.num_groups,
+                lambda t: query_tile(t, group, lean.head_dim, self.block_size), use_graphs)
 
     def close(self) -> None:
         """Let go of this runner's own tensors now: decode graphs, static buffers, the sampler's
         workspace (idempotent). The KV pool is the cache engine's (`CacheEngine.close`); the
         model's weights are shared and stay."""
         self.graphs.close()
+        if self.prefill is not None:
+            self.prefill.close()
         self.sampler_workspace.release()
         self._no_mask = self._query_starts = None
 
@@ -165,12 +182,15 @@ class ModelRunner:
             sampling.warm_up(int(self.lm_head.weight.shape[0]), self.device)
         queries = (1, self.graphs.max_query) if self.graphs.max_query > 1 else (1,)
         self.graphs.capture(queries=queries, progress=progress)
+        if self.prefill is not None:
+            self.prefill.capture()
         torch.cuda.synchronize(self.device)
         self.num_tokens_computed = self.num_forward_passes = 0  # scratch work: not the user's
         seconds = time.perf_counter() - start
         if log is not None:
+            chunks = 0 if self.prefill is None else len(self.prefill.graphs)
             log(f"[pagedlab] engine warm: kernels compiled, {len(self.graphs.graphs)} decode "
-                f"graphs captured in {seconds:.1f} s")
+                f"and {chunks} prefill graphs captured in {seconds:.1f} s")
         return seconds
 
     @contextmanager
@@ -199,7 +219,46 @@ class ModelRunner:
             if (q == 1 or (q == self.graphs.max_query and padded)) and \
                     self.graphs.fits(len(batch), width, q):
                 return self.decode(batch, feed, q)
+            if self.prefill is not None:
+                logits = self._prefill_step(batch, feed)
+                if logits is not None:
+                    return TorchScores(logits, workspace=self.sampler_workspace)
         return TorchScores(self.execute(batch, feed), workspace=self.sampler_workspace)
+
+    def _prefill_step(self, batch: list[StepItem], feed: Feed | None) -> torch.Tensor | None:
+        """A step through the prefill buffers (prefill_graphs.py): logits of each sequence's
+        last token; None where it does not fit them (drafts to verify, too many tokens)."""
+        if any(s.num_logits != 1 for s in batch):
+            return None
+        tokens = sum(len(s.token_ids) for s in batch)
+        width = max(len(t) for s in batch for t in s.tables())
+        size = self.prefill.bucket(tokens, len(batch), width)
+        if size is None:
+            return None
+        step = self.inputs.host(batch, feed is not None)
+        fill = None
+        if feed is not None:  # a fed sequence's token is its last row's
+            last = step.query_start[1:] - 1
+            fed = ([(int(last[i]), row) for i, row in feed[0]], feed[1])
+            fill = lambda ids: _feed_into(ids, None, fed)  # noqa: E731
+        logits = self.prefill.run(step, size, fill)
+        self.num_tokens_computed += tokens
+        self.num_forward_passes += 1
+        return logits
+
+    def _prefill_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                         slots: torch.Tensor, tables: torch.Tensor, seq_lens: torch.Tensor,
+                         query_starts: torch.Tensor, last_rows: torch.Tensor,
+                         tile_map: torch.Tensor, size: int) -> torch.Tensor:
+        """Decoder + LM head over a prefill bucket of `size` tokens: what the prefill graphs
+        capture. `slots` [groups, size] and `tables` [groups, S, W]."""
+        meta = PagedMetadata(
+            kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
+            block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
+            max_query_len=size, max_seq_len=self.graphs.max_seq_len, layout=self.layout,
+            tile_map=tile_map,
+        )
+        return lean_forward(self.lean, meta, input_ids, positions, last_rows=last_rows)
 
     def decode(self, batch: list[StepItem], feed: Feed | None = None, q: int = 1) -> TorchScores:
         """Every sequence's new tokens (a decode token, then up to q - 1 draft tokens) from the
@@ -218,10 +277,10 @@ class ModelRunner:
                        for s, p, n in zip(batch, positions, lengths, strict=True))
                 or any(len(s.group_tables) != len(windows) - 1 for s in batch)):
             for i, seq in enumerate(batch):
-                self._check(i, seq)
+                self.inputs.check(i, seq)
         if any(windows):
             for i, seq in enumerate(batch):
-                self._check_windows(i, seq)
+                self.inputs.check_windows(i, seq)
         if q == 1:
             tokens = [s.token_ids[0] for s in batch]
             drafts = [0] * len(batch)
@@ -239,7 +298,7 @@ class ModelRunner:
                               feed=None if feed is None else lambda ids: _feed_into(ids[:, 0], None, feed))
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
-                self._check(i, seq)
+                self.inputs.check(i, seq)
         self.num_tokens_computed += sum(lengths)
         self.num_forward_passes += 1
         greedy = None if out.greedy_ids is None else (out.greedy_ids, out.greedy_logprobs)
@@ -247,16 +306,6 @@ class ModelRunner:
                                     for j in range(len(s.token_ids) - s.num_logits, len(s.token_ids))]
         return TorchScores(out.logits, None, greedy, workspace=self.sampler_workspace, rows=rows,
                            accepted=out.accepted)
-
-    def _check_windows(self, i: int, seq: StepItem) -> None:
-        """A sliding group's table must hold every block its window still shows the new tokens
-        (the entries before it may be dropped: None, never read)."""
-        bs, p = self.block_size, seq.num_computed
-        for g, window in enumerate(self.layout.windows):
-            if window:  # a full group's table never holds None
-                table = seq.block_table if g == 0 else seq.group_tables[g - 1]
-                if None in table[max(0, p - window + 1) // bs:]:
-                    self._check(i, seq)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         slots: torch.Tensor, seq_lens: torch.Tensor, tables: torch.Tensor,
@@ -283,110 +332,22 @@ class ModelRunner:
 
     def prepare(self, batch: list[StepItem], fed: bool = False
                 ) -> tuple[PagedMetadata, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Metadata and packed inputs of a batch (built on the CPU, moved to the device once).
-        `fed`: some token ids are placeholders, filled on the device afterwards. The host's
-        work grows with the sequences and their tables, not with the tokens: every token's
-        position and slot is computed from them in a few vectorised operations (a chunk of a
-        long prompt is thousands of tokens)."""
-        token_ids: list[int] = []
-        for i, seq in enumerate(batch):
-            self._check(i, seq)
-            token_ids += seq.token_ids
-        # numpy, not torch, on the host: torch's CPU operations on a long chunk's thousands of
-        # tokens run in parallel regions whose threads may be asleep or share a core (on an H200
-        # host, 3 ms an index); numpy's take microseconds, on one thread
-        n = len(batch)
-        q_lens = np.fromiter((len(s.token_ids) for s in batch), np.int64, n)
-        starts = np.fromiter((s.num_computed for s in batch), np.int64, n)
-        query_start = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(q_lens, out=query_start[1:])
-        seq_of = np.repeat(np.arange(n), q_lens)  # each token's sequence
-        positions = (starts - query_start[:-1])[seq_of] + np.arange(len(token_ids))
-        ids = np.array(token_ids, dtype=np.int64)
-        if fed:  # placeholders (the in-flight marker) read as token 0 until the feed writes them
-            np.maximum(ids, 0, out=ids)
-        dev = self.device
-        slot_mappings, block_tables = self._tables_and_slots(batch, seq_of, positions)
-        seq_lens = starts + q_lens
+        """Metadata and packed inputs of a batch (step_inputs.py), moved to the device once."""
+        x, dev = self.inputs.host(batch, fed), self.device
         meta = PagedMetadata(
             kv_cache=self.cache.kv_cache,
             ops=self.cache.ops,
-            slot_mappings=tuple(slot_mappings),
-            block_tables=tuple(block_tables),
-            seq_lens=to_device(seq_lens, torch.int32, dev),
-            query_start_loc=to_device(query_start, torch.int32, dev),
-            max_query_len=int(q_lens.max()),
-            max_seq_len=int(seq_lens.max()),
+            slot_mappings=tuple(to_device(s, torch.long, dev) for s in x.slots),
+            block_tables=tuple(to_device(t, torch.int32, dev) for t in x.tables),
+            seq_lens=to_device(x.seq_lens, torch.int32, dev),
+            query_start_loc=to_device(x.query_start, torch.int32, dev),
+            max_query_len=int(np.diff(x.query_start).max()),
+            max_seq_len=int(x.seq_lens.max()),
             layout=self.layout,
         )
-        last_rows = to_device(query_start[1:] - 1, torch.long, dev)
-        input_ids, token_positions = (to_device(a[None], torch.long, dev) for a in (ids, positions))
+        last_rows = to_device(x.query_start[1:] - 1, torch.long, dev)
+        input_ids, token_positions = (to_device(a[None], torch.long, dev) for a in (x.ids, x.positions))
         return meta, input_ids, token_positions, last_rows
-
-    def _tables_and_slots(self, batch: list[StepItem], seq_of: np.ndarray, positions: np.ndarray
-                          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Each KV cache group's slot of every token and padded block tables, on the device."""
-        dev, bs = self.device, self.block_size
-        slot_mappings, block_tables = [], []
-        for g, window in enumerate(self.layout.windows):
-            tables = [seq.block_table if g == 0 else seq.group_tables[g - 1] for seq in batch]
-            width = max(map(len, tables))
-            flat: list[int | None] = []
-            for seq, table in zip(batch, tables, strict=True):
-                flat += _kernel_table(table, seq.num_computed, window, bs) if window else table
-                flat += [0] * (width - len(table))
-            padded = np.array(flat, dtype=np.int32).reshape(len(batch), width)
-            slots = padded[seq_of, positions // bs].astype(np.int64) * bs + positions % bs
-            slot_mappings.append(to_device(slots, torch.long, dev))
-            block_tables.append(to_device(padded, torch.int32, dev))
-        return slot_mappings, block_tables
-
-    def _check(self, i: int, seq: StepItem) -> None:
-        # Checked before the forward pass: a bad table would otherwise write K/V into a block
-        # that belongs to another sequence, silently.
-        if len(seq.token_ids) < 1:
-            raise ValueError(f"sequence {i} of the batch has no new tokens")
-        if seq.num_computed < 0:
-            raise ValueError(f"sequence {i}: num_computed must be >= 0, got {seq.num_computed}")
-        seq_len = seq.num_computed + len(seq.token_ids)
-        if seq_len > self.max_model_len:
-            raise ValueError(f"sequence {i} would reach {seq_len} tokens; the model handles at "
-                             f"most {self.max_model_len}")
-        if len(seq.group_tables) != self.layout.num_groups - 1:
-            raise ValueError(f"sequence {i} has {len(seq.group_tables) + 1} block tables; this "
-                             f"model has {self.layout.num_groups} KV cache groups")
-        needed = -(-seq_len // self.block_size)
-        for g, table in enumerate(seq.tables()):
-            self._check_table(i, g, table, needed, seq.num_computed)
-
-    def _check_table(self, i: int, g: int, table: list[int | None], needed: int,
-                     num_computed: int) -> None:
-        if len(table) < needed:
-            raise ValueError(f"sequence {i} needs {needed} blocks for its tokens at block "
-                             f"size {self.block_size}, its table has {len(table)}")
-        window = self.layout.windows[g]
-        if window:  # dropped entries (None) only where no new token looks
-            first = max(0, num_computed - window + 1) // self.block_size
-            if None in table[first:]:
-                raise ValueError(f"sequence {i}: a block its sliding window still sees was dropped")
-            table = [b for b in table if b is not None]
-        n = self.cache.num_gpu_blocks
-        if not table or (min(table) >= 0 and max(table) < n):
-            return  # the common case, at C speed: this runs for every sequence of every step
-        for block in table:
-            if not 0 <= block < n:
-                raise ValueError(f"sequence {i}: block id {block} is outside the pool "
-                                 f"(0..{n - 1})")
-
-
-def _kernel_table(table: list[int | None], position: int, window: int, block_size: int
-                  ) -> list[int | None]:
-    """A sliding-window table as the kernels get it: the entries left of the first block a query
-    at `position` (and later) can see are never read (the kernels start at the window), so they
-    become 0, whatever they were: dropped (None) or not yet."""
-    first = max(0, position - window + 1) // block_size
-    return [0] * first + table[first:] if first else table
-
 
 def _feed_into(input_ids: torch.Tensor, rows: torch.Tensor | None, feed: Feed) -> None:
     """Write each fed sequence's token, read on the device from the last step's picks, into

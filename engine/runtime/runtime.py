@@ -42,8 +42,10 @@ class Runtime:
         )
         # a verification of k drafts is a static step of k + 1 queries a sequence
         drafts = config.num_speculative_tokens if config.speculative_method else 0
+        # steps with chunks of prompts run as graphs where decodes do (a GPU)
+        chunks = config.max_num_batched_tokens if self.cache.device.type == "cuda" else None
         self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512),
-                                  max_query=1 + drafts)
+                                  max_query=1 + drafts, prefill_tokens=chunks)
         # the tests track content: the device's decode tables are then checked every step too
         self.runner.graphs.check_tables = config.tracks_kv_content
         # what steps cost here, for the drafts' choice: measured where graphs replay (a GPU)
