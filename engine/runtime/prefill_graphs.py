@@ -84,6 +84,10 @@ class PrefillGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: torch.Tensor | None = None  # [S, vocab], every graph's output (made once)
         self._pool = None
+        # on a GPU only once every bucket is captured (the runner's warm-up): an engine that
+        # does not warm up (the app's later sessions, a ZeroGPU call) keeps the eager path
+        # rather than capture a graph in the middle of a user's step
+        self.ready = not self.use_graphs
         self.num_steps = 0  # steps run from these buffers
         self.num_replays = 0  # of them, replayed graphs
 
@@ -95,7 +99,7 @@ class PrefillGraphs:
 
     def bucket(self, num_tokens: int, num_seqs: int, table_width: int) -> int | None:
         """The bucket a step of this size runs in, or None when it does not fit."""
-        if num_seqs > self.max_seqs or table_width > self.width or not self._hosts:
+        if not self.ready or num_seqs > self.max_seqs or table_width > self.width or not self._hosts:
             return None
         return next((b for b in self.sizes if b >= num_tokens), None)
 
@@ -132,6 +136,7 @@ class PrefillGraphs:
                 progress(i, len(todo))
             if size not in self.graphs:
                 self._capture(size)
+        self.ready = True
 
     # ---- internals ------------------------------------------------------------------------------
 

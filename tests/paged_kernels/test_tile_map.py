@@ -37,14 +37,15 @@ def test_a_tile_map_too_small_for_the_step_says_so():
 def _padded(case: dict, seqs: int, tokens: int) -> dict:
     """The case in a graph's buffers: `seqs` sequence rows (the extra ones empty) and `tokens`
     query rows (the extra ones NaN: no sequence owns them)."""
-    n, total = case["seq_lens"].shape[0], case["q"].shape[0]
-    q = torch.full((tokens,) + tuple(case["q"].shape[1:]), float("nan"), dtype=case["q"].dtype)
+    n, total, dev = case["seq_lens"].shape[0], case["q"].shape[0], case["q"].device
+    q = torch.full((tokens,) + tuple(case["q"].shape[1:]), float("nan"), dtype=case["q"].dtype,
+                   device=dev)
     q[:total] = case["q"]
-    tables = torch.zeros((seqs, case["block_tables"].shape[1]), dtype=torch.int32)
+    tables = torch.zeros((seqs, case["block_tables"].shape[1]), dtype=torch.int32, device=dev)
     tables[:n] = case["block_tables"]
-    lens = torch.zeros(seqs, dtype=torch.int32)
+    lens = torch.zeros(seqs, dtype=torch.int32, device=dev)
     lens[:n] = case["seq_lens"]
-    starts = torch.full((seqs + 1,), total, dtype=torch.int32)
+    starts = torch.full((seqs + 1,), total, dtype=torch.int32, device=dev)
     starts[:n + 1] = case["query_start_loc"]
     return dict(case, q=q, block_tables=tables, seq_lens=lens, query_start_loc=starts)
 
@@ -62,10 +63,10 @@ def test_the_kernel_over_a_tile_map_equals_the_plain_grid(shape, window):
     padded = _padded(case, seqs, tokens)
     group, head_dim = case["q"].shape[1] // case["k_cache"].shape[2], case["q"].shape[2]
     tile = query_tile(tokens, group, head_dim, shape[0])
-    q_lens = np.diff(padded["query_start_loc"].numpy())
-    entries = tile_map(q_lens, tile, tokens // tile + seqs)
+    q_lens = np.diff(padded["query_start_loc"].cpu().numpy())
+    entries = torch.from_numpy(tile_map(q_lens, tile, tokens // tile + seqs))
     out = pa.paged_attention(**padded, max_query_len=tokens, window=window,
-                             tile_map=torch.from_numpy(entries))
+                             tile_map=entries.to(case["q"].device))
     total = case["q"].shape[0]
     assert not out[:total].isnan().any()
     torch.testing.assert_close(out[:total], want, atol=2e-5, rtol=2e-5)
