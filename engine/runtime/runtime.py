@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from engine.config import EngineConfig
-from engine.runtime.cache_engine import CacheEngine
+from engine.runtime.cache_engine import DEFAULT_PROFILE_TOKENS, CacheEngine
 from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import load_model
 from engine.runtime.protocols import Feed, StepItem
@@ -42,8 +42,11 @@ class Runtime:
         )
         # a verification of k drafts is a static step of k + 1 queries a sequence
         drafts = config.num_speculative_tokens if config.speculative_method else 0
-        # steps with chunks of prompts run as graphs where decodes do (a GPU)
+        # steps with chunks of prompts run as graphs where decodes do (a GPU); with a pool
+        # sized from free memory, only as long as the steps that sizing left room for
         chunks = config.max_num_batched_tokens if self.cache.device.type == "cuda" else None
+        if chunks and config.num_gpu_blocks is None:
+            chunks = min(chunks, DEFAULT_PROFILE_TOKENS)
         self.runner = ModelRunner(self.loaded, self.cache, max_batch=min(config.max_num_seqs, 512),
                                   max_query=1 + drafts, prefill_tokens=chunks)
         # the tests track content: the device's decode tables are then checked every step too
