@@ -28,29 +28,17 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from engine.runtime.step_inputs import HostInputs
 from paged_kernels.attention_config import tile_map
 
 #: buckets are multiples of this many tokens (of more, where that would make over MAX_BUCKETS):
 #: a step computes at most one bucket's step of padding, a few percent of a long chunk
 BUCKET_STEP = 256
 MAX_BUCKETS = 32
-
-
-@dataclass
-class PrefillInputs:
-    """One step's inputs as the host built them (engine/runtime/step_inputs.py)."""
-
-    ids: np.ndarray  # [T] token ids
-    positions: np.ndarray  # [T]
-    slots: list[np.ndarray]  # per KV cache group: [T] each token's slot
-    tables: list[np.ndarray]  # per KV cache group: [n, width] block tables, padded with 0
-    seq_lens: np.ndarray  # [n]
-    query_start: np.ndarray  # [n + 1]
 
 
 class PrefillGraphs:
@@ -104,7 +92,7 @@ class PrefillGraphs:
         return next((b for b in self.sizes if b >= num_tokens), None)
 
     @torch.inference_mode()
-    def run(self, step: PrefillInputs, size: int,
+    def run(self, step: HostInputs, size: int,
             feed: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
         """The step's logits, one row a sequence (its last token's). `feed(ids)` writes the
         token ids the host does not have yet into the device's int32 ids (async scheduling)."""
@@ -140,7 +128,7 @@ class PrefillGraphs:
 
     # ---- internals ------------------------------------------------------------------------------
 
-    def _fill(self, step: PrefillInputs, size: int) -> int:
+    def _fill(self, step: HostInputs, size: int) -> int:
         """The step into the next pinned buffer; returns how much of it to send."""
         self._turn ^= 1
         if self._copied[self._turn] is not None:
@@ -191,7 +179,7 @@ class PrefillGraphs:
     def _capture(self, size: int) -> None:
         # Padding only while warming and capturing: the kernels compile, cuBLAS picks its
         # algorithms, and nothing is written to the pool (every slot -1).
-        empty = PrefillInputs(np.zeros(0, np.int64), np.zeros(0, np.int64),
+        empty = HostInputs(np.zeros(0, np.int64), np.zeros(0, np.int64),
                               [np.zeros(0, np.int64)] * self.num_groups,
                               [np.zeros((0, 0), np.int32)] * self.num_groups,
                               np.zeros(0, np.int64), np.zeros(1, np.int64))

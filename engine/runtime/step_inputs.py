@@ -8,11 +8,24 @@ that belongs to another sequence, silently.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from engine.runtime.kv_layout import KVLayout
-from engine.runtime.prefill_graphs import PrefillInputs
 from engine.runtime.protocols import StepItem
+
+
+@dataclass
+class HostInputs:
+    """One step's inputs as the host built them."""
+
+    ids: np.ndarray  # [T] token ids
+    positions: np.ndarray  # [T]
+    slots: list[np.ndarray]  # per KV cache group: [T] each token's slot
+    tables: list[np.ndarray]  # per KV cache group: [n, width] block tables, padded with 0
+    seq_lens: np.ndarray  # [n]
+    query_start: np.ndarray  # [n + 1]
 
 
 class StepInputs:
@@ -34,7 +47,7 @@ class StepInputs:
                 if None in table[max(0, p - window + 1) // bs:]:
                     self.check(i, seq)
 
-    def host(self, batch: list[StepItem], fed: bool = False) -> PrefillInputs:
+    def host(self, batch: list[StepItem], fed: bool = False) -> HostInputs:
         """A batch's packed inputs and metadata, checked, on the host. `fed`: some token ids are
         placeholders, filled on the device afterwards. The host's work grows with the
         sequences and their tables, not with the tokens: every token's position and slot is
@@ -58,7 +71,7 @@ class StepInputs:
         if fed:  # placeholders (the in-flight marker) read as token 0 until the feed writes them
             np.maximum(ids, 0, out=ids)
         slots, tables = self._tables_and_slots(batch, seq_of, positions)
-        return PrefillInputs(ids, positions, slots, tables, starts + q_lens, query_start)
+        return HostInputs(ids, positions, slots, tables, starts + q_lens, query_start)
 
     def _tables_and_slots(self, batch: list[StepItem], seq_of: np.ndarray, positions: np.ndarray
                           ) -> tuple[list[np.ndarray], list[np.ndarray]]:
