@@ -364,8 +364,9 @@ def table() -> str:
                   f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`): the newest "
                   "code (runs 11-42: among them the tier's loads over the bus from the moment "
                   "their slots are chosen, a prompt alone computing its rest in the step of "
-                  "its loads, and steps with chunks of prompts as CUDA graphs), on a chip whose memory is ~1.4x faster, so its roofline rows are "
-                  "against a lower roofline; its hybrid and rejects rows are read by turns, "
+                  "its loads, and steps with chunks of prompts as CUDA graphs), on a chip "
+                  "whose memory is ~1.4x faster, so its roofline rows are against a lower "
+                  "roofline; its hybrid and rejects rows are read by turns, "
                   "each the median of its rounds' own ratios." + report_turns.host_speed_at_parts(
                       load(MEM_ALSO[1])) + " Rows bound by the host move by a "
                   "third or more from one engine to the next, the same code on one machine "
