@@ -43,8 +43,9 @@ MAX_BUCKETS = 32
 
 class PrefillGraphs:
     """Static-buffer steps of up to `max_tokens` tokens and `max_seqs` sequences for one
-    ModelRunner; CUDA graphs when the device is a GPU. `forward(meta_parts...)` is the runner's
-    decoder + LM head (held weakly, as DecodeGraphs holds it)."""
+    ModelRunner; CUDA graphs when the device is a GPU. `forward(ids, positions, slots, tables,
+    seq_lens, query starts, last rows, tile map, size)` is the runner's decoder + LM head (held
+    weakly, as DecodeGraphs holds it)."""
 
     def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device, max_tokens: int,
                  max_seqs: int, width: int, num_groups: int, query_tile: Callable[[int], int],
