@@ -54,7 +54,7 @@ def _padded(case: dict, seqs: int, tokens: int) -> dict:
 @pytest.mark.parametrize("window", [None, 5])
 @pytest.mark.parametrize("shape", [(4, 2, 3, 64, [6, 1, 9, 1], [6, 13, 21, 3]),
                                    (16, 1, 8, 64, [25, 1], [40, 35])])
-def test_the_kernel_over_a_tile_map_equals_the_plain_grid(shape, window):
+def test_triton_over_a_tile_map_equals_the_plain_grid(shape, window):
     from paged_kernels import paged_attention as pa
 
     case = make_case(*shape)
