@@ -58,7 +58,10 @@ def timeline_panel(page: Page) -> tuple[gr.Group, Callable[[], None]]:
         if session.pos >= len(session.ops):
             return (gr.Timer(active=False), *moved(session))
         session.goto(session.pos + 1)
-        return (gr.Timer(active=True), *moved(session))
+        # the timer as it is, never switched on again here: a tick still on its way when Pause
+        # is clicked would otherwise start the timer again after it (a loaded machine's answer
+        # takes seconds), and the replay would run on past Pause
+        return (gr.skip(), *moved(session))
 
     def wire() -> None:
         outs, quiet, state = [*page.outs, *page.view_outs], page.quiet, page.state

@@ -9,7 +9,8 @@ the page it was made on (it can race a page turn too), and one that changes noth
 (07_fragmentation, page 4: `num_gpu_blocks`) through the app's own handler, with the progress
 line as the browser sends it back (Gradio's Markdown, out and in). The race itself in Chromium:
 tests/ui/test_presenter_browser.py. The Playground's sequence box keeps `input` (its value feeds
-Append, Fork and Free): a blur's event draws nothing there.
+Append, Fork and Free): a blur's event draws nothing there. Play's timer races Pause the same
+way: a tick answered after Pause must not switch the timer on again.
 """
 
 from __future__ import annotations
@@ -108,3 +109,19 @@ def test_a_blur_of_the_playgrounds_sequence_box_draws_nothing(fns):
     assert not _skipped(choose("0", session)) and session.selected_seq == 0  # a pick draws
     assert _skipped(choose("0", session)) and session.selected_seq == 0  # its blur does not
     assert not _skipped(choose("1", session)) and session.selected_seq == 1
+
+
+def test_a_play_tick_leaves_the_timer_as_it_is(fns):
+    """Play's timer: a tick that moves on must not switch the timer on again. Pause switches
+    it off; a tick already on its way (seconds on a loaded machine) would otherwise land after
+    Pause and start the replay again (a loaded run's test_play_replays_the_log_and_pause_stops_it
+    saw the log move on after Pause)."""
+    session = Session(EngineConfig(model=None, block_size=4, num_gpu_blocks=32))
+    session.run(ops.AddSequence("abcdef"))
+    session.run(ops.Fork(0))
+    session.goto(1)
+    tick = fns["on_tick"].fn
+    timer, *_ = tick(session)
+    assert session.pos == 2 and _skipped((timer,))
+    timer, *_ = tick(session)  # at the end of the log: the replay stops itself
+    assert isinstance(timer, gr.Timer) and timer.active is False
