@@ -97,8 +97,6 @@ class PrefillGraphs:
             feed: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
         """The step's logits, one row a sequence (its last token's). `feed(ids)` writes the
         token ids the host does not have yet into the device's int32 ids (async scheduling)."""
-        if self.use_graphs and size not in self.graphs:
-            self._capture(size)  # first: a capture runs on padding of its own
         used = self._fill(step, size)
         self.buffer[:used].copy_(self._hosts[self._turn][:used], non_blocking=True)
         if self.use_graphs:
