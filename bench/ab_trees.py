@@ -58,6 +58,8 @@ def rows(result: dict) -> dict:
             out["load_steps"] = [e["tokens_per_s_with_load_over_without"] for e in o["engines"]]
     if tier.get("bandwidth"):
         out["copies_gb_s"] = [tier["bandwidth"]["gpu_to_cpu_gb_s"], tier["bandwidth"]["cpu_to_gpu_gb_s"]]
+        if tier["bandwidth"].get("gather_ms") is not None:
+            out["gather_ms"] = tier["bandwidth"]["gather_ms"]
     for seqs, got in result.get("roofline", {}).items():
         if isinstance(got, dict) and "async_over_roofline" in got:
             out[f"roofline_{seqs}"] = got["async_over_roofline"]

@@ -84,6 +84,7 @@ def bandwidth(path: str, device: str, sizes: dict) -> dict:
     same = bool(torch.equal(cache.kv_cache[:, :, :n], cache.kv_cache[:, :, n:2 * n]))
     nbytes = n * cache.tier.slot_bytes
     calls_profile = _call_profile(cache, n, device)
+    gather_ms = _gather_ms(cache, n) if device == "cuda" else None
     eng.close()
     return {"blocks": n, "bytes": nbytes, "slot_bytes": nbytes // n, "same_bytes_back": same,
             "gpu_to_cpu_gb_s": round(nbytes / statistics.median(out_s) / 1e9, 1),
@@ -91,7 +92,25 @@ def bandwidth(path: str, device: str, sizes: dict) -> dict:
             "call_ms": {way: round(1e3 * statistics.median(t), 3) for way, t in calls.items()},
             "copy_ms": {"out": round(1e3 * statistics.median(out_s), 3),
                         "in": round(1e3 * statistics.median(in_s), 3)},
-            "call_profile": calls_profile}
+            "call_profile": calls_profile, "gather_ms": gather_ms}
+
+
+def _gather_ms(cache: Any, n: int, rounds: int = 5) -> float:
+    """The offload's gather of n blocks alone, on the device (the median of CUDA events): the
+    part of the copy out that is not the bus."""
+    from engine.runtime.tier_copies import _gather
+
+    parts = getattr(cache.tier, "num_parts", None)  # a tree from before the parts: no argument
+    extra = () if parts is None else (parts,)
+    times = []
+    for _ in range(rounds + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        _gather(cache.kv_cache, list(range(n)), *extra)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return round(statistics.median(times[1:]), 3)
 
 
 def _call_profile(cache: Any, n: int, device: str, rounds: int = 5) -> dict[str, list[str]]:

@@ -110,7 +110,8 @@ class TierCopies:
         blocks, slots = _ids(sorted(pairs, key=_SLOT))  # by slot: runs go in one copy a part
         staged = _gather(kv_cache, blocks, self.num_parts)  # on the compute stream: the block
         if self.device.type != "cuda":  # is free after it
-            self.store[:, slots] = staged
+            for part, rows in enumerate(staged):
+                self.store[part, slots] = rows
             return
         gathered = torch.cuda.Event()
         gathered.record()
@@ -118,10 +119,11 @@ class TierCopies:
             self._offload_stream.wait_event(gathered)
             self._wait_slots(self._offload_stream, slots)
             for first, last, at in self._count(slots, "out"):
-                for part in range(self.num_parts):
-                    self.store[part, first:last].copy_(staged[part, at:at + last - first],
+                for part, rows in enumerate(staged):
+                    self.store[part, first:last].copy_(rows[at:at + last - first],
                                                        non_blocking=True)
-            staged.record_stream(self._offload_stream)  # not reused before this stream read it
+            for rows in staged:  # not reused before this stream read them
+                rows.record_stream(self._offload_stream)
             done = torch.cuda.Event()
             done.record()
         self._slot_event.update(dict.fromkeys(slots, done))
@@ -251,12 +253,13 @@ class TierCopies:
         compute stream to wait on after the pass is launched (`after_pass`), so that nothing
         later reads a block before its load is whole.
 
-        The compute stream is synchronised first where it still runs: a graph launched before
-        this could otherwise meet the events' new record (a wait on it in a graph not yet run)."""
+        Recording the events again while graphs launched earlier still sit in the queue is safe:
+        a replay waits for an event's record made before its launch, not a later one (a GPU
+        test holds that: tests/engine/runtime/test_graph_event_waits.py); a later one could make
+        such a graph wait for a load that itself waits for that graph's stream."""
         loads = take_loads(self._block_event, blocks)
         if not loads:
             return []
-        torch.cuda.current_stream(self.device).synchronize()
         stream = self._ready_stream
         with torch.cuda.stream(stream):
             for part, ready in enumerate(self.part_ready):
@@ -350,13 +353,14 @@ def _by_part(kv_cache: torch.Tensor, parts: int) -> torch.Tensor:
     return kv_cache.view(parts, kv_cache.shape[0] // parts, *kv_cache.shape[1:])
 
 
-def _gather(kv_cache: torch.Tensor, blocks: list[int], parts: int) -> torch.Tensor:
-    """[parts, n, part_layers, 2, bs, heads, dim]: each block's pieces, a part of its layers
-    contiguous, in one pass (an index of a block-major view: `index_select` then a contiguous
-    copy read and wrote the bytes twice, on the compute stream, before the step's forward pass;
-    2.3x slower on the 2-core CPU for 100 blocks of a 1B shape)."""
+def _gather(kv_cache: torch.Tensor, blocks: list[int], parts: int) -> list[torch.Tensor]:
+    """For each part of the layers, [n, part_layers, 2, bs, heads, dim]: the blocks' pieces,
+    contiguous, in one pass a part (an index of the part's block-major view on its first
+    dimension: `index_select` then a contiguous copy read and wrote the bytes twice, 2.3x
+    slower on the 2-core CPU for 100 blocks of a 1B shape; one index of the whole pool on its
+    second dimension, 1.7x)."""
     idx = to_device(blocks, torch.long, kv_cache.device)
-    return _by_part(kv_cache, parts).permute(0, 3, 1, 2, 4, 5, 6)[:, idx].contiguous()
+    return [part.permute(2, 0, 1, 3, 4, 5)[idx] for part in _by_part(kv_cache, parts)]
 
 
 def _scatter(kv_cache: torch.Tensor, idx: torch.Tensor, staged: torch.Tensor, first: int = 0,

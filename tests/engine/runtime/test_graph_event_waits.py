@@ -1,9 +1,9 @@
 """What the tier's layer-by-layer waits rely on (engine/runtime/tier_copies.py): a CUDA graph
 captured with a wait on an external event waits, when replayed, for that event's record made
 before the replay was launched, not for one made after it while the graph still sat in the
-queue. (If it took the later record, a graph queued behind other work could wait for a load
-that itself waits for that work: `wait_by_layer` synchronises the compute stream before it
-records the events again, so the engine is safe either way; this says which holds.)"""
+queue. If it took the later record, a graph queued behind other work could wait for a load
+that itself waits for that work: `TierCopies.wait_by_layer` records the events again without
+synchronising anything, on the strength of this."""
 
 from __future__ import annotations
 

@@ -371,4 +371,4 @@ def test_on_cuda_a_pass_over_a_load_still_on_the_bus_waits_for_each_part(tiny_mo
         return [o.outputs[0].token_ids for o in outs]
 
     assert run(64) == run(0)
-    assert sum(crossed) >= 3 * 8  # every prompt's 8 full blocks came over the held-back bus
+    assert sum(crossed) >= 8  # a prompt's 8 full blocks at least came over the held-back bus
