@@ -45,10 +45,6 @@ class PagedMetadata:
     # a CUDA graph's attention grid: the step's (sequence, query tile) pairs, listed by the host
     # (engine/runtime/prefill_graphs.py); None: the grid follows the step
     tile_map: torch.Tensor | None = None
-    # per model layer, the events it waits on (on the device) before it reads the pool: the CPU
-    # tier's parts of a load still crossing the bus (engine/runtime/tier_copies.py, captured as
-    # wait nodes in the CUDA graphs); None: nothing to wait for
-    layer_ready: tuple[tuple[Any, ...], ...] | None = None
 
 
 def layer_cache(meta: PagedMetadata, layer: int
@@ -57,10 +53,6 @@ def layer_cache(meta: PagedMetadata, layer: int
     new tokens' K/V go to, and its KV cache group."""
     layout = meta.layout
     g = layout.layer_group[layer]
-    if meta.layer_ready is not None and meta.layer_ready[layer]:
-        stream = torch.cuda.current_stream(meta.kv_cache.device)
-        for event in meta.layer_ready[layer]:
-            stream.wait_event(event)
     layer_kv = meta.kv_cache[layout.layer_slot[layer]]
     return layer_kv[0], layer_kv[1], meta.slot_mappings[g], g
 

@@ -27,7 +27,7 @@ import torch
 from engine.core.kv_groups import KVCacheGroup
 from engine.describe.units import gib, kib, mib
 from engine.runtime.kv_layout import KVLayout
-from engine.runtime.tier_copies import TierCopies, layer_waits
+from engine.runtime.tier_copies import TierCopies
 
 DEFAULT_CPU_POOL_BYTES = 512 * 1024**2  # a CPU has no "free GPU memory" to size from
 DEFAULT_MEMORY_UTILIZATION = 0.9
@@ -111,16 +111,14 @@ class CacheEngine:
         # the swap space: made at the first swap (`cpu_cache`), since most engines never swap
         self._cpu_cache: torch.Tensor | None = None
         # the prefix cache's CPU tier: evicted cached blocks, copied back on a prefix hit; each
-        # slot's part of the layers one contiguous run of pinned bytes, copied by the DMA engines
-        # (tier_copies.py); a forward pass's layers wait for a load part by part (`layer_ready`)
+        # slot one contiguous run of pinned bytes, copied by the DMA engines (tier_copies.py)
         self.num_offload_blocks = num_offload_blocks
         self.tier = TierCopies(self.kv_cache, num_offload_blocks)
-        self.layer_ready = layer_waits(self.tier, self.layout.layer_slot)
 
     def close(self) -> None:
         """Free the pool and the swap space now (idempotent): the tensors go as soon as nothing
         else holds them, with no garbage collection needed. The sizes stay readable."""
-        self.kv_cache = self._cpu_cache = self.tier = self.layer_ready = None
+        self.kv_cache = self._cpu_cache = self.tier = None
 
     @property
     def cpu_cache(self) -> torch.Tensor:
@@ -246,25 +244,11 @@ class CacheEngine:
             _checked([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks)
             self.tier.fetch_ahead(slots)
 
-    def wait_for_loads(self, tables: Any, by_layer: bool = False) -> list[Any]:
+    def wait_for_loads(self, tables: Any) -> None:
         """Before a forward pass over these block tables: wait (on the device) for the loads
-        from the CPU tier that write their blocks. Nothing to look at when none is in flight.
-        `by_layer`, where the pass's layers wait part by part (`layer_ready`, a GPU): the pass
-        itself waits, and this returns what `after_pass` needs; else the compute stream waits
-        now."""
-        if self.tier is None or not self.tier.pending:
-            return []
-        blocks = set().union(*tables)  # None (a dropped entry) never waits
-        if by_layer and self.layer_ready is not None:
-            return self.tier.wait_by_layer(blocks)
-        self.tier.wait_for_blocks(blocks)
-        return []
-
-    def after_pass(self, loads: list[Any]) -> None:
-        """After a pass launched on what `wait_for_loads` returned: anything later on the
-        compute stream reads those loads' blocks whole."""
-        if loads:
-            self.tier.after_pass(loads)
+        from the CPU tier that write their blocks. Nothing to look at when none is in flight."""
+        if self.tier is not None and self.tier.pending:
+            self.tier.wait_for_blocks(set().union(*tables))  # None (a dropped entry) never waits
 
     def _loaded_first(self, pairs: list[tuple[int, int]]) -> None:
         """A copy reading pool blocks whose load from the CPU tier may still be under way (a

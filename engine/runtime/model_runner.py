@@ -256,7 +256,7 @@ class ModelRunner:
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
             block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
             max_query_len=size, max_seq_len=self.graphs.max_seq_len, layout=self.layout,
-            tile_map=tile_map, layer_ready=self.cache.layer_ready,
+            tile_map=tile_map,
         )
         return lean_forward(self.lean, meta, input_ids, positions, last_rows=last_rows)
 
@@ -321,7 +321,6 @@ class ModelRunner:
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
             block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
             max_query_len=q, max_seq_len=max_seq_len, layout=self.layout,
-            layer_ready=self.cache.layer_ready,
         )
         if self.lean is not None:
             return lean_forward(self.lean, meta, input_ids, positions)
@@ -344,7 +343,7 @@ class ModelRunner:
             query_start_loc=to_device(x.query_start, torch.int32, dev),
             max_query_len=int(np.diff(x.query_start).max()),
             max_seq_len=int(x.seq_lens.max()),
-            layout=self.layout, layer_ready=self.cache.layer_ready,
+            layout=self.layout,
         )
         last_rows = to_device(x.query_start[1:] - 1, torch.long, dev)
         input_ids, token_positions = (to_device(a[None], torch.long, dev) for a in (x.ids, x.positions))

@@ -74,17 +74,12 @@ class Runtime:
         device, at tokens[row] (the last step's picks)."""
         self._check_open()
         batch = list(items)
-        # blocks coming back from the CPU tier: this pass waits for their copy (on the device;
-        # on a GPU its layers part by part, so that its first layers compute while the last
-        # ones still cross the bus)
-        loads = self.cache.wait_for_loads((t for s in batch for t in s.tables()), by_layer=True)
+        # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
+        self.cache.wait_for_loads(t for s in batch for t in s.tables())
         if self._clock is not None:
             self._clock.tick(_kind(batch), self.runner.graphs.bucket(min(
                 len(batch), self.runner.graphs.max_batch)))
-        try:
-            return self.runner.execute_scores(batch, feed)
-        finally:
-            self.cache.after_pass(loads)  # later work reads those blocks whole
+        return self.runner.execute_scores(batch, feed)
 
     def draft_cost(self, num_seqs: int, q: int) -> float:
         """A step of num_seqs sequences verifying q - 1 draft tokens each, against a decode step

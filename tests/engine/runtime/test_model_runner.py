@@ -250,13 +250,13 @@ def test_out_of_range_tier_pairs_change_nothing():
                         dtype=torch.float32, num_offload_blocks=4)
     cache.kv_cache.normal_()
     cache.offload([(1, 0), (2, 3)])
-    before, slots_before = cache.kv_cache.clone(), cache.tier.store.clone()
+    before, slots_before = cache.kv_cache.clone(), cache.tier.slots.clone()
     for bad in (lambda: cache.offload([(3, 1), (8, 2)]), lambda: cache.offload([(3, 4)]),
                 lambda: cache.load([(0, 5), (4, 6)]), lambda: cache.load([(3, 8)]),
                 lambda: cache.fetch_ahead([2, 4])):
         with pytest.raises(ValueError, match=r"block pair \(\d+, \d+\) out of range"):
             bad()
-    assert torch.equal(cache.kv_cache, before) and torch.equal(cache.tier.store, slots_before)
+    assert torch.equal(cache.kv_cache, before) and torch.equal(cache.tier.slots, slots_before)
     cache.load([(0, 5), (3, 6)])  # good pairs still work: the bytes come back
     assert torch.equal(cache.kv_cache[:, :, 5], cache.kv_cache[:, :, 1])
     assert torch.equal(cache.kv_cache[:, :, 6], cache.kv_cache[:, :, 2])

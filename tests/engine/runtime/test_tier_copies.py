@@ -1,8 +1,7 @@
-"""The CPU tier's copies (engine/runtime/tier_copies.py): a slot holds a block's K/V of every
-layer, each part of the layers of a run of slots one contiguous run of bytes; an offload and a
-load move exactly a block's bytes, bit for bit, whatever other blocks and slots hold; and in
-serving, a request whose prefix comes back from the tier waits one step ("loading") while the
-bytes come in, then computes only the rest (on a GPU its layers waiting for their part)."""
+"""The CPU tier's copies (engine/runtime/tier_copies.py): a slot is one contiguous run of bytes
+holding a block's K/V of every layer; an offload and a load move exactly a block's bytes, bit
+for bit, whatever other blocks and slots hold; and in serving, a request whose prefix comes back
+from the tier waits one step ("loading") while the bytes come in, then computes only the rest."""
 
 from __future__ import annotations
 
@@ -14,41 +13,19 @@ from engine.core import scheduler
 from engine.runtime.tier_copies import TierCopies, _runs, take_loads
 
 
-def pool(blocks: int = 12, layers: int = 3) -> torch.Tensor:
+def pool(blocks: int = 12) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    return torch.randn((layers, 2, blocks, 4, 2, 8), generator=g)  # [layers, k/v, blocks, bs, ...]
+    return torch.randn((3, 2, blocks, 4, 2, 8), generator=g)  # [layers, k/v, blocks, bs, heads, d]
 
 
-def test_a_slot_holds_a_blocks_every_layer_in_one_contiguous_run_a_part() -> None:
+def test_a_slot_holds_a_blocks_every_layer_in_one_contiguous_run() -> None:
     kv = pool()
     tier = TierCopies(kv, 5)
-    assert tier.num_parts == 1  # 3 layers: one part
     tier.offload(kv, [(7, 2), (3, 3), (9, 0)])
     for block, slot in [(7, 2), (3, 3), (9, 0)]:
-        assert tier.store[0, slot].is_contiguous()
+        assert tier.slots[slot].is_contiguous()
         assert torch.equal(tier.read(slot), kv[:, :, block])  # bit for bit
     assert tier.slot_bytes == 3 * 2 * 4 * 2 * 8 * 4
-
-
-@pytest.mark.parametrize(("layers", "parts"), [(8, 4), (16, 4), (6, 2), (30, 2), (2, 2), (5, 1)])
-def test_the_layers_go_in_equal_parts_and_come_back_bit_for_bit(layers: int, parts: int) -> None:
-    """A slot is laid out by parts of the layers (a load brings the first layers back first):
-    part p of a run of slots is one contiguous run of bytes, and an offload then a load give
-    every layer of every block back, whatever the parts."""
-    g = torch.Generator().manual_seed(layers)
-    kv = torch.randn((layers, 2, 10, 4, 2, 8), generator=g)
-    tier = TierCopies(kv, 6)
-    assert (tier.num_parts, tier.part_layers) == (parts, layers // parts)
-    tier.offload(kv, [(9, 1), (2, 2), (5, 3)])
-    assert tier.store[:, 1:4].shape[:3] == (parts, 3, layers // parts)
-    assert all(tier.store[p, 1:4].is_contiguous() for p in range(parts))
-    assert torch.equal(tier.store[parts - 1, 2], kv[-(layers // parts):, :, 2])  # the last layers
-    before = kv.clone()
-    tier.load(kv, [(3, 0), (1, 7), (2, 4)])
-    for block, source in [(0, 5), (7, 9), (4, 2)]:
-        assert torch.equal(kv[:, :, block], before[:, :, source])
-    untouched = [b for b in range(10) if b not in (0, 7, 4)]
-    assert torch.equal(kv[:, :, untouched], before[:, :, untouched])
 
 
 def test_a_load_writes_exactly_its_blocks() -> None:
@@ -211,7 +188,7 @@ def test_a_load_in_parts_whose_neighbour_ends_takes_the_rest_and_computes_in_tha
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_the_copies_run_on_their_streams_and_move_the_same_bytes() -> None:
-    kv = pool(64, layers=8).to("cuda", torch.bfloat16)  # 4 parts
+    kv = pool(64).to("cuda", torch.bfloat16)
     tier = TierCopies(kv, 40)
     before = kv.clone()
     tier.offload(kv, [(b, b) for b in range(20)])  # the gather on this stream, the DMA on its own
@@ -228,7 +205,7 @@ def test_on_cuda_loads_queued_back_to_back_share_one_staging_buffer_and_bring_th
     """Three loads with no wait between them, the second larger than the buffer (it grows):
     each brings its own slots' bytes (the next load's copy into the buffer waits for the last
     one's scatter out of it), and once grown, a load takes no device memory."""
-    kv = pool(160, layers=8).to("cuda", torch.bfloat16)  # 4 parts
+    kv = pool(160).to("cuda", torch.bfloat16)
     tier = TierCopies(kv, 80)
     before = kv.clone()
     tier.offload(kv, [(b, b) for b in range(80)])
@@ -250,7 +227,7 @@ def test_on_cuda_loads_fetched_ahead_of_the_offloads_of_their_blocks_keep_both_b
     blocks it will write are offloaded (their old bytes), then its loads land, in two calls
     (into free blocks, into the evicted ones; one of slots not next to each other). Each side
     gets its own bytes. A fetched slot written before its load reads its new bytes."""
-    kv = pool(96, layers=8).to("cuda", torch.bfloat16)  # 4 parts
+    kv = pool(96).to("cuda", torch.bfloat16)
     tier = TierCopies(kv, 48)
     before = kv.clone()
     tier.offload(kv, [(b, b) for b in range(20)])  # slots 0-19: the prefix, evicted earlier
@@ -280,7 +257,7 @@ def test_on_cuda_fetches_of_one_step_add_up_and_each_load_reads_its_own_bytes() 
     overlapping the first, and more than the buffer held: a new buffer while the first's rows
     wait), one slot written by an offload before its load, loads in an order of their own:
     every block gets its slot's bytes, the written slot its new ones."""
-    kv = pool(128, layers=8).to("cuda", torch.bfloat16)  # 4 parts
+    kv = pool(128).to("cuda", torch.bfloat16)
     tier = TierCopies(kv, 64)
     before = kv.clone()
     tier.offload(kv, [(b, b) for b in range(40)])
@@ -342,33 +319,3 @@ def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, 
 
     assert run(64) == run(0)
 
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_on_cuda_a_pass_over_a_load_still_on_the_bus_waits_for_each_part(tiny_model,
-                                                                         monkeypatch) -> None:
-    """A prompt alone computes its rest in the step its prefix comes back, its layers waiting
-    for their part of the load inside the pass (the CUDA graph's wait nodes). With every bus
-    copy held back on the device (a spin on the load stream before it), a pass that did not
-    wait would read the blocks' old bytes: the tokens are still those of recomputing."""
-    held, crossed = TierCopies._bus_in, []
-
-    def slow_bus(self, slots, buf, at):
-        crossed.append(len(slots))
-        with torch.cuda.stream(self._load_stream):
-            torch.cuda._sleep(50_000_000)  # tens of ms: far longer than the pass
-        return held(self, slots, buf, at)
-
-    monkeypatch.setattr(TierCopies, "_bus_in", slow_bus)
-    prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
-
-    def run(tier: int) -> list:
-        eng = LLMEngine(EngineConfig(model="tiny-random", device="cuda", dtype="float32",
-                                     block_size=8, num_gpu_blocks=24, num_offload_blocks=tier))
-        outs = [eng.generate(p + [again], SamplingParams(max_tokens=5, ignore_eos=True))[0]
-                for again in range(2) for p in prompts]
-        assert (eng.snapshot().metrics.offload_hit_blocks > 0) == bool(tier)
-        return [o.outputs[0].token_ids for o in outs]
-
-    assert run(64) == run(0)
-    assert sum(crossed) >= 8  # a prompt's 8 full blocks at least came over the held-back bus
