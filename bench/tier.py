@@ -161,6 +161,21 @@ def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int
             "offload_hit_blocks": m.offload_hit_blocks, "bus_copies": copies}
 
 
+def repeat_phases(path: str, device: str, sizes: dict) -> dict:
+    """The 4,096-token document's repeat from the tier with the engine's host phases timed in
+    place, unprofiled (bench/tier_phases.py), beside the host's speed as it began."""
+    from bench.host_speed import python_ms
+    from bench.tier_phases import repeat_phases as phases
+
+    eng = engine(path, device, sizes["pool"], 512)
+    doc = hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0]
+    evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
+    loop = python_ms()
+    got = phases(eng, doc, evictor, sizes["repeats"], lambda: sync(device), ONE)
+    eng.close()
+    return {"python_ms": loop, "ms": got}
+
+
 def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:
     out = {}
     for label, path, plen in (("smollm2_2052", paths["smollm2"], sizes["system"]),
@@ -308,6 +323,9 @@ def main() -> None:
             from bench.tier_profile import profiled_overlap
             result["overlap_profile"] = profiled_overlap(path("one_b"), args.device, sizes,
                                                          Path(args.out).parent)
+        elif stage == "repeat_phases":
+            result["repeat_phases"] = repeat_phases(path("one_b"), args.device, sizes)
+            print(json.dumps(result["repeat_phases"]), flush=True)
         elif stage == "repeat_timeline":
             from bench.tier_profile import repeat_timeline
             result["repeat_timeline"] = repeat_timeline(path("one_b"), args.device, sizes,

@@ -1,0 +1,111 @@
+"""Where the document's repeat from the tier spends the host's time, unprofiled: the engine's
+phases timed in place (perf_counter around each, summed over the repeat's steps), medians over
+the repeats. Nested phases are each timed whole (`schedule` holds `tier_match`, `tier_load`,
+which holds `take_blocks`). `device_wait`: the end of the request to its last kernel (the
+bench's sync). Runs dry too (model None), for the bookkeeping's share on any CPU.
+
+    python bench/tier.py --device cuda --only repeat_phases --out "$OUT/tier_phases.json"
+    python bench/tier_phases.py                     # dry, on this CPU
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine import LLMEngine, step_run  # noqa: E402
+from engine.core.block_writer import BlockWriter  # noqa: E402
+from engine.core.in_flight import InFlight  # noqa: E402
+from engine.core.scheduler import Scheduler  # noqa: E402
+from engine.core.tier_loads import TierLoads  # noqa: E402
+
+#: phase -> (owner, attribute): what is timed in place
+PHASES: dict[str, tuple[Any, str]] = {
+    "add_request": (LLMEngine, "add_request"),
+    "schedule": (Scheduler, "schedule"),
+    "tier_match": (TierLoads, "match"),
+    "tier_load": (TierLoads, "load"),
+    "take_blocks": (BlockWriter, "take_blocks"),
+    "copies": (step_run, "move_blocks"),
+    "pick": (step_run, "pick"),
+    "land": (InFlight, "after_launch"),
+}
+
+
+@contextlib.contextmanager
+def timed_phases(extra: dict[str, tuple[Any, str]] | None = None
+                 ) -> Iterator[dict[str, float]]:
+    """Every phase's seconds while inside (the dict fills as the engine runs)."""
+    spent: dict[str, float] = defaultdict(float)
+    originals = []
+    for name, (owner, attr) in {**PHASES, **(extra or {})}.items():
+        fn = getattr(owner, attr)
+        originals.append((owner, attr, fn))
+        setattr(owner, attr, _timer(fn, name, spent))
+    try:
+        yield spent
+    finally:
+        for owner, attr, fn in originals:
+            setattr(owner, attr, fn)
+
+
+def _timer(fn: Callable, name: str, spent: dict[str, float]) -> Callable:
+    def timed(*args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kw)
+        finally:
+            spent[name] += time.perf_counter() - t0
+    return timed
+
+
+def repeat_phases(eng: LLMEngine, prefix: list[int], evictor: list[int], repeats: int,
+                  sync: Callable[[], None], params: Any) -> dict:
+    """The repeat of `prefix` after `evictor` pushed it into the tier, `repeats` times after a
+    warm-up cycle: its wall time and each phase's, in ms (medians), and their sum's share."""
+    rows: list[dict[str, float]] = []
+    runtime_execute = {"execute": (type(eng.runtime), "execute")}
+    for r in range(repeats + 1):
+        eng.generate([prefix + [7, 8, 9, 10 + r]], params)
+        eng.generate([evictor[r:] + evictor[:r]], params)
+        sync()
+        with timed_phases(runtime_execute) as spent:
+            t0 = time.perf_counter()
+            eng.generate([prefix + [11, 12, 13, 14 + r]], params)
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+        if r:
+            rows.append({**spent, "device_wait": t2 - t1, "wall": t2 - t0})
+    keys = sorted({k for row in rows for k in row})
+    return {k: round(1e3 * statistics.median(row.get(k, 0.0) for row in rows), 3) for k in keys}
+
+
+def main() -> None:
+    from bench import hybrid
+    from bench.dry_bookkeeping import FULL, _ids
+    from engine import EngineConfig, SamplingParams
+    from engine.runtime.runtime import freeze_heap
+
+    eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=FULL["pool"],
+                                 num_offload_blocks=512, max_num_batched_tokens=8192))
+    doc = _ids(hybrid._prompts(1, FULL["doc"], FULL["doc"], 4)[0])
+    evictor = _ids(hybrid._prompts(1, FULL["evictor"], FULL["evictor"], 5)[0])
+    freeze_heap()
+    got = repeat_phases(eng, doc, evictor, 9, lambda: None,
+                        SamplingParams(max_tokens=1, ignore_eos=True))
+    print(json.dumps(got, indent=1))
+
+
+if __name__ == "__main__":
+    main()
