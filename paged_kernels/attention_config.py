@@ -94,20 +94,29 @@ def _num_sms(device: torch.device) -> int:
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int,
                       device: torch.device, window: int | None = None) -> int:
-    """Split-K only when the plain grid cannot keep the GPU busy: under ~2 programs per SM, and
-    never slices shorter than 256 keys (each split pays a merge and a Q load). With a sliding
-    window a decode reads at most `window` keys, so that is the length split. A chunk of a few
-    tokens is one query tile a sequence, like a decode: the 4 tokens after a 4,096-token prefix
-    loaded from the CPU tier are 8 programs of a Llama-3.2-1B shape, each reading all 4,096 keys
-    alone (107 µs a layer on an H100, `mem_h100_run3_profiles.txt`) unless split.
+    """Split-K only when the plain grid cannot keep the GPU busy: under ~2 programs per SM. With
+    a sliding window a decode reads at most `window` keys, so that is the length split. A chunk
+    of a few tokens is one query tile a sequence, like a decode: the 4 tokens after a 4,096-token
+    prefix loaded from the CPU tier are 8 programs of a Llama-3.2-1B shape, each reading all
+    4,096 keys alone (107 µs a layer on an H100, `mem_h100_run3_profiles.txt`) unless split.
 
     Two per SM, not four: on an H100 (132 SMs) a 1.2B decode of 64 sequences has 512 programs,
     and unsplit it took 32.6 µs a layer in a CUDA graph against 35.9 µs split in two plus the
-    merge (bench/results/mem_h100_kernel_probe_graph.json)."""
+    merge (bench/results/mem_h100_kernel_probe_graph.json).
+
+    Fewer programs than SMs (a few sequences): split to about 8 programs per SM, in slices of at
+    least 128 keys, at most 64 and a power of two. On an H200 (bench/results/split_probe_h200.json,
+    8 KV heads, inside CUDA graphs) that was the fastest count or within 5% of it for 1-16
+    sequences over 1,024-16,384 keys, where the rule for bigger grids (2 per SM, slices of 256
+    keys) left 5-33% on the table: 16 sequences over 4,100 keys 41.6 µs against 56.0, one over
+    1,024 keys 6.2 against 8.2."""
     programs = num_seqs * num_kv_heads
-    target = 2 * _num_sms(device)
-    if device.type != "cuda" or programs >= target:
+    sms = _num_sms(device)
+    if device.type != "cuda" or programs >= 2 * sms:
         return 1
     keys = min(max_seq_len, window) if window else max_seq_len
+    if programs < sms:
+        few = min(triton.cdiv(8 * sms, programs), keys // max(128, block_n), 64)
+        return 1 << (few.bit_length() - 1) if few > 1 else 1
     by_length = keys // max(256, block_n)
-    return max(1, min(triton.cdiv(target, programs), by_length, 32))
+    return max(1, min(triton.cdiv(2 * sms, programs), by_length, 32))

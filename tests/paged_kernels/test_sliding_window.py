@@ -298,10 +298,10 @@ def test_split_heuristic_counts_only_the_window(monkeypatch):
 
     monkeypatch.setattr(attention_config, "_num_sms", lambda device: 132)
     cuda = torch.device("cuda")  # only its type is read here: no GPU needed
-    assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda) == 32
-    assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda, window=1024) == 4
+    assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda) == 64
+    assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda, window=1024) == 8
     assert attention_config.choose_num_splits(1, 3, 8192, 64, cuda, window=200) == 1
-    assert attention_config.choose_num_splits(1, 3, 600, 64, cuda, window=4096) == 2
+    assert attention_config.choose_num_splits(1, 3, 600, 64, cuda, window=4096) == 4
 
 
 def test_a_grid_of_two_programs_per_sm_is_not_split(monkeypatch):
@@ -313,3 +313,18 @@ def test_a_grid_of_two_programs_per_sm_is_not_split(monkeypatch):
     cuda = torch.device("cuda")
     assert attention_config.choose_num_splits(64, 8, 560, 16, cuda) == 1
     assert attention_config.choose_num_splits(32, 8, 560, 16, cuda) == 2
+
+
+def test_a_grid_under_one_program_per_sm_splits_to_about_eight(monkeypatch):
+    """A few sequences (fewer programs than SMs) split to ~8 programs per SM in slices of at
+    least 128 keys, a power of two, at most 64: the H200 sweep's fastest counts
+    (bench/results/split_probe_h200.json) for 1, 4, 8 and 16 sequences over 4,100 keys, one
+    over 16,384."""
+    from paged_kernels import attention_config
+
+    monkeypatch.setattr(attention_config, "_num_sms", lambda device: 132)
+    cuda = torch.device("cuda")
+    got = [attention_config.choose_num_splits(n, 8, 4100, 64, cuda) for n in (1, 4, 8, 16)]
+    assert got == [32, 32, 16, 8]
+    assert attention_config.choose_num_splits(1, 8, 16384, 64, cuda) == 64
+    assert attention_config.choose_num_splits(1, 8, 100, 64, cuda) == 1  # too short to split
