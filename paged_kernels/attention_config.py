@@ -106,10 +106,11 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_
 
     Fewer programs than SMs (a few sequences): split to about 8 programs per SM, in slices of at
     least 128 keys, at most 64 and a power of two. On an H200 (bench/results/split_probe_h200.json,
-    8 KV heads, inside CUDA graphs) that was the fastest count or within 5% of it for 1-16
-    sequences over 1,024-16,384 keys, where the rule for bigger grids (2 per SM, slices of 256
-    keys) left 5-33% on the table: 16 sequences over 4,100 keys 41.6 µs against 56.0, one over
-    1,024 keys 6.2 against 8.2."""
+    8 KV heads, inside CUDA graphs) that was the fastest count, or within 2% of it, for 1-16
+    sequences over 4,100 keys and one over 16,384, where the rule for bigger grids (2 per SM,
+    slices of 256 keys) left 5-27% on the table (16 sequences over 4,100 keys: 41.6 µs against
+    56.0); over 1,024 keys it takes 8 slices (6.2 µs against the old 8.2; 16 slices of 64 keys
+    took 5.4)."""
     programs = num_seqs * num_kv_heads
     sms = _num_sms(device)
     if device.type != "cuda" or programs >= 2 * sms:
