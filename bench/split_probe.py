@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from bench.kernel_probe import BS, DIM, HEADS, KV_HEADS, _time  # noqa: E402
+from bench.kernel_probe import DIM, HEADS, KV_HEADS, _attention_inputs, _time  # noqa: E402
 
 SPLITS = (None, 1, 4, 8, 16, 32, 64)  # None: the heuristic's
 
@@ -26,21 +26,15 @@ SPLITS = (None, 1, 4, 8, 16, 32, 64)  # None: the heuristic's
 def probe(n: int, context: int, q: int) -> dict:
     from paged_kernels import paged_attention as pa
 
-    blocks_per = -(-context // BS)
-    num_blocks = n * blocks_per + 8
-    caches = [(torch.randn(num_blocks, BS, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16),
-               torch.randn(num_blocks, BS, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16))
-              for _ in range(2)]
-    tables = torch.randperm(num_blocks)[:n * blocks_per].view(n, blocks_per).to(torch.int32).cuda()
+    a = _attention_inputs(n, context)  # the probe's pool, tables and lengths; q queries each
     query = torch.randn(n * q, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
-    lens = torch.full((n,), context, dtype=torch.int32, device="cuda")
-    starts = torch.arange(n + 1, dtype=torch.int32, device="cuda") * q
+    starts = a["starts"] * q
     got = {}
     for splits in SPLITS:
         def run(i: int, splits: int | None = splits) -> None:
-            k, v = caches[i % 2]
-            pa.paged_attention(query, k, v, tables, lens, starts, DIM ** -0.5, max_query_len=q,
-                               max_seq_len=context, num_splits=splits)
+            k, v = a["caches"][i % len(a["caches"])]
+            pa.paged_attention(query, k, v, a["tables"], a["lens"], starts, DIM ** -0.5,
+                               max_query_len=q, max_seq_len=context, num_splits=splits)
         try:
             got[str(splits or "heuristic")] = round(1e6 * _time(run), 2)
         except Exception as err:  # noqa: BLE001 - a count the kernel refuses

@@ -100,13 +100,11 @@ def _gather_ms(cache: Any, n: int, rounds: int = 5) -> float:
     part of the copy out that is not the bus."""
     from engine.runtime.tier_copies import _gather
 
-    parts = getattr(cache.tier, "num_parts", None)  # a tree from before the parts: no argument
-    extra = () if parts is None else (parts,)
     times = []
     for _ in range(rounds + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        _gather(cache.kv_cache, list(range(n)), *extra)
+        _gather(cache.kv_cache, list(range(n)))
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
