@@ -164,14 +164,16 @@ def repeat_phases(path: str, device: str, sizes: dict) -> dict:
     place, unprofiled (bench/tier_phases.py), beside the host's speed as it began."""
     from bench.host_speed import python_ms
     from bench.tier_phases import repeat_phases as phases
+    from bench.tier_phases import repeat_profile
 
     eng = engine(path, device, sizes["pool"], 512)
     doc = hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0]
     evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
     loop = python_ms()
     got = phases(eng, doc, evictor, sizes["repeats"], lambda: sync(device), ONE)
+    profile = repeat_profile(eng, doc, evictor, sizes["repeats"], lambda: sync(device), ONE)
     eng.close()
-    return {"python_ms": loop, "ms": got}
+    return {"python_ms": loop, "ms": got, "profile": profile}
 
 
 def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:

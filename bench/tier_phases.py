@@ -28,6 +28,7 @@ from engine.core.block_writer import BlockWriter  # noqa: E402
 from engine.core.in_flight import InFlight  # noqa: E402
 from engine.core.scheduler import Scheduler  # noqa: E402
 from engine.core.tier_loads import TierLoads  # noqa: E402
+from engine.runtime import tier_copies  # noqa: E402
 
 #: phase -> (owner, attribute): what is timed in place
 PHASES: dict[str, tuple[Any, str]] = {
@@ -39,6 +40,11 @@ PHASES: dict[str, tuple[Any, str]] = {
     "copies": (step_run, "move_blocks"),
     "pick": (step_run, "pick"),
     "land": (InFlight, "after_launch"),
+    # the runtime's three tier calls, and the index tensors they send (host lists to the device)
+    "fetch_ahead": (tier_copies.TierCopies, "fetch_ahead"),
+    "offload_call": (tier_copies.TierCopies, "offload"),
+    "load_call": (tier_copies.TierCopies, "load"),
+    "index_to_device": (tier_copies, "to_device"),
 }
 
 
@@ -89,6 +95,32 @@ def repeat_phases(eng: LLMEngine, prefix: list[int], evictor: list[int], repeats
             rows.append({**spent, "device_wait": t2 - t1, "wall": t2 - t0})
     keys = sorted({k for row in rows for k in row})
     return {k: round(1e3 * statistics.median(row.get(k, 0.0) for row in rows), 3) for k in keys}
+
+
+def repeat_profile(eng: LLMEngine, prefix: list[int], evictor: list[int], repeats: int,
+                   sync: Callable[[], None], params: Any, top: int = 40) -> list[dict]:
+    """The same repeats under cProfile: the functions (C calls into torch included) with the
+    most time of their own, ms a repeat. cProfile slows the Python around them; a C call's own
+    time (a copy's launch, an event's record) is what it is, so this names the costly calls of
+    the phases `repeat_phases` times unprofiled."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    for r in range(repeats + 1):
+        eng.generate([prefix + [7, 8, 9, 10 + r]], params)
+        eng.generate([evictor[r:] + evictor[:r]], params)
+        sync()
+        if r:
+            prof.enable()
+        eng.generate([prefix + [11, 12, 13, 14 + r]], params)
+        sync()
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, prim, own s, cum s, callers)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return [{"fn": f"{os.path.basename(f)}:{line}:{name}", "calls": round(c / repeats, 1),
+             "own_ms": round(1e3 * own / repeats, 3), "cum_ms": round(1e3 * cum / repeats, 3)}
+            for (f, line, name), (c, _, own, cum, _) in rows]
 
 
 def main() -> None:
