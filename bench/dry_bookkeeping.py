@@ -31,7 +31,7 @@ from bench import hybrid, tier  # noqa: E402
 from bench.host_facts import host_cpus  # noqa: E402
 from bench.measure import GcPauses  # noqa: E402
 from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine.runtime.runtime import freeze_heap  # noqa: E402
+from engine.runtime.collector import settle_heap  # noqa: E402
 
 FULL = dict(doc=4096, evictor=4600, pool=300, cycles=8, requests=32, prompt=4096, runs=3)
 SMOKE = dict(doc=256, evictor=300, pool=24, cycles=3, requests=4, prompt=256, runs=2)
@@ -90,7 +90,7 @@ def main() -> None:
     sizes = SMOKE if args.smoke else FULL
     out: dict = {"host": host_cpus(), "sizes": sizes, "heap": args.heap}
     if args.heap == "frozen":  # as a GPU engine does after its warm-up (a dry one has none)
-        freeze_heap()
+        settle_heap()
     with GcPauses() as pauses:
         out["repeat"] = {"tier": repeat(sizes, 512), "recompute": repeat(sizes, 0)}
     out["gc_pauses"] = {"repeat": pauses.summary()}

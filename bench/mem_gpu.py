@@ -9,9 +9,10 @@ Writes into --out (at most 8 files): mem_gpu.json (every number; rewritten after
 profiles.txt (host and kernel profiles), gpu_pytest.log, kernel_probe.json, ncu.csv (where
 `ncu` runs), and prints the table last. Each part fails alone (its error goes into the JSON and
 the others go on), and a part that would start past the time budget is skipped and said so.
-The startup heap is frozen first (`--heap as-is`: not; `--heap off`: and the collector is off; a
-GPU engine freezes the heap after its warm-up either way, engine/runtime/runtime.py), and each
-part's collector pauses are counted.
+The startup heap is settled first, as a warm GPU engine settles it (frozen, young collections
+rarer: engine/runtime/collector.py; `--heap as-is`: not; `--heap off`: and the collector is
+off; a GPU engine settles the heap after its warm-up either way), and each part's collector
+pauses are counted.
 Models: bench/mem_models.py; measurements: bench/mem_parts.py and the benches they reuse.
 """
 
@@ -40,7 +41,7 @@ from bench.host_speed import python_ms  # noqa: E402
 from bench.measure import GcPauses  # noqa: E402
 from bench.mem_table import table  # noqa: E402
 from bench.spinners import spinning  # noqa: E402
-from engine.runtime.runtime import freeze_heap  # noqa: E402
+from engine.runtime.collector import settle_heap  # noqa: E402
 
 # sizes: bench/tier.py's for the tier's parts, then this run's (its repeats serve both)
 # (the rejects' and the hybrid's rounds by turns: their rows are ratios of host-bound runs)
@@ -199,9 +200,9 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/results/mem_gpu")
     ap.add_argument("--heap", choices=["frozen", "as-is", "off"],
                     default=os.environ.get("PAGEDLAB_BENCH_HEAP", "frozen"),
-                    help="frozen (default): the startup heap frozen before the parts, as a GPU "
-                         "engine freezes its own after its warm-up; as-is: only the engines' "
-                         "freezes; off: frozen, and the collector off while the parts measure "
+                    help="frozen (default): the startup heap settled before the parts, as a GPU "
+                         "engine settles its own after its warm-up; as-is: only the engines' "
+                         "settling; off: frozen, and the collector off while the parts measure "
                          "(are the hybrid's slow prefill steps its collections?). The default "
                          "comes from $PAGEDLAB_BENCH_HEAP, so bench/ab_trees.py --envs compares them")
     ap.add_argument("--gc-census", type=int, default=0, metavar="N",
@@ -215,10 +216,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     run = Run(out, args.device, dict(SMOKE if args.smoke else FULL))
     if args.heap in ("frozen", "off"):
-        freeze_heap()
+        settle_heap()
     if args.heap == "off":
         gc.disable()  # a process of its own: nothing else runs in it (the GPU tests are another)
-    run.result["heap"] = {"mode": args.heap, "frozen_objects": gc.get_freeze_count()}
+    run.result["heap"] = {"mode": args.heap, "frozen_objects": gc.get_freeze_count(),
+                          "thresholds": gc.get_threshold()}
     print(f"[mem_gpu] {run.result['device']}, torch {torch.__version__}, tokenizer: "
           f"{run.result['tokenizer']}, heap: {run.result['heap']}", flush=True)
     with spinning(args.spin) as busy:

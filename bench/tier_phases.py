@@ -127,13 +127,13 @@ def main() -> None:
     from bench import hybrid
     from bench.dry_bookkeeping import FULL, _ids
     from engine import EngineConfig, SamplingParams
-    from engine.runtime.runtime import freeze_heap
+    from engine.runtime.collector import settle_heap
 
     eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=FULL["pool"],
                                  num_offload_blocks=512, max_num_batched_tokens=8192))
     doc = _ids(hybrid._prompts(1, FULL["doc"], FULL["doc"], 4)[0])
     evictor = _ids(hybrid._prompts(1, FULL["evictor"], FULL["evictor"], 5)[0])
-    freeze_heap()
+    settle_heap()
     got = repeat_phases(eng, doc, evictor, 9, lambda: None,
                         SamplingParams(max_tokens=1, ignore_eos=True))
     print(json.dumps(got, indent=1))

@@ -12,8 +12,6 @@ frees them too without waiting for a garbage collection.
 
 from __future__ import annotations
 
-import atexit
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +21,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.runtime.cache_engine import DEFAULT_PROFILE_TOKENS, CacheEngine
+from engine.runtime.collector import settle_heap
 from engine.runtime.model_runner import ModelRunner
 from engine.runtime.models import load_model
 from engine.runtime.protocols import Feed, StepItem
@@ -66,7 +65,7 @@ class Runtime:
         if self.warm_up_seconds:
             self.loaded.warmed_up = True
             if self.runner.graphs.use_graphs:  # a serving engine on a GPU, warm
-                freeze_heap()
+                settle_heap()
 
     def execute(self, items: Sequence[StepItem], feed: Feed | None = None) -> TorchScores:
         """One forward pass over `items` (engine/runtime/protocols.py's StepItem).
@@ -195,24 +194,6 @@ class Runtime:
             raise ValueError(f"rank must be 0 without tensor parallelism, got {rank!r}")
         self._check_open()
         return self.cache.read_block(layer, block_id)
-
-
-def freeze_heap() -> None:
-    """After a GPU engine's warm-up, the objects alive now (the model's modules, the pool's
-    blocks, compiled kernels) leave the garbage collector's generations (`gc.freeze`, as vLLM
-    does after start-up): a full collection walked all of them, 0.2 s on the test machine, and
-    one came every few steps of a long prompt's bookkeeping, stalling a step. The engine holds
-    no reference cycles, so nothing frozen waits on the collector to be freed; they go back
-    to it at exit, where the last collections run."""
-    global _UNFREEZE_AT_EXIT
-    gc.collect()
-    gc.freeze()
-    if not _UNFREEZE_AT_EXIT:
-        atexit.register(gc.unfreeze)
-        _UNFREEZE_AT_EXIT = True
-
-
-_UNFREEZE_AT_EXIT = False
 
 
 def _kind(batch: list[StepItem]) -> str | None:

@@ -43,15 +43,32 @@ def test_no_warm_up_on_zerogpu(monkeypatch, warm_ups):
     assert engines(1) == [0.0] and not warm_ups
 
 
-def test_a_warm_engine_takes_what_lives_out_of_the_collectors_generations() -> None:
+def test_a_warm_engine_settles_the_heap_frozen_and_young_collections_rarer() -> None:
+    """What lives at the settling leaves the collector's generations, and a step's transient
+    objects (fewer than the threshold) come and go without a young collection."""
     import gc
 
-    from engine.runtime.runtime import freeze_heap
+    from engine.runtime.collector import YOUNG_THRESHOLD, settle_heap
 
-    kept = [[i] for i in range(1000)]  # alive at the freeze
-    before = gc.get_freeze_count()
+    kept = [[i] for i in range(1000)]  # alive at the settling
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
+    collections = []
+
+    def heard(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
     try:
-        freeze_heap()
+        settle_heap()
         assert gc.get_freeze_count() >= before + len(kept)
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *thresholds[1:])
+        gc.callbacks.append(heard)
+        for _ in range(50):  # a step's worth of short-lived tracked objects, 50 times
+            transient = [[i] for i in range(YOUNG_THRESHOLD // 4)]
+            del transient
+        assert collections == []
     finally:
+        if heard in gc.callbacks:
+            gc.callbacks.remove(heard)
+        gc.set_threshold(*thresholds)
         gc.unfreeze()
