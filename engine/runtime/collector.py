@@ -10,7 +10,8 @@ those pauses are the step's. Serving engines move them: vLLM freezes its start-u
 and lmdeploy raise the young generation's threshold so that a step's transient objects come and
 go without a collection.
 
-`settle_heap` does both, once a GPU engine has warmed up:
+`settle_heap` does both, once a GPU engine has warmed up (a tensor-parallel engine: in its own
+process and in each worker's):
 
 - the objects alive then (the model's modules, the pool's blocks, compiled kernels) leave the
   collector's generations (`gc.freeze`): a full collection walked all of them, 0.2 s on the test

@@ -36,6 +36,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.kv_groups import groups_of
+from engine.runtime.collector import settle_heap
 from engine.runtime.protocols import Feed, StepItem
 from engine.tp.device_batch import DeviceBatch, GraphSpec
 from engine.tp.link import START_TIMEOUT_S, TensorParallelError, start_link
@@ -92,6 +93,8 @@ class TPRuntime:
         self._describe(dict(self._link.hello), config)
         self.batch = DeviceBatch(GraphSpec(**self.model_info["graphs"]),
                                  check=config.tracks_kv_content)
+        if self.model_info["warm_up_seconds"]:  # the workers warmed their graphs: a GPU's serving
+            settle_heap()
 
     def _describe(self, hello: dict[str, Any], config: EngineConfig) -> None:
         from engine.runtime.runtime import HFTokenizer

@@ -273,6 +273,7 @@ def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
     bench's comparison); PAGEDLAB_TP_STATIC_QUERIES=1 has a CPU run drafts and short prompt
     rests from the decode buffers too, padded, as a GPU does (the tests' way to that path
     without a GPU)."""
+    from engine.runtime.collector import settle_heap
     from engine.runtime.model_runner import ModelRunner
 
     graphs = _graphs_on(cache.device)
@@ -283,6 +284,7 @@ def _runner(cfg: Any, loaded: Any, cache: Any, rank: int) -> Any:
     runner.warm_up_seconds = 0.0
     if graphs and os.environ.get("PAGEDLAB_WARMUP", "1") != "0":
         runner.warm_up_seconds = runner.warm_up(_log if rank == 0 else None)
+        settle_heap()  # as a one-process engine after its warm-up: engine/runtime/collector.py
     return runner
 
 
