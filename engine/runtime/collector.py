@@ -43,7 +43,7 @@ def settle_heap() -> None:
     rarer (the module's docstring says why)."""
     gc.collect()
     gc.freeze()
-    _, middle, oldest = gc.get_threshold()
-    gc.set_threshold(max(YOUNG_THRESHOLD, gc.get_threshold()[0]), middle, oldest)
+    young, middle, oldest = gc.get_threshold()
+    gc.set_threshold(max(YOUNG_THRESHOLD, young), middle, oldest)
     atexit.unregister(gc.unfreeze)  # one exit hook however many engines settle the heap
     atexit.register(gc.unfreeze)

@@ -43,9 +43,10 @@ def test_no_warm_up_on_zerogpu(monkeypatch, warm_ups):
     assert engines(1) == [0.0] and not warm_ups
 
 
-def test_a_warm_engine_settles_the_heap_frozen_and_young_collections_rarer() -> None:
-    """What lives at the settling leaves the collector's generations, and a step's transient
-    objects (fewer than the threshold) come and go without a young collection."""
+def test_settling_the_heap_freezes_it_and_makes_young_collections_rarer() -> None:
+    """What a warm GPU engine does: what lives at the settling leaves the collector's
+    generations, and a step's transient objects (fewer than the threshold) come and go without
+    a young collection (at CPython's 700 these 5,000 would have paused seven times each)."""
     import gc
 
     from engine.runtime.collector import YOUNG_THRESHOLD, settle_heap
