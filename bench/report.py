@@ -402,7 +402,7 @@ def _step_256_elsewhere() -> str:
             "(`host_speed_run18_h200.json`): the engine's host runs at one of two speeds, with no "
             "other thread busy." + report_turns.run_19() + report_turns.run_22()
             + report_turns.run_23() + report_turns.run_24() + report_turns.run_26()
-            + report_turns.run_27_28())
+            + report_turns.run_27_28() + report_turns.run_49())
 
 
 def main() -> None:

@@ -157,6 +157,28 @@ def run_27_28() -> str:
             f"fast speed ({started_slow} of the {parts} parts they ran beside started slow).")
 
 
+def run_49() -> str:
+    """Run 49: the hybrid part once, after the decode attention's split rule for grids of fewer
+    programs than SMs (runs 48-49), beside run 42's decode steps."""
+    got, before = _load("mem_h200_run49_hybrid.json"), _load("mem_h200_run42.json")
+    if got is None or before is None:
+        return ""
+    now, then = got["hybrid"], before["hybrid"]
+
+    def decode(run: dict, side: str) -> float:
+        return run["4096"][side]["decode_steps_s"]
+
+    return (f" In run 49 (`mem_h200_run49_hybrid.json`), after the decode attention's split rule "
+            f"for grids of fewer programs than SMs (runs 48-49), the hybrid part ran once: at "
+            f"4,096 tokens {now['4096']['hybrid_over_full']:.3f}x by turns (ratio of medians "
+            f"{now['4096']['ratio_of_medians']:.3f}), at 1,024 "
+            f"{now['1024']['hybrid_over_full']:.3f}x. The full model's decode steps took "
+            f"{decode(now, 'full'):.2f} s against run 42's {decode(then, 'full'):.2f} (its 32 "
+            f"sequences of 3 KV heads are 96 programs, now split 8 ways), the hybrid's "
+            f"{decode(now, 'hybrid'):.2f} against {decode(then, 'hybrid'):.2f}: a faster baseline, "
+            "so the row moved away from its goal.")
+
+
 def host_speed_at_parts(run: dict) -> str:
     """A run's host speed as each part began (its fixed loop), slow or fast."""
     speed = {k: v for k, v in run.get("python_ms", {}).items() if k in
