@@ -249,6 +249,7 @@ class KVCacheManager:
             if live:
                 events.append(Event("share", self.step, sid, tuple(live)))
         if loads:
+            self.tier_loads.touch(loads)  # not before `require`: a refused prompt changes nothing
             self.tier_loads.load(seq, prompt, loads, events)
         # set every time: a sequence preempted while its loads came in must not skip its next
         # prefill (its blocks would be hashed with K/V nobody computed)
@@ -266,6 +267,7 @@ class KVCacheManager:
         prompt's rest shrinks to match."""
         prompt = seq.token_ids + seq.prefill_rest
         found = self.tier_loads.match(prompt, seq.block_hashes, most)
+        self.tier_loads.touch(found)  # every hit, the ones left for a later step too
         loads = found[:self.pool.num_allocatable // self.num_groups]
         events: list[Event] = []
         if loads:

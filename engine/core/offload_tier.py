@@ -88,20 +88,28 @@ class OffloadTier:
         return self._loading[1]
 
     def find(self, block_hash: int, token_ids: list[int]) -> int | None:
-        """The slot holding exactly these tokens under this hash (now the most recent), or None."""
+        """The slot holding exactly these tokens under this hash, or None. The LRU order is not
+        touched: an operation that finds blocks here may still be refused (the pool too small
+        for the rest of the prompt), and a refused operation changes nothing; its hits become
+        the most recent (`touch`) once it is sure to take them."""
         entry = self.entries.get(block_hash)
         if entry is None or entry[1] != tuple(token_ids):
             return None
-        self.entries.move_to_end(block_hash)
-        self.version += 1
         return entry[0]
+
+    def touch(self, hashes: list[int]) -> None:
+        """These entries, in order, become the most recently used (a prefix's hits, taken)."""
+        if hashes:
+            for h in hashes:
+                self.entries.move_to_end(h)
+            self.version += 1
 
     def match(self, prompt: list[int], parent: int | None, start: int, block_size: int,
               hash_fn: Callable[[int | None, list[int]], int], most: int | None = None
               ) -> list[tuple[int, int]]:
         """The prompt's full blocks from block `start` on (chained from `parent`, the hash of
         the block before) that the tier holds, as (slot, hash), up to the first miss (at most
-        `most` of them); at least one prompt token is left to compute."""
+        `most` of them); at least one prompt token is left to compute. Nothing changes here."""
         found: list[tuple[int, int]] = []
         end = (len(prompt) - 1) // block_size
         if most is not None:

@@ -49,6 +49,11 @@ class TierLoads:
         return self.tier.match(prompt, hashes[-1] if hashes else None, len(hashes),
                                w.block_size, w.hash_fn, most)
 
+    def touch(self, found: list[tuple[int, int]]) -> None:
+        """The tier's hits the caller is sure to take (`match`'s, in order) become its most
+        recently used entries: after the checks that may refuse the operation, not in them."""
+        self.tier.touch([h for _, h in found])
+
     def load(self, seq: Sequence, prompt: list[int], loads: list[tuple[int, int]],
              events: list[Event]) -> None:
         """Blocks the tier holds become the sequence's next blocks: a GPU block each (the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import EngineConfig, LLMEngine, SamplingParams
+from engine import EngineConfig, LLMEngine, OutOfBlocks, SamplingParams
 from engine.core.offload_tier import OffloadTier
 from engine.describe.narration import narrate
 
@@ -119,3 +119,29 @@ def test_a_loads_bus_copy_is_asked_for_before_the_blocks_it_evicts_are_offloaded
     loaded = {s for kind, slots in calls if kind == "load" for s in slots}
     assert loaded and fetched == loaded
     assert {s for e in res.events if e.kind == "load" for s in e.facts.slots} == loaded
+
+
+def test_a_refused_prompt_leaves_the_tiers_order_as_it_was() -> None:
+    """Found by the state machine (tests/engine/core/test_state_machine.py): a prompt whose
+    first block the tier holds, refused because the pool cannot give its other blocks, used to
+    make that block the tier's most recent anyway; the refusal must change nothing, and the
+    replayed log (which has no refused operation) must rebuild the same state."""
+    from tests.helpers import fingerprint
+
+    cfg = EngineConfig(model=None, block_size=1, num_gpu_blocks=3, enable_prefix_caching=True,
+                       num_offload_blocks=3)
+    eng = LLMEngine(cfg)
+    eng.add_sequence([0])
+    eng.add_sequence([0, 0])
+    eng.add_sequence([0])
+    eng.free(1)  # its second block, [0, 0], is cached; taking it later offloads it to the tier
+    eng.add_sequence([0])
+    eng.free(0)
+    eng.add_sequence([0])
+    assert [slot for slot in eng.snapshot().tier_lru] == [0, 1]
+    before = fingerprint(eng)
+    with pytest.raises(OutOfBlocks, match="needs 2 free block"):
+        eng.add_sequence([0, 0, 0])  # its block [0, 0] is a tier hit (slot 0); nothing is free
+    assert fingerprint(eng) == before
+    assert fingerprint(LLMEngine.replay(cfg, eng.trace)) == fingerprint(eng)
+    eng.check_invariants()
