@@ -1,11 +1,9 @@
 """LLMEngine: the public facade. The paper's primitives, serving, introspection, the op log and
 replay.
 
-A serving step reads as nano-vllm's: **schedule** (engine/core/scheduler.py decides decodes,
-prefills and preemptions, and moves the blocks), **run** (engine/step_run.py: copies, one forward
-pass, the step's picks), **postprocess** (engine/core/postprocess.py: tokens into sequences, beams'
-fork / free, finished requests). Under async scheduling the picks may land one step later:
-engine/core/in_flight.py owns the step in flight.
+The operations themselves live in two parts: the paper's primitives in engine/primitive_ops.py,
+serving's `add_request` and `step` (schedule -> run -> postprocess, as nano-vllm's) in
+engine/serving_ops.py. This class dispatches them and keeps what every operation shares.
 
 Every public operation is recorded in the op log (`trace`) once it has succeeded, so
 `LLMEngine.replay(config, trace)` rebuilds the same state. Operations are all-or-nothing: a bad
@@ -21,32 +19,29 @@ from __future__ import annotations
 from typing import Any
 
 from engine import checkpoint as checkpoints
-from engine import ops, step_run
+from engine import op_log, ops
 from engine.config import EngineConfig
-from engine.core.block_pool import OutOfBlocks
 from engine.core.events import Event
 from engine.core.hashing import hash_function
 from engine.core.in_flight import InFlight
 from engine.core.kv_cache_manager import InvariantError, KVCacheManager
 from engine.core.kv_content import KVContent
-from engine.core.launched import Launched
 from engine.core.outputs import RequestOutput, StepResult
 from engine.core.postprocess import Postprocessor
 from engine.core.registry import Registry
 from engine.core.request_state import RequestState, request_state
-from engine.core.scheduler import ScheduledStep, Scheduler
+from engine.core.scheduler import Scheduler
 from engine.core.sequence import SamplingParams, Sequence, SequenceGroup, SequenceStatus
 from engine.describe.narration import TokenNames
 from engine.describe.prefix_tree import HashChain, PrefixTree
 from engine.describe.request_timeline import RequestTimeline, RunRecorder
 from engine.describe.snapshot import Snapshot, SnapshotBuilder
 from engine.dry.dry_runtime import DryRuntime
+from engine.engine_info import engine_info
 from engine.ops import MAX_APPEND_PER_CALL  # noqa: F401  (importable from here, as before)
 from engine.primitive_ops import Primitives
-from engine.requests import check_request_fits, prompt_tokens
 from engine.runtime.protocols import ModelRuntime
-
-TRACE_VERSION = 1
+from engine.serving_ops import Serving
 
 
 def _runtime(config: EngineConfig) -> ModelRuntime:
@@ -74,7 +69,7 @@ class LLMEngine:
     STATE = ("step_count", "last_events", "last_step", "_finished", "_trace")
     #: shared, never copied: the config, the runtime (model, K/V tensors) and its tokenizer, and
     #: the stateless wiring between the parts
-    FIXED = ("config", "runtime", "tokenizer", "_post", "_primitives")
+    FIXED = ("config", "runtime", "tokenizer", "_post", "_primitives", "_serving")
     #: caches rebuilt after a restore
     DERIVED = ("_snapshots",)
 
@@ -120,6 +115,8 @@ class LLMEngine:
         self._run_record, self._chain = RunRecorder(), HashChain(hash_fn)
         self._primitives = Primitives(self.kv, self.registry, self.runtime, self.content,
                                       self._flight, self._post)
+        self._serving = Serving(config, self.kv, self.scheduler, self.registry, self.runtime,
+                                self.content, self._flight, self._post)
 
     def _snapshot_builder(self) -> SnapshotBuilder:
         k = self.kv
@@ -233,19 +230,14 @@ class LLMEngine:
 
     def export_trace(self) -> dict[str, Any]:
         """The op log with the config it ran under: JSON-ready, replayable anywhere."""
-        return {"version": TRACE_VERSION, "config": self.config.to_dict(), "ops": self.trace}
+        return op_log.export(self.config, self.trace)
 
     @classmethod
     def replay(cls, config: EngineConfig, trace: list[dict[str, Any]]) -> LLMEngine:
         """A new engine with the same config that runs the same ops: the same state."""
-        if not isinstance(trace, list):
-            raise ValueError(f"a trace is a list of operations, got {type(trace).__name__}")
+        op_log.check_ops(trace)
         engine = cls(config)
-        for i, op in enumerate(trace):
-            try:
-                engine._apply(op)
-            except (ValueError, OutOfBlocks) as e:
-                raise ValueError(f"trace operation {i} ({op!r:.80}) failed on replay: {e}") from e
+        op_log.run(engine._apply, trace)
         return engine
 
     def checkpoint(self) -> checkpoints.Checkpoint | None:
@@ -261,34 +253,14 @@ class LLMEngine:
     @classmethod
     def from_trace(cls, data: dict[str, Any]) -> LLMEngine:
         """Rebuild an engine from `export_trace()` output."""
-        if not isinstance(data, dict) or data.get("version") != TRACE_VERSION:
-            raise ValueError(f"not a PagedLab trace (expected an object with version "
-                             f"{TRACE_VERSION}, config and ops)")
-        return cls.replay(EngineConfig.from_dict(data.get("config")), data.get("ops"))
+        return cls.replay(*op_log.parse(data))
 
     def decode(self, token_ids: list[int] | tuple[int, ...]) -> str:
         return self.tokenizer.decode(list(token_ids))
 
     def engine_info(self) -> dict[str, Any]:
         """What this engine is: model, device, kernel, pool and its sizes (the UI's Engine tab)."""
-        cfg = self.config
-        info: dict[str, Any] = {
-            "mode": "dry (bookkeeping only: no model, no tensors)" if cfg.dry else "real model",
-            "block size": cfg.block_size,
-            "gpu blocks": self.kv.pool.num_blocks,
-            "cpu swap blocks": self.kv.cpu_pool.num_blocks,
-            "cpu tier blocks (prefix cache)": self.kv.tier.num_blocks,
-            "prefix caching": cfg.enable_prefix_caching,
-            "preemption": cfg.preemption_mode,
-            "max tokens per sequence": self.max_model_len,
-            "tensor_parallel_size": cfg.tensor_parallel_size,
-            "speculative decoding": (f"{cfg.speculative_method}, up to {cfg.num_speculative_tokens} "
-                                     "draft tokens" if cfg.speculative_method else "off"),
-            "kv_cache_groups": [{"name": g.name, "layers": list(g.layers), "window": g.window}
-                                for g in self.kv.groups],
-        }
-        info.update(self.runtime.info())  # the model's facts (none in the dry mode)
-        return info
+        return engine_info(self.config, self.kv, self.runtime)
 
     # ---- public queries: what callers outside engine/ may read, instead of its insides ----------
 
@@ -418,43 +390,11 @@ class LLMEngine:
                 events += self.kv.drop_out_of_window(seq)
         return events
 
-    def _op_add_request(self, op: ops.AddRequest) -> tuple[int, list[Event]]:
-        params = op.params
-        tokens = prompt_tokens(op.prompt, self.tokenizer, self.vocab_size, self.max_model_len)
-        check_request_fits(tokens, params, self.max_model_len, self.config.block_size,
-                           self.kv.pool.num_blocks)
-        rid = self.registry.next_request_id
-        self.registry.next_request_id += 1
-        seq = self.registry.new_seq(status=SequenceStatus.WAITING, request_id=rid)
-        group = SequenceGroup(rid, op.prompt_value, tokens, params, [seq], arrival=rid)
-        self.groups[rid] = group
-        self.scheduler.add(group)
-        return rid, []  # nothing happens to blocks until a step schedules it
-
     def _op_step(self, op: ops.Step) -> tuple[StepResult, list[Event]]:
-        """schedule -> run -> postprocess. Under async scheduling the postprocess of this step
-        may wait for the next one (`InFlight`); what landed in between is reported here."""
-        events, finished = self._flight.before_step()
-        sched = self.scheduler.schedule()                        # schedule
-        events += sched.events
-        launched = self._run(sched, events)                      # run
-        finished += self._flight.after_launch(launched, events)  # postprocess
-        for group in sched.aborted:  # a step landing after the abort may have ended it already
-            if group.request_id in self.groups:
-                finished.append(self._post.finish_group(group, events, aborted=True))
-        result = StepResult(self.kv.step, events, finished, self._post.lazy_outputs(),
-                            sched.num_tokens, len(sched.prefills), len(sched.decodes))
+        result, events = self._serving.step(op)
         self.last_step = result
-        self._finished += finished
+        self._finished += result.finished
         return result, events
-
-    def _run(self, sched: ScheduledStep, events: list[Event]) -> Launched | None:
-        """One forward pass over every scheduled token, then the step's picks launched."""
-        step = self.kv.step
-        scores = step_run.execute(sched, events, step, self.runtime, self._flight.last_picks,
-                                  self.kv.take_copies(), self.content)
-        return step_run.pick(sched, scores, step, self.registry, self.config.seed,
-                             self.config.async_scheduling)
 
     # the handler of each operation of engine/ops.py, by its op-log name
     _OPS = {
@@ -462,7 +402,7 @@ class LLMEngine:
         ops.Append.name: lambda eng, op: eng._primitives.append(op),
         ops.Fork.name: lambda eng, op: eng._primitives.fork(op),
         ops.Free.name: lambda eng, op: eng._primitives.free(op),
-        ops.AddRequest.name: _op_add_request,
+        ops.AddRequest.name: lambda eng, op: eng._serving.add_request(op),
         ops.Step.name: _op_step,
         ops.SetPrefixCaching.name: lambda eng, op: eng._primitives.set_prefix_caching(op),
     }
