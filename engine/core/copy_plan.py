@@ -25,6 +25,8 @@ Locations are (space, block id): the GPU pool, the CPU swap space, the CPU tier 
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 #: The runtime's copy methods (engine/runtime/protocols.py), in the order a wave runs them. Within a
@@ -34,10 +36,13 @@ COPY_KINDS = ("offload", "swap_out", "swap_in", "load", "copy_blocks")
 # (source space, destination space) of each kind
 _SPACES = {"offload": ("gpu", "tier"), "swap_out": ("gpu", "cpu"), "swap_in": ("cpu", "gpu"),
            "load": ("tier", "gpu"), "copy_blocks": ("gpu", "gpu")}
-# the same as numbers: a location is block * 3 + space (a step of a long prefix's loads and the
-# evictions they cause makes hundreds of copies: ints hash faster than (space, block) tuples)
+# the same as indexes into a wave's sets of blocks by space (a step of a long prefix's loads
+# and the evictions they cause makes hundreds of copies: one set of ints a space, no pairs)
 _CODES = {kind: tuple(("gpu", "cpu", "tier").index(space) for space in spaces)
           for kind, spaces in _SPACES.items()}
+
+
+_KIND = itemgetter(0)
 
 
 class BlockCopy(NamedTuple):
@@ -53,22 +58,42 @@ Wave = dict[str, list[tuple[int, int]]]  # kind -> (source, destination) pairs
 
 def copy_waves(copies: list[BlockCopy]) -> list[Wave]:
     """The copies, in the order they were made, cut into waves: run the waves in order, the
-    copies of a wave in any order (each kind as one batch). Empty when there are none."""
+    copies of a wave in any order (each kind as one batch). Empty when there are none.
+
+    A run of copies of one kind between two spaces (a prompt's hundreds of offloads, then its
+    loads) joins the wave whole when none of it collides with the wave or with itself, checked
+    by set operations; otherwise, and for copies within the GPU pool, a copy at a time."""
     waves: list[Wave] = []
     wave: Wave = {}
-    read: set[int] = set()
-    gathered: set[int] = set()  # the GPU blocks the wave's offloads read: loads may write them
-    written: set[int] = set()
-    for kind, src, dst in copies:
+    # by space (gpu, cpu, tier): the blocks the wave reads and writes; `gathered`, the GPU
+    # blocks its offloads read, which its loads may write
+    read: tuple[set[int], ...] = (set(), set(), set())
+    gathered: set[int] = set()
+    written: tuple[set[int], ...] = (set(), set(), set())
+    for kind, run in groupby(copies, key=_KIND):
         src_space, dst_space = _CODES[kind]
-        source, target = 3 * src + src_space, 3 * dst + dst_space
-        if source in written or target in read or target in written or (
-                kind != "load" and target in gathered):
-            waves.append(wave)  # this copy must see the wave's writes, or come after its reads
-            wave, read, gathered, written = {}, set(), set(), set()
-        wave.setdefault(kind, []).append((src, dst))
-        (gathered if kind == "offload" else read).add(source)
-        written.add(target)
+        _, sources, targets = zip(*run, strict=True)
+        ts = set(targets)
+        reads = gathered if kind == "offload" else read[src_space]
+        if src_space != dst_space and len(ts) == len(targets) \
+                and written[src_space].isdisjoint(sources) and read[dst_space].isdisjoint(ts) \
+                and written[dst_space].isdisjoint(ts) \
+                and (kind == "load" or dst_space or gathered.isdisjoint(ts)):
+            # no copy of the run reads another's target (two spaces), nor collides with the wave
+            wave.setdefault(kind, []).extend(zip(sources, targets, strict=True))
+            reads.update(sources)
+            written[dst_space].update(ts)
+            continue
+        for src, dst in zip(sources, targets, strict=True):
+            if src in written[src_space] or dst in read[dst_space] or dst in written[dst_space] \
+                    or (kind != "load" and dst_space == 0 and dst in gathered):
+                waves.append(wave)  # this copy must see the wave's writes, or come after its reads
+                wave, gathered = {}, set()
+                read, written = (set(), set(), set()), (set(), set(), set())
+                reads = gathered if kind == "offload" else read[src_space]
+            wave.setdefault(kind, []).append((src, dst))
+            reads.add(src)
+            written[dst_space].add(dst)
     if wave:
         waves.append(wave)
     return waves

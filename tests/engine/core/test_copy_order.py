@@ -114,6 +114,17 @@ def test_copy_waves_cut_where_the_rule_by_hand_does(raw):
     assert copy_plan.copy_waves(copies) == waves_by_hand(copies)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(copy_plan.COPY_KINDS), st.integers(0, 40),
+                          st.integers(1, 12), st.integers(0, 3)), max_size=6))
+def test_runs_of_one_kind_cut_where_the_rule_by_hand_does(runs):
+    """Long runs of one kind (a prompt's offloads, then its loads), which `copy_waves` takes
+    whole when they collide with nothing: blocks from a small range, so that some do."""
+    copies = [BlockCopy(kind, (first + i) % 24, (first + 7 * i + shift) % 24)
+              for kind, first, n, shift in runs for i in range(n)]
+    assert copy_plan.copy_waves(copies) == waves_by_hand(copies)
+
+
 def test_the_bookkeeping_records_its_copies_in_the_order_it_made_them():
     """Copy-on-write and a swap of one step come out of the bookkeeping as data, in order,
     and the engine hands every one of them to the runtime (none is left after a step)."""
