@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
-@dataclass
+@dataclass(slots=True)  # hundreds of them touched a step: slots read and write faster
 class Block:
     """One physical block of block_size token slots."""
 

@@ -58,13 +58,15 @@ class OffloadTier:
             if free:
                 slot = free.popleft()
             else:
-                victim = next(iter(entries))  # the least recently used, unless a load reads it
-                if entries[victim][0] in pinned:
+                victim, (slot, held) = entries.popitem(last=False)  # the least recently used...
+                if slot in pinned:  # ...unless a load reads it: it keeps its place
+                    entries[victim] = (slot, held)
+                    entries.move_to_end(victim, last=False)
                     victim = next((h for h, (s, _) in entries.items() if s not in pinned), None)
-                if victim is None:
-                    slots.append(None)
-                    continue
-                slot, _ = entries.pop(victim)
+                    if victim is None:
+                        slots.append(None)
+                        continue
+                    slot, _ = entries.pop(victim)
             entries[block_hash] = (slot, tuple(token_ids))
             slots.append(slot)
         self.offloaded_blocks += len(slots) - slots.count(None)
