@@ -43,6 +43,13 @@ TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
 _EMPTY = PrefixTree(())  # nothing watched yet
+#: a tick's last input, filled in the page as the tick leaves it: whether the vLLM tab is the one
+#: selected. The tab events that tell the server are answered in any order, and a late one (the
+#: select of the tab a page mounted on, sent unqueued) can outrank the one that brought the tab
+#: in front: a loaded 2-core run saw a page's watch rest on "connecting to ..." for good.
+TICK_JS = ("(...inputs) => [...inputs.slice(0, -1), (document.querySelector("
+           "'#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected')"
+           "?.innerText ?? '').trim() === 'vLLM']")
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"
@@ -130,11 +137,13 @@ def vllm_panel(page: Page, picture: tuple[Any, Any], target: VllmTarget | None =
         v.send(text)
         return (*all_values(v, session, False), gr.Timer(active=True))
 
-    def on_vllm_tick(v: VllmView, session: Session):
+    def on_vllm_tick(v: VllmView, session: Session, shown: bool | None = None):
         """Redraw what changed since the last look, and only that (nothing: every output
         skipped). The tick waits up to TICK_WAIT_S for vLLM's next message (the page sends the
-        next tick once this one is back), so a message is drawn as soon as it comes."""
-        if not v.in_front:  # another tab is in front: the timer rests
+        next tick once this one is back), so a message is drawn as soon as it comes. `shown`:
+        whether the page shows the tab as this tick leaves it (TICK_JS), which outranks the
+        server's idea from tab events (None: no page said, as from an API call)."""
+        if not (v.in_front if shown is None else shown):  # another tab is in front: it rests
             return (*(gr.skip() for _ in outs), gr.Timer(active=False))
         try:
             v.poll(TICK_WAIT_S)
@@ -158,8 +167,9 @@ def vllm_panel(page: Page, picture: tuple[Any, Any], target: VllmTarget | None =
     send.click(on_vllm_send, [prompt, *state], [*outs, timer], **page.quiet)
     prompt.submit(on_vllm_send, [prompt, *state], [*outs, timer], **page.quiet)
     # ticks queue apart from the page's clicks (no limit: a tick that finds nothing is cheap)
-    timer.tick(on_vllm_tick, state, [*outs, timer], show_progress="hidden", concurrency_limit=None,
-               concurrency_id="vllm-tick")
+    shown = gr.Checkbox(visible=False)  # filled in the page by TICK_JS
+    timer.tick(on_vllm_tick, [*state, shown], [*outs, timer], js=TICK_JS, show_progress="hidden",
+               concurrency_limit=None, concurrency_id="vllm-tick")
     return VllmParts(view, tree, timeline, panels, timer, on_vllm_select, [*outs, timer])
 
 

@@ -309,3 +309,31 @@ def test_a_message_within_a_second_of_the_timelines_drawing_is_drawn_at_a_later_
         assert view.timeline_drawn[0] == 2
     finally:
         view.close()
+
+
+def test_a_tick_rests_only_when_the_page_shows_another_tab():
+    """The page says, on each tick, whether the vLLM tab is selected (`TICK_JS`), and that
+    outranks the server's idea from tab events: a late off-event admitted by its clock once left
+    a shown tab's watch resting on "connecting to ..." for good (a loaded clean-clone run)."""
+    from ui.app import build_app
+    from ui.session import Session
+    from ui.settings_panel import engine_config
+    from ui.vllm_panel import TICK_JS
+
+    dry = "dry (bookkeeping only, no model)"
+    demo = build_app(dry)
+    (tick,) = [f for f in demo.fns.values() if f.name == "on_vllm_tick"]
+    assert tick.js == TICK_JS and isinstance(tick.inputs[-1], gr.Checkbox)
+    session = Session(engine_config(dry, 4, 32, True, "auto"))
+    view = VllmView()
+    view.in_front = False  # the server's flag says another tab: a late off-event won
+    try:
+        assert not isinstance(tick.fn(view, session, True)[-1], gr.Timer)  # it ticks on
+        rests = tick.fn(view, session, False)
+        assert isinstance(rests[-1], gr.Timer) and rests[-1].active is False
+        view.in_front = True
+        assert not isinstance(tick.fn(view, session, None)[-1], gr.Timer)  # no page: the flag
+        view.in_front = False
+        assert tick.fn(view, session, None)[-1].active is False
+    finally:
+        view.close()
