@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
 MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run (run 7)
-MEM_ALSO = ("run 42 (H200)", "mem_h200_run42.json")  # the newest code, on an H200
+MEM_ALSO = ("run 52 (H200)", "mem_h200_run52.json")  # the newest code, on an H200
 
 
 def load(name: str) -> dict:
@@ -362,9 +362,10 @@ def table() -> str:
                   f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
                   f"{mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py`). "
                   f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`): the newest "
-                  "code (runs 11-42: among them the tier's loads over the bus from the moment "
+                  "code (runs 11-52: among them the tier's loads over the bus from the moment "
                   "their slots are chosen, a prompt alone computing its rest in the step of "
-                  "its loads, and steps with chunks of prompts as CUDA graphs), on a chip "
+                  "its loads, steps with chunks of prompts as CUDA graphs, the decode "
+                  "attention split for small grids and a settled collector), on a chip "
                   "whose memory is ~1.4x faster, so its roofline rows are against a lower "
                   "roofline; its hybrid and rejects rows are read by turns, "
                   "each the median of its rounds' own ratios." + report_turns.host_speed_at_parts(
