@@ -6,6 +6,10 @@
   if (window.plMotion) return;
   window.plMotion = true;
   const DURATION = 450; // ms: every motion ends within about half a second
+  // The name of the controls' tab in front ('' before the tabs render): read here and by the
+  // vLLM tab's timer (ui/vllm_panel.py TICK_JS), which rests while another tab is in front.
+  window.plFrontTab = () => (document.querySelector(
+    '#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected')?.innerText ?? '').trim();
   const reduced = () => document.body.classList.contains('pl-reduce-motion') ||
     window.matchMedia('(prefers-reduced-motion: reduce)').matches;
 
@@ -252,10 +256,8 @@
   // The lesson in front: the Lessons tab selected. Presenter mode then lays the page out as a
   // slide (ui/theme.py): the picture and the page's text, nothing else.
   setInterval(() => {
-    const tab = document.querySelector('#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected');
-    const lesson = !!tab && tab.innerText.trim() === 'Lessons';
-    const serving = !!tab && tab.innerText.trim() === 'Serving';
-    const vllm = !!tab && tab.innerText.trim() === 'vLLM';
+    const tab = window.plFrontTab();
+    const lesson = tab === 'Lessons', serving = tab === 'Serving', vllm = tab === 'vLLM';
     if (document.body.classList.contains('pl-lesson') !== lesson
         || document.body.classList.contains('pl-serving') !== serving
         || document.body.classList.contains('pl-vllm') !== vllm) {

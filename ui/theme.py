@@ -45,6 +45,10 @@ body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #poo
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
 #controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
+/* six tabs need ~450 px; the column has 330-410 beside the picture: a second row, never a
+   name cut short ("Playgrour", "Compar" at 1280 x 720) */
+#controls-col .tab-container[role=tablist] { flex-wrap: wrap !important; height: auto !important;
+  row-gap: 2px }
 /* Presenter mode, for a projector at 1280 x 720 and up: the page is a SLIDE. The picture takes
    the left ~63% of the screen at its full height (it is drawn to fit the box the page measured:
    ui/picture_box.py), the column beside it the rest; nothing scrolls. --slide is the body text:

@@ -47,9 +47,9 @@ _EMPTY = PrefixTree(())  # nothing watched yet
 #: selected. The tab events that tell the server are answered in any order, and a late one (the
 #: select of the tab a page mounted on, sent unqueued) can outrank the one that brought the tab
 #: in front: a loaded 2-core run saw a page's watch rest on "connecting to ..." for good.
-TICK_JS = ("(...inputs) => [...inputs.slice(0, -1), (document.querySelector("
-           "'#controls-col [role=tab][aria-selected=true], #controls-col [role=tab].selected')"
-           "?.innerText ?? '').trim() === 'vLLM']")
+#: (ui/motion.js's window.plFrontTab; null where that script is missing: the server's flag decides)
+TICK_JS = ("(...inputs) => [...inputs.slice(0, -1), "
+           "window.plFrontTab ? window.plFrontTab() === 'vLLM' : null]")
 INTRO = ("**Watch a real vLLM.** Its prefix cache, drawn from the KV events it publishes: "
          "PagedLab's own tree of its cached blocks (the same hashes PagedLab computes), the "
          "blocks it stored and removed over time, its counts.\n\n"

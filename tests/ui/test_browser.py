@@ -51,6 +51,9 @@ PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 # no Gradio event under way: its status ("0.0s", "processing | 1.3s") sits inside the outputs'
 # elements meanwhile, so a wait for a changed text must also wait for this
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
+# the controls' tabs whose name does not fit their button (shown shortened)
+TABS_CUT = ("() => [...document.querySelectorAll('#controls-col [role=tab]')].filter((b) => "
+            "b.offsetParent && b.scrollWidth > b.clientWidth + 1).map((b) => b.innerText)")
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")
@@ -110,6 +113,7 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
         assert box["width"] >= 0.6 * viewport["width"]
         assert box["x"] + box["width"] <= viewport["width"] + 1  # no sideways scrolling
         assert pg.evaluate("document.documentElement.scrollWidth") <= viewport["width"] + 1
+        assert pg.evaluate(TABS_CUT) == []  # every tab's name whole (a second row where needed)
         click_and_wait(pg, "#new-seq", "prefill")
         if viewport is WIDE:  # the playground's controls sit beside the picture, on screen
             assert pg.evaluate("window.scrollY") == 0  # the click did not scroll the page
