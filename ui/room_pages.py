@@ -251,7 +251,10 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         waiting = any(live.get(i) != "done" and not room.cleared(i) for i in ids)
         return student_html(view, ids, cleared), gr.Timer(active=waiting and not view.state["closed"])
 
-    send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt])
+    # no progress on the outputs: a refused send (an empty prompt) would leave an "Error" badge
+    # over the prompt box the student types into; the message box says why
+    send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt],
+               show_progress="hidden")
     demo.load(_code_from_link, None, [code])
     timer.tick(on_tick, [code, mine], [mine_html, timer], show_progress="hidden")
 
@@ -301,4 +304,5 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
 
     outs = [sp.text, sp.answer, sp.pick, sp.send]
     poll_timer.tick(on_poll, [code, answered, shown], [*outs, shown], show_progress="hidden")
-    sp.send.click(on_answer, [code, name, sp.answer, sp.pick, answered], [answered, *outs, shown])
+    sp.send.click(on_answer, [code, name, sp.answer, sp.pick, answered], [answered, *outs, shown],
+                  show_progress="hidden")  # as Send's: a refused answer leaves the box usable

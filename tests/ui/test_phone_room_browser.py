@@ -87,6 +87,18 @@ def test_a_phone_reads_its_tokens_and_nothing_is_cut(browser, served_app):
         pg.close()
 
 
+# the "Error" badges Gradio's status shows in these elements, those one can see (a hidden status
+# keeps its badge in the page at opacity 0)
+BADGES_SEEN = """(sel) => [...document.querySelectorAll(sel)].flatMap((box) =>
+  [...box.querySelectorAll('.error')].filter((e) => { for (let x = e; x && x !== box; x = x.parentElement) {
+    const c = getComputedStyle(x); if (c.opacity === '0' || c.visibility !== 'visible'
+      || c.display === 'none') return false; } return e.getBoundingClientRect().height > 0; })
+  .map((e) => e.innerText))"""
+# a tap on the middle of the element reaches it (nothing lies over it)
+TAP_REACHES = """(sel) => { const e = document.querySelector(sel), r = e?.getBoundingClientRect();
+  return !!r && e.contains(document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2)); }"""
+
+
 def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browser, served_app):
     teacher = browser.new_page(viewport={"width": 1280, "height": 720})
     student = browser.new_page(viewport={"width": 390, "height": 844})
@@ -96,6 +108,12 @@ def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browse
         student.wait_for_selector("#student-send", timeout=120_000)
         student.wait_for_function("(c) => document.querySelector('#student-code textarea, "
                                   "#student-code input')?.value === c", arg=code, timeout=60_000)
+        # Send with nothing typed: the message says why, and the boxes stay as they were (a
+        # refused send once put an "Error" badge over the prompt box the student types into)
+        student.click("#student-send")
+        student.wait_for_function("() => document.body.innerText.includes('type a prompt first')")
+        assert student.evaluate(BADGES_SEEN, "#student-prompt, #student-mine") == []
+        assert student.evaluate(TAP_REACHES, "#student-prompt textarea")
         for name, prompt in (("Ada", "What is a block?"), ("Grace", "What is a page?")):
             student.locator("#student-name input, #student-name textarea").first.fill(name)
             student.locator("#student-prompt textarea").first.fill(prompt)
