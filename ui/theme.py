@@ -44,11 +44,17 @@ body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #poo
 #status p { margin: 0; color: #5f6b7a }
 #event-log { max-height: 320px; overflow-y: auto }
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
-#controls-col .tab-container button { padding: 4px 9px !important; min-width: 0 !important }
+#controls-col .tab-container button { min-width: 0 !important }
+body:not(.pl-presenter) #controls-col .tab-container button { padding: 4px 9px !important }
 /* six tabs need ~450 px; the column has 330-410 beside the picture: a second row, never a
-   name cut short ("Playgrour", "Compar" at 1280 x 720) */
-#controls-col .tab-container[role=tablist] { flex-wrap: wrap !important; height: auto !important;
-  row-gap: 2px }
+   name cut short ("Playgrour", "Compar" at 1280 x 720). Not on a slide: the six fit its column,
+   and a second row there went up under the top bar, which then took the tabs' clicks (the rule
+   names the body, so Gradio's scoped copy of it matches nothing and cannot outrank the slide's) */
+body:not(.pl-presenter) #controls-col .tab-container[role=tablist] { flex-wrap: wrap !important;
+  height: auto !important; row-gap: 2px }
+/* a row of buttons shares its width by their labels ("Step" needs less than "Run to the end"),
+   and a label that still does not fit takes a second line rather than being cut */
+#controls-col .row > button:not([role=tab]) { flex: 1 1 auto !important; white-space: normal !important }
 /* Presenter mode, for a projector at 1280 x 720 and up: the page is a SLIDE. The picture takes
    the left ~63% of the screen at its full height (it is drawn to fit the box the page measured:
    ui/picture_box.py), the column beside it the rest; nothing scrolls. --slide is the body text:
@@ -192,7 +198,7 @@ body.pl-presenter.pl-lesson #inspector:has(> .label-wrap.open) { position: fixed
 #landing a { display: inline-block; margin-left: 6px; padding: 1px 10px; border-radius: 6px;
   background: #2563eb; color: #fff !important; text-decoration: none; font-weight: 600 }
 @media (max-width: 600px) {
-  #controls-col .tab-container button { font-size: 0.85em !important; padding: 4px 3px !important }
+  #controls-col .tab-container button { font-size: 0.85em !important; padding: 4px 2px !important }
   /* the picture is drawn for the phone's width (viz/fit.py: tokens whole in their slots, or the
      selected sequence's listed under the pool). A lesson on a phone: where it is, Back / Next
      and the page's text right under the picture, the lesson's choice after them */

@@ -51,9 +51,11 @@ PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 # no Gradio event under way: its status ("0.0s", "processing | 1.3s") sits inside the outputs'
 # elements meanwhile, so a wait for a changed text must also wait for this
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
-# the controls' tabs whose name does not fit their button (shown shortened)
-TABS_CUT = ("() => [...document.querySelectorAll('#controls-col [role=tab]')].filter((b) => "
-            "b.offsetParent && b.scrollWidth > b.clientWidth + 1).map((b) => b.innerText)")
+# the controls' tabs and buttons whose label does not fit (shown cut); Gradio's hidden copy of
+# the tab row, which it measures, aside
+LABELS_CUT = ("() => [...document.querySelectorAll('#controls-col [role=tab], #controls-col "
+              ".row > button')].filter((b) => b.offsetParent && !b.closest('.visually-hidden') "
+              "&& b.scrollWidth > b.clientWidth + 1).map((b) => b.innerText)")
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")
@@ -104,6 +106,16 @@ def picture_box(pg) -> dict:
     return box_of(pg, "#pool-plot .js-plotly-plot")
 
 
+def every_label_whole(pg) -> None:
+    """Each tab in turn, its widest button shown: no tab's or button's label cut (a second row of
+    tabs where six do not fit), and a click on a tab reaches it."""
+    for tab, widest in (("Serving", "Run to the end"), ("Settings", "Apply (new session)"),
+                        ("Playground", "New sequence")):
+        pg.get_by_role("tab", name=tab).click(timeout=30_000)
+        pg.get_by_role("button", name=widest).wait_for(state="visible")
+        assert pg.evaluate(LABELS_CUT) == [], tab
+
+
 @pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1440x900", "390x844"])
 def test_the_picture_is_the_page(browser, dry_app, viewport):
     pg = open_page(browser, dry_app, viewport)
@@ -113,7 +125,7 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
         assert box["width"] >= 0.6 * viewport["width"]
         assert box["x"] + box["width"] <= viewport["width"] + 1  # no sideways scrolling
         assert pg.evaluate("document.documentElement.scrollWidth") <= viewport["width"] + 1
-        assert pg.evaluate(TABS_CUT) == []  # every tab's name whole (a second row where needed)
+        every_label_whole(pg)
         click_and_wait(pg, "#new-seq", "prefill")
         if viewport is WIDE:  # the playground's controls sit beside the picture, on screen
             assert pg.evaluate("window.scrollY") == 0  # the click did not scroll the page
@@ -123,6 +135,7 @@ def test_the_picture_is_the_page(browser, dry_app, viewport):
             pg.click("#presenter")  # presenter mode: large type on the page and in the picture
             pg.wait_for_function(HEAD_PX + " > 20", timeout=30_000)
             assert pg.evaluate("document.body.classList.contains('pl-presenter')")
+            every_label_whole(pg)  # the tabs on one row there, each one's click its own
             pg.click("#presenter")
         else:  # on a phone the controls follow the picture; the picture shows the new sequence
             pg.evaluate("window.scrollTo(0, 0)")
