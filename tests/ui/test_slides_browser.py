@@ -8,8 +8,8 @@ inside its cell) in type of 14 px or more. Lessons 12-14 draw, somewhere on the 
 mechanism adds to the picture (DRAWS).
 
 A test per lesson (the two test workers share them out), one page load each; the window is
-resized once. Every wait is on a condition that is false
-(never an error) while the page renders.
+resized once. The suite walks four lessons (IN_THE_SUITE); bench/slides_walk.py walks them all.
+Every wait is on a condition that is false (never an error) while the page renders.
 """
 
 from __future__ import annotations
@@ -26,9 +26,16 @@ from tests.ui.test_browser import IDLE
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
-# PAGEDLAB_SLIDE_LESSONS=03_fork_cow,05_prefix_caching walks only these (when mending a few pages)
-ONLY = [n for n in os.environ.get("PAGEDLAB_SLIDE_LESSONS", "").split(",") if n]
-LESSONS = [lesson.name for lesson in load_all() if not ONLY or lesson.name in ONLY]
+# The suite walks these lessons: copy-on-write's arrows and shared tails, and the three whose
+# mechanisms add marks to the picture (DRAWS), the densest pages. The walk of all fifteen (433 s
+# of browser and app time on a quiet 2-core machine, against 93 for these four; about three
+# times that beside a busy neighbour) is `python bench/slides_walk.py` (results committed:
+# bench/results/slides_walk.json), after any change to a lesson's text or the picture's layout.
+# PAGEDLAB_SLIDE_LESSONS=all, or a list (03_fork_cow,05_prefix_caching), walks those here.
+IN_THE_SUITE = ("03_fork_cow", "12_speculative_decoding", "13_sliding_window", "14_cpu_tier")
+ASKED = os.environ.get("PAGEDLAB_SLIDE_LESSONS", "")
+ONLY = IN_THE_SUITE if not ASKED else None if ASKED == "all" else [n for n in ASKED.split(",") if n]
+LESSONS = [lesson.name for lesson in load_all() if ONLY is None or lesson.name in ONLY]
 SHOTS = os.environ.get("PAGEDLAB_SLIDE_SHOTS")  # a folder: save every slide there as a PNG
 # what the memory of 2026 engines must draw somewhere on the walk (the picture's trace names):
 # speculative decoding its kept and rejected draft slots, the hybrid lesson its dropped table
