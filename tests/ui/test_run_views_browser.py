@@ -86,6 +86,11 @@ def run_workload(pg, name: str) -> None:
     pg.get_by_role("tab", name="Serving").click()
     pg.locator("#workload input").click()
     pg.get_by_role("option", name=name).click()
+    # the pick is in the box and its list closed before Load: a loaded clean-clone run once saw
+    # Load pressed (it had the focus) with the box showing the name and nothing loaded in 60 s
+    _wait(pg, "(n) => document.querySelector('#workload input')?.value === n && "
+              "!document.querySelector('#workload [role=listbox], #workload ul.options')", 30_000,
+          f"the pick of {name!r} in the box", arg=name)
     pg.locator("#load-workload").click()  # a new session with the workload's requests added
     _wait(pg, f"() => {{ const m = /operation (\\d+) of (\\d+)/.exec(({STATUS})());"
               " return !!m && m[1] === m[2] && +m[2] >= 2; }", 60_000, f"the workload {name!r} loaded")
@@ -96,15 +101,16 @@ def run_workload(pg, name: str) -> None:
     _wait(pg, IDLE, 60_000, "quiet after the run")
 
 
-def _wait(pg, condition: str, timeout: float, what: str) -> None:
+def _wait(pg, condition: str, timeout: float, what: str, arg=None) -> None:
     """Wait for `condition`; when it never holds, say what the page showed instead (the status
-    line, the workload box, what is under way)."""
+    line, the workload box, what is under way, any message box)."""
     try:
-        pg.wait_for_function(condition, timeout=timeout)
+        pg.wait_for_function(condition, arg=arg, timeout=timeout)
     except Exception:
         box = pg.evaluate("() => document.querySelector('#workload input')?.value ?? null")
+        said = pg.evaluate("() => [...document.querySelectorAll('.toast-item')].map((t) => t.innerText)")
         raise AssertionError(f"never {what}: status {pg.evaluate(STATUS)!r}, workload box {box!r}, "
-                             f"under way: {pg.evaluate(BUSY)}") from None
+                             f"under way: {pg.evaluate(BUSY)}, message boxes {said}") from None
 
 
 def test_the_views_follow_the_run_and_select_what_is_clicked(browser, dry_app):
