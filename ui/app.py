@@ -118,16 +118,8 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
         # answered side by side, and an answer to a tab that a later click left draws nothing.
         clock = gr.Number(visible=False)
 
-        def in_front(session: Session, shown, at: float | None, draw, outputs: list) -> tuple:
-            """`shown` (the session or a lesson) in front, drawn, unless a later tab event
-            overtook the one sent at `at` (then nothing changes on the page)."""
-            if not session.bring_front(shown, at):
-                return tuple(gr.skip() for _ in outputs)
-            out = draw()
-            return out if session.front_clock.still_latest(at) else tuple(gr.skip() for _ in outputs)
-
         def on_session_tab(session: Session, at: float | None):
-            return in_front(session, session, at, lambda: show(session), page.outs)
+            return page.in_front(session, session, at, lambda: show(session), page.outs)
 
         for tab in (playground_tab, serving_tab, settings_tab):
             tab.select(on_session_tab, [page.state, clock], page.outs, js=CLOCK_JS, **page.quiet)
@@ -135,7 +127,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
 
         def on_lessons(ls, session: Session, at: float | None):
             # clicks on the picture now select the lesson's blocks
-            return in_front(session, ls, at, lambda: view_fn(ls, session), view_outputs)
+            return page.in_front(session, ls, at, lambda: view_fn(ls, session), view_outputs)
 
         lesson_tab.select(on_lessons, [*view_inputs, clock], view_outputs, js=CLOCK_JS)
         # The vLLM tab puts its watch in the picture's place; any other tab gives it back. The

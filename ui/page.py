@@ -17,7 +17,7 @@ from engine.ops import OpError
 from ui.front import front
 from ui.gpu_jobs import GpuClock
 from ui.refusal import failed, refused
-from ui.session import Session, UserError
+from ui.session import REPLACED, Session, UserError
 
 # Progress and errors show on the status line only: by default Gradio marks every output of a
 # failed event with an "Error" badge and blanks the main figure, though a refused operation
@@ -64,6 +64,21 @@ class Page:
     def quiet(self) -> dict[str, Any]:
         return {ON_STATUS: [self.status]}
 
+    def in_front(self, session: Session, shown: Any, at: float | None, draw: Callable[[], tuple],
+                 outputs: list) -> tuple:
+        """A tab's answer: `shown` (the session or a lesson) in front, drawn, unless a later tab
+        event overtook the one sent at `at`, or a Load, Reset or Apply replaced the session while
+        it was drawn: then nothing changes on the page. It never writes the session itself
+        (bringing a run to the front changes it in place): a late answer wrote back the session
+        that a Load had just replaced, and the visitor's workload was gone."""
+        nothing = tuple(gr.skip() for _ in outputs)
+        if session.replaced or not session.bring_front(shown, at):
+            return nothing
+        out = draw()
+        if session.replaced or not session.front_clock.still_latest(at):
+            return nothing
+        return tuple(gr.skip() if o is self.state else v for o, v in zip(outputs, out, strict=True))
+
 
 def wire_follow(page: Page) -> None:
     """Every follower hangs on ONE event of `follow`: each event costs the page Gradio's
@@ -92,7 +107,11 @@ def show(session: Session) -> tuple:
     """The values for page.outs: the session, then the run in front of the picture (the
     session's own, or a lesson's: ui/front.py). A session that cannot hold an engine now (the
     sessions' memory budget is full: ui/session_budget.py) gets its message as a warning and a
-    page left as it was, from every handler (page load and tab switches are not guarded)."""
+    page left as it was, from every handler (page load and tab switches are not guarded). A
+    session a Load, Reset or Apply has replaced draws nothing: its answer is late, and writing it
+    back would undo the new one."""
+    if session.replaced:
+        return tuple(gr.skip() for _ in range(8))
     try:
         values = front(session).values()
     except UserError as err:
@@ -112,7 +131,12 @@ def guard(fn):
 
     def wrapped(*args: Any) -> Any:
         try:
-            return _with_notices(fn, args)
+            if _replaced(args):  # a Load, Reset or Apply came first: nothing to act on
+                raise UserError(REPLACED)
+            out = _with_notices(fn, args)
+            if _replaced(args, out):  # ... or came while this ran: its answer would undo it
+                raise UserError(REPLACED)
+            return out
         except (UserError, OpError) as err:  # OpError: an operation's argument (engine/ops.py)
             raise refused(fn.__name__, str(err)) from err
         except gr.Error:
@@ -124,6 +148,13 @@ def guard(fn):
                          "operation log is intact (Undo and Reset work); please report this") from err
     wrapped.__name__ = fn.__name__
     return wrapped
+
+
+def _replaced(args: tuple, out: Any = None) -> bool:
+    """Whether the session a handler answers with (the one it returns, else the one it was
+    given) has been replaced by a new one since the event began."""
+    returned = [v for v in (out if isinstance(out, tuple) else (out,)) if isinstance(v, Session)]
+    return any(s.replaced for s in returned or [a for a in args if isinstance(a, Session)])
 
 
 def _with_notices(fn, args: tuple) -> Any:

@@ -35,6 +35,8 @@ MAX_TRACE_BYTES = limits.MAX_TRACE_BYTES
 MAX_OPS = limits.MAX_OPS
 ALLOWED_MODELS = limits.ALLOWED_MODELS
 MAX_SESSIONS = limits.MAX_SESSIONS
+REPLACED = ("a new session began (Load, Reset or Apply) while this was on its way, so it was not "
+            "done; do it again on the new one")
 
 
 __all__ = ["MAX_OPS", "MAX_SESSIONS", "MAX_TRACE_BYTES", "Session", "UserError", "live_sessions"]
@@ -64,6 +66,9 @@ class Session:
         self.view_drawn: tuple | None = None  # what the view under the picture last followed
         self._front: Any = None  # a lesson in front of the picture (None: this session)
         self.front_clock = TabClock()  # the page's clock on the tab event in front
+        # fresh() made a new session in this one's place (Load, Reset, Apply): an event of the
+        # page that began on this one must not act on it or draw it (ui/page.py)
+        self.replaced = False
 
     def __deepcopy__(self, memo: dict) -> Session:
         return Session(self.config)
@@ -75,6 +80,10 @@ class Session:
         new.presenter, new.box, new.box_at = self.presenter, self.box, self.box_at
         new.view_choice = self.view_choice
         new._front = self._front
+        # Gradio answers a page's events side by side: an action already under way on this
+        # session ends first, and one that comes later finds it replaced and is refused (run)
+        with self.lock:
+            self.replaced = True
         self.close()
         return new
 
@@ -161,6 +170,7 @@ class Session:
         engine from the log, which holds only operations that succeeded), and the visitor gets
         a message instead of a traceback."""
         with self.lock:
+            self.refuse_if_replaced()
             self.active_at = time.monotonic()
             BUDGET.sweep()  # sessions idle past the limit let go, whatever the pressure
             if self.pos >= MAX_OPS:
@@ -177,6 +187,10 @@ class Session:
                                 f"({type(err).__name__}: {err}); the session is as it was "
                                 "before it") from err
 
+    def refuse_if_replaced(self) -> None:
+        if self.replaced:
+            raise UserError(REPLACED)
+
     #: the per-session limits of ui/limits.py, for a click and for every op of a trace
     check_op = staticmethod(limits.check_op)
 
@@ -192,6 +206,7 @@ class Session:
     def adopt(self, base: int, records: list[dict[str, Any]], frames: dict[int, Frame]) -> None:
         """Take on what a GPU call did from position `base` (ui/gpu_jobs.py)."""
         with self.lock:
+            self.refuse_if_replaced()
             try:
                 self.run_history.adopt(base, records, frames, elsewhere="the GPU")
             except ValueError as err:
