@@ -4,6 +4,8 @@ names (dry or the real model); and the end's score reads right when questions we
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lessons import LessonRun, load_all
@@ -12,8 +14,16 @@ from lessons.questions import Score
 LESSONS = {lesson.name: lesson for lesson in load_all()}
 # (lesson, param, value) for every value of every input but the default (the default is the
 # lesson as tests/lessons/test_lessons.py plays it)
-CASES = [(name, p.name, value) for name, lesson in LESSONS.items() for p in lesson.params
-         for value in p.choices if value != p.default]
+ALL_CASES = [(name, p.name, value) for name, lesson in LESSONS.items() for p in lesson.params
+             for value in p.choices if value != p.default]
+# each plays to its end in tests/lessons/test_lessons.py with its default values
+WALK_ONLY = ("01_kv_cache", "06_preemption", "10_tensor_parallel", "11_chunked_prefill")
+EVERY = os.environ.get("PAGEDLAB_LESSON_INPUTS") == "all"
+CASES = [case for case in ALL_CASES if EVERY or case[0] not in WALK_ONLY]
+
+
+def case_id(case: tuple) -> str:
+    return f"{case[0]}-{case[1]}={case[2]}".replace(" ", "_")[:60]
 
 
 def test_a_skipped_question_is_said_as_skipped() -> None:
@@ -28,7 +38,7 @@ def test_a_skipped_question_is_said_as_skipped() -> None:
 
 
 @pytest.mark.parametrize("name,param,value", [
-    pytest.param(*case, id=f"{case[0]}-{case[1]}={case[2]}".replace(" ", "_")[:60],
+    pytest.param(*case, id=case_id(case),
                  marks=[] if LESSONS[case[0]].dry else [pytest.mark.slow]) for case in CASES])
 def test_every_value_an_input_offers_plays_the_lesson_to_its_end(name: str, param: str, value,
                                                                   request) -> None:

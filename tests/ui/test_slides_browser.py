@@ -8,7 +8,7 @@ inside its cell) in type of 14 px or more. Lessons 12-14 draw, somewhere on the 
 mechanism adds to the picture (DRAWS).
 
 A test per lesson (the two test workers share them out), one page load each; the window is
-resized once. The suite walks four lessons (IN_THE_SUITE); bench/slides_walk.py walks them all.
+resized once. The suite walks four lessons (IN_THE_SUITE); `python bench/walks.py slides` walks them all.
 Every wait is on a condition that is false (never an error) while the page renders.
 """
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow,
 # The suite walks these lessons: copy-on-write's arrows and shared tails, and the three whose
 # mechanisms add marks to the picture (DRAWS), the densest pages. The walk of all fifteen (433 s
 # of browser and app time on a quiet 2-core machine, against 93 for these four; about three
-# times that beside a busy neighbour) is `python bench/slides_walk.py` (results committed:
+# times that beside a busy neighbour) is `python bench/walks.py slides` (results committed:
 # bench/results/slides_walk.json), after any change to a lesson's text or the picture's layout.
 # PAGEDLAB_SLIDE_LESSONS=all, or a list (03_fork_cow,05_prefix_caching), walks those here.
 IN_THE_SUITE = ("03_fork_cow", "12_speculative_decoding", "13_sliding_window", "14_cpu_tier")
