@@ -51,11 +51,16 @@ PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 # no Gradio event under way: its status ("0.0s", "processing | 1.3s") sits inside the outputs'
 # elements meanwhile, so a wait for a changed text must also wait for this
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
-# the controls' tabs and buttons whose label does not fit (shown cut); Gradio's hidden copy of
-# the tab row, which it measures, aside
-LABELS_CUT = ("() => [...document.querySelectorAll('#controls-col [role=tab], #controls-col "
-              ".row > button')].filter((b) => b.offsetParent && !b.closest('.visually-hidden') "
-              "&& b.scrollWidth > b.clientWidth + 1).map((b) => b.innerText)")
+# the labels shown cut: the controls' tabs and row buttons and the presenter box, each whose
+# words reach past its own box or the window (Gradio's hidden copy of the tab row aside)
+LABELS_CUT = """() => [...document.querySelectorAll(
+    '#controls-col [role=tab], #controls-col .row > button, #presenter label')]
+  .filter((b) => b.offsetParent && !b.closest('.visually-hidden')).filter((b) => {
+    const box = b.getBoundingClientRect(), range = document.createRange();
+    range.selectNodeContents(b);
+    const text = range.getBoundingClientRect();  // the words themselves, wherever they overflow
+    return text.right > Math.min(box.right, innerWidth) + 0.5 || text.left < Math.max(box.left, 0) - 0.5;
+  }).map((b) => b.innerText)"""
 # every motion the page started has played to its end (endless ones, such as a spinner, aside)
 MOTION_DONE = ("() => document.getAnimations().every((a) => a.playState === 'finished'"
                " || a.effect?.getComputedTiming().iterations === Infinity)")

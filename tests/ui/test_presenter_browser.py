@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.helpers import BUSY, drawn, open_inspector, server_errors
-from tests.ui.test_browser import IDLE
+from tests.ui.test_browser import IDLE, LABELS_CUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
@@ -22,16 +22,6 @@ pytestmark = [pytest.mark.slow,
 
 PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
 # every box that must be whole on a projector: the mode tabs and the presenter-mode checkbox
-CLIPPED = """() => {
-  const boxes = [...document.querySelectorAll('#controls-col [role=tab]'),
-                 document.querySelector('#presenter label')].filter(Boolean);
-  return boxes.filter((b) => {
-    const box = b.getBoundingClientRect(), range = document.createRange();
-    range.selectNodeContents(b);
-    const text = range.getBoundingClientRect();  // the words themselves, wherever they overflow
-    return text.right > Math.min(box.right, innerWidth) + 0.5 || text.left < Math.max(box.left, 0) - 0.5;
-  }).map((b) => b.innerText);
-}"""
 NARRATION_BOTTOM = """() => { const p = document.querySelector('#lesson-narration p');
   return p ? p.getBoundingClientRect().bottom : null; }"""
 PICTURE = """() => { const gd = document.querySelector('#pool-plot .js-plotly-plot');
@@ -88,14 +78,14 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     for _ in range(4):  # the presenter checkbox keeps the focus: the clicker's key still works
         press_next(pg, url=served_app)
     assert drawn(pg, NARRATION_BOTTOM) <= 720  # the sentence about the step, without scrolling
-    assert pg.evaluate(CLIPPED) == []
+    assert pg.evaluate(LABELS_CUT) == []
     small = drawn(pg, PICTURE)
     assert small["top"] < 720 / 4
     press_next(pg, "ArrowLeft", served_app)  # Back
     pg.close()
     big = lesson_page(browser, served_app, 1920, 1080)
     assert drawn(big, PICTURE)["width"] > 1.3 * small["width"]  # the picture grows with the screen
-    assert big.evaluate(CLIPPED) == []
+    assert big.evaluate(LABELS_CUT) == []
     big.close()
 
 
