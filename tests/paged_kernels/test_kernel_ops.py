@@ -13,7 +13,8 @@ import torch
 
 # Triton's interpreter is switched on (without CUDA) by the folder's preamble, triton_mode.py,
 # which conftest.py imports before this module; if another folder's tests imported triton first,
-# the Triton tests run in a fresh subprocess instead (test_triton_kernels_in_subprocess).
+# the Triton tests run in a fresh subprocess instead (test_fresh_process.py's, with the other
+# modules', or test_triton_kernels_in_subprocess's).
 from paged_kernels import get_kernel_ops, interpreter_enabled, reference, torch_attention, triton_available
 from paged_kernels.testing import make_case, rel_error
 from tests.paged_kernels.triton_mode import (
@@ -34,10 +35,10 @@ def _triton():
 
 
 @fallback_only
-def test_triton_kernels_in_subprocess():
+def test_triton_kernels_in_subprocess(request):
     """Fallback when triton was imported, uninterpreted, before this module: same tests, fresh
     interpreter-enabled process."""
-    rerun_triton_tests_in_a_fresh_process(__file__)
+    rerun_triton_tests_in_a_fresh_process(__file__, request)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,8 +59,8 @@ def test_two_ranks_sum_and_normalise_as_the_reference(tmp_path):
 
 
 @fallback_only
-def test_triton_tests_in_a_fresh_process():
-    rerun_triton_tests_in_a_fresh_process(__file__)
+def test_triton_tests_in_a_fresh_process(request):
+    rerun_triton_tests_in_a_fresh_process(__file__, request)
 
 
 @needs_triton

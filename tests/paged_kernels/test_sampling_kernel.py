@@ -26,17 +26,17 @@ from tests.paged_kernels.triton_mode import (
 
 
 @fallback_only
-def test_triton_sampling_in_subprocess():
+def test_triton_sampling_in_subprocess(request):
     """Fallback when triton was imported, uninterpreted, before this module."""
-    rerun_triton_tests_in_a_fresh_process(__file__)
+    rerun_triton_tests_in_a_fresh_process(__file__, request)
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    """Chunks of 256 tokens, so a vocabulary of 1,000 takes four (the last one partial)."""
+    """Chunks of 64 tokens, so a vocabulary of 160 takes three (the last one partial)."""
     from paged_kernels import sampling
 
-    monkeypatch.setattr(sampling, "BLOCK", 256)
+    monkeypatch.setattr(sampling, "BLOCK", 64)
     return sampling
 
 
@@ -71,11 +71,13 @@ PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p
 def test_triton_sampling_draws_what_torch_draws(small_chunks, dtype):
     """Same uniforms, same tokens and settled flags as the torch `draw`; log probabilities as
     log_softmax's; a row's draw does not depend on the other rows of the batch."""
-    logits = separated_rows(6, 1000).to(DEVICE, dtype)
+    logits = separated_rows(6, 160, seed=6).to(DEVICE, dtype)
     scores = logits.float()
     lp = torch.log_softmax(scores, -1)
     open_rows = 0
-    for step in range(4):
+    # steps 0, 1 and 3 settle the top-p rows at rounds 0, 1 and 2 and leave some open; step 2
+    # settles each row as one of them does (a draw costs the interpreter ~0.1 s)
+    for step in (0, 1, 3):
         reqs = [SampleRequest(i, p, sample_uniform(request_key(i), 0, step))
                 for i, p in enumerate(PARAMS)]
         _, want, want_ok = draw(scores, reqs)
@@ -86,10 +88,10 @@ def test_triton_sampling_draws_what_torch_draws(small_chunks, dtype):
         assert ok.tolist() == want_ok.tolist()
         torch.testing.assert_close(token_lp, lp.gather(1, tokens[:, None])[:, 0], atol=1e-5, rtol=0)
         open_rows += int((~ok).sum())
-        # rows 4 and 1 alone, in that order: the same draws
-        sub = [reqs[4], reqs[1]]
-        alone, _, _ = small_chunks.sample(logits, kernel_params(sub), fused_kth(fused, sub))
-        assert alone.tolist() == [want[4].item(), want[1].item()]
+        if step == 0:  # rows 4 and 1 alone, in that order: the same draws
+            sub = [reqs[4], reqs[1]]
+            alone, _, _ = small_chunks.sample(logits, kernel_params(sub), fused_kth(fused, sub))
+            assert alone.tolist() == [want[4].item(), want[1].item()]
     assert open_rows > 0  # some rows went through all three rounds and still missed
 
 
@@ -103,19 +105,28 @@ def fused_kth(scores: TorchScores, reqs: list[SampleRequest]) -> torch.Tensor | 
 @needs_triton
 @pytest.mark.slow
 def test_triton_sampling_counts_are_the_models_distribution():
-    """Evenly spaced uniforms give exact counts (as test_sampler's torch tests); greedy rows
-    share the step; top-k keeps the k best."""
+    """Evenly spaced uniforms give exact counts (as test_sampler's torch tests) and uniforms just
+    either side of each step of the CDF the tokens either side of it; greedy rows share the
+    step; top-k keeps the k best."""
     probs = [0.5, 0.3, 0.15, 0.05]
-    n = 200  # counts exact at this n (top-k's renormalised 0.625 / 0.375 too); each row interpreted
-    logits = torch.log(torch.tensor([probs] * (n + 1), device=DEVICE))
-    logits[n] = torch.tensor([0.0, 3.0, 1.0, 2.0])  # a greedy row among them
-    for params, expected in ((SamplingParams(temperature=1.0), {0: 100, 1: 60, 2: 30, 3: 10}),
-                             (SamplingParams(temperature=1.0, top_k=2), {0: 125, 1: 75})):
-        reqs = [SampleRequest(i, params, (i + 0.5) / n) for i in range(n)]
-        out = TorchScores(logits, fused=True).sample_many(reqs + [SampleRequest(n, SamplingParams(), 0.0)])
-        assert out[n][0] == 1 and out[n][1] == pytest.approx(float(torch.log_softmax(logits[n], -1)[1]))
+    # n: the fewest uniforms whose counts are exact (top-k's renormalised 0.625 / 0.375 too), as
+    # each row is a program of its own to interpret; the probes 1e-3 either side of each step
+    # pin the CDF closer than a grid of 200 uniforms would
+    for params, n, steps, expected in ((SamplingParams(temperature=1.0), 20, [0.5, 0.8, 0.95],
+                                        {0: 10, 1: 6, 2: 3, 3: 1}),
+                                       (SamplingParams(temperature=1.0, top_k=2), 8, [0.625],
+                                        {0: 5, 1: 3})):
+        probes = [c + d for c in steps for d in (-1e-3, 1e-3)]
+        us = [(i + 0.5) / n for i in range(n)] + probes
+        m = len(us)
+        logits = torch.log(torch.tensor([probs] * (m + 1), device=DEVICE))
+        logits[m] = torch.tensor([0.0, 3.0, 1.0, 2.0])  # a greedy row among them
+        reqs = [SampleRequest(i, params, u) for i, u in enumerate(us)]
+        out = TorchScores(logits, fused=True).sample_many(reqs + [SampleRequest(m, SamplingParams(), 0.0)])
+        assert out[m][0] == 1 and out[m][1] == pytest.approx(float(torch.log_softmax(logits[m], -1)[1]))
         assert Counter(t for t, _ in out[:n]) == expected
-        assert all(math.isclose(lp, math.log(probs[t]), rel_tol=1e-5) for t, lp in out[:n])
+        assert [t for t, _ in out[n:m]] == [t for s in range(len(steps)) for t in (s, s + 1)]
+        assert all(math.isclose(lp, math.log(probs[t]), rel_tol=1e-5) for t, lp in out[:m])
 
 
 @needs_triton
@@ -125,16 +136,19 @@ def test_triton_top_p_frequencies_follow_the_nucleus(small_chunks):
     `exact_top_p`): every token inside the nucleus of the tempered distribution, computed by a
     sort, and each token's frequency within a few standard deviations of its nucleus probability.
     A kernel that cut no nucleus, or at the wrong place, or forgot the temperature fails."""
-    small_chunks.BLOCK = 32  # 64 tokens: two chunks (the interpreter takes ~40 ms a draw)
-    vocab, n, temperature, top_p = 64, 300, 0.6, 0.7
-    g = torch.Generator().manual_seed(3)
-    row = torch.randn(vocab, generator=g) * 0.8  # nucleus: 14 tokens (27 at temperature 1)
+    small_chunks.BLOCK = 8  # 16 tokens: two chunks (the interpreter takes ~0.1 s a draw)
+    vocab, n, temperature, top_p = 16, 100, 0.6, 0.7
+    g = torch.Generator().manual_seed(272)
+    # nucleus: 4 tokens (7 at temperature 1), the next one 8% of the mass with them. Few, heavy
+    # tokens let 100 draws fail each fault above (the cut one token late included), and a
+    # uniform nucleus, in more than 99.9% of draws of the uniforms (a binomial simulation)
+    row = torch.randn(vocab, generator=g)
     probs = torch.softmax(row.double() / temperature, 0)
     values, order = torch.sort(probs, descending=True)
     keep = (torch.cumsum(values, 0) - values) < top_p * values.sum()
     nucleus = torch.zeros(vocab, dtype=torch.float64)
     nucleus[order[keep]] = values[keep] / values[keep].sum()
-    assert 5 < int(keep.sum()) < vocab // 2  # a real cut, neither one token nor most of them
+    assert 3 < int(keep.sum()) < vocab // 2  # a real cut, neither one token nor most of them
     sp = SamplingParams(temperature=temperature, top_p=top_p)
     reqs = [SampleRequest(0, sp, sample_uniform(request_key(11), 0, i)) for i in range(n)]
     out = TorchScores(row[None].to(DEVICE), fused=True).sample_many(reqs)

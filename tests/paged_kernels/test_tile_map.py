@@ -18,8 +18,8 @@ from tests.paged_kernels.triton_mode import (
 
 
 @fallback_only
-def test_tile_map_kernels_in_subprocess():
-    rerun_triton_tests_in_a_fresh_process(__file__)
+def test_tile_map_kernels_in_subprocess(request):
+    rerun_triton_tests_in_a_fresh_process(__file__, request)
 
 
 def test_a_tile_map_lists_each_sequences_tiles_in_order_then_pads():

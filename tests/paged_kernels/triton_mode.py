@@ -5,8 +5,9 @@ own library functions (tl.cdiv, tl.sum...) at `import triton`. So without CUDA t
 (`TRITON_INTERPRET=1`) must be switched on before triton is first imported: this module does it
 when it is imported, and tests/paged_kernels/conftest.py imports it, which pytest does before it
 imports any module of this folder. If another folder's tests imported triton first,
-uninterpreted, the Triton tests run in a fresh subprocess instead (each kernel test module has
-such a fallback test).
+uninterpreted, the Triton tests run in a fresh subprocess instead: test_fresh_process.py runs
+those of every kernel module in one process; each module's own fallback test does it for its
+module when that test is not in the session.
 """
 
 from __future__ import annotations
@@ -57,13 +58,27 @@ fallback_only = pytest.mark.skipif(TRITON_HERE or not triton_available() or HAS_
                                    reason="the Triton tests run in this process")
 
 
-def rerun_triton_tests_in_a_fresh_process(test_file: str) -> None:
+#: the test that runs the Triton tests of the whole folder in one fresh process
+ONE_PROCESS_TEST_FILE = Path(__file__).resolve().parent / "test_fresh_process.py"
+
+
+def rerun_triton_tests_in_a_fresh_process(test_file: str, request: pytest.FixtureRequest) -> None:
     """The module's Triton tests again, in a process that switches the interpreter on before
-    triton is first imported."""
+    triton is first imported; skipped where the session holds test_fresh_process.py, which runs
+    them with the other modules' (one process start, not one per module)."""
+    if any(item.path == ONE_PROCESS_TEST_FILE for item in request.session.items):
+        pytest.skip("test_fresh_process.py runs them, with the folder's other Triton tests")
+    run_triton_tests_in_a_fresh_process([test_file])
+
+
+def run_triton_tests_in_a_fresh_process(test_files: list[str]) -> None:
+    """The Triton tests of these modules, in one process that switches the interpreter on
+    before triton is first imported. Without hypothesis' plugin: no kernel test uses it, and
+    its import costs that process a second and a half."""
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider",
-         "-k", "triton and not subprocess"],
+        [sys.executable, "-m", "pytest", *test_files, "-q", "-p", "no:cacheprovider",
+         "-p", "no:hypothesispytest", "-k", "triton and not subprocess"],
         cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
         timeout=600,
     )
