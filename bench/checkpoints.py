@@ -24,12 +24,13 @@ from bench.measure import median_min_ms, save_labeled, seconds_of  # noqa: E402
 from engine import EngineConfig, LLMEngine  # noqa: E402
 
 
-def model_engine() -> LLMEngine:
-    """The default model with four sequences, a fork and an append each: 20-odd blocks of 64."""
+def model_engine(sequences: int = 4) -> LLMEngine:
+    """The default model with `sequences` sequences, a fork and an append each: four hold
+    20-odd blocks of 64."""
     eng = LLMEngine(EngineConfig(model="default", block_size=16, num_gpu_blocks=64,
                                  num_cpu_blocks=64, preemption_mode="swap", device="cpu",
                                  dtype="float32"))
-    for i in range(4):
+    for i in range(sequences):
         s = eng.add_sequence(f"Sequence {i}: four score and seven years ago our fathers brought")
         eng.append(eng.fork(s), n=4)
         eng.append(s, n=8)
@@ -50,14 +51,15 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/checkpoints.json")
     ap.add_argument("--label", default="after", help="the key this run is stored under")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--smoke", action="store_true", help="2 repeats")
+    ap.add_argument("--smoke", action="store_true", help="2 repeats, one sequence on the model")
     args = ap.parse_args()
     if args.smoke:
         args.repeats = 2
     run = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
            "load_average_before": os.getloadavg()}
     run["dry_4096_blocks"] = measure(full_pool_engine(), args.repeats)
-    run["default_model_64_blocks"] = measure(model_engine(), args.repeats)
+    # --smoke: each of the model's sequences costs 13 forward passes on the CPU
+    run["default_model_64_blocks"] = measure(model_engine(1 if args.smoke else 4), args.repeats)
     run["load_average_after"] = os.getloadavg()
     save_labeled(args.out, args.label, run)
 

@@ -46,7 +46,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 WINDOW = 128
 #: the sizes below; --smoke shrinks them so that the script runs on a CPU in seconds
 SIZES = dict(layers=30, new_tokens=400, requests=32, prompt=1024, decode=256, long=4096,
-             system=2048, doc=3900, pool=256)
+             system=2048, doc=3900, pool=256, speed_runs=3, tier_runs=7)
 SMOKE = dict(layers=2, new_tokens=160, requests=2, prompt=200, decode=4, long=600, system=64,
              doc=120, pool=8)
 #: Llama-3.2-1B's attention and MLP shapes (16 layers, 32 query heads over 8 KV heads), for the tier
@@ -125,7 +125,7 @@ def equal(path: str, device: str) -> dict:
     return {"dtype": "float32", "window": WINDOW, "new_tokens": new, "requests": rows}
 
 
-def _tokens_per_second(path: str, device: str, repeats: int = 3) -> tuple[float, dict]:
+def _tokens_per_second(path: str, device: str) -> tuple[float, dict]:
     before = _allocated(device)
     # one pool size for both models: 8,192 blocks hold every request whole in either
     eng = LLMEngine(EngineConfig(model=path, device=device, dtype=_dtype(device), block_size=16,
@@ -136,7 +136,7 @@ def _tokens_per_second(path: str, device: str, repeats: int = 3) -> tuple[float,
     warm = _prompts(4, SIZES["prompt"], SIZES["prompt"], 2)
     eng.generate(warm, SamplingParams(max_tokens=16, ignore_eos=True))
     times = []
-    for r in range(repeats):  # new prompts each time: no prefix hit from the run before
+    for r in range(SIZES["speed_runs"]):  # new prompts each time: no prefix hit from the run before
         prompts = _prompts(n, SIZES["prompt"], SIZES["prompt"], 10 + r)
         _sync(device)
         t0 = time.perf_counter()
@@ -175,14 +175,14 @@ def speed(hybrid: str, full: str, device: str) -> dict:
             "new_tokens": SIZES["decode"], **out}
 
 
-def _tier_cycle(path: str, device: str, tier: int, repeats: int = 7) -> dict:
+def _tier_cycle(path: str, device: str, tier: int) -> dict:
     eng = LLMEngine(EngineConfig(model=path, device=device, dtype=_dtype(device), block_size=16,
                                  num_gpu_blocks=SIZES["pool"], num_offload_blocks=tier))
     system = _prompts(1, SIZES["system"], SIZES["system"], 4)[0]
     doc = _prompts(1, SIZES["doc"], SIZES["doc"], 5)[0]
     one = SamplingParams(max_tokens=1, ignore_eos=True)
     times, firsts, computed = [], [], []
-    for r in range(repeats + 1):  # the first cycle warms up
+    for r in range(SIZES["tier_runs"] + 1):  # the first cycle warms up
         eng.generate([system + [7, 8, 9, 10 + r]], one)
         eng.generate([doc[r:] + doc[:r]], one)  # another document each time: evicts the prompt
         before = eng.engine_info()["tokens computed by the model"]

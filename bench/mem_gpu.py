@@ -49,7 +49,7 @@ FULL = {**tier.FULL, **dict(batches=[1, 8, 64], new=128, repeats=5, reject_repea
                             hybrid_prompts=[1024, 4096], hybrid_requests=32, hybrid_new=256,
                             hybrid_rounds=5, roof_seqs=[64, 256], roof_prompt=512, roof_new=96,
                             layers=None, budget_s=480)}
-SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=24, repeats=2, reject_repeats=3,
+SMOKE = {**tier.SMOKE, **dict(batches=[1, 4], new=12, repeats=2, reject_repeats=3,
                               hybrid_prompts=[160], hybrid_requests=4, hybrid_new=16,
                               hybrid_rounds=2, roof_seqs=[4], roof_prompt=48, roof_new=8, layers=2,
                               budget_s=1800)}

@@ -79,7 +79,8 @@ def main() -> None:
     built = time.perf_counter() - t
     timeline = s.recorded(len(s.ops)).timeline
     n = len(s.ops)
-    moves = 6 if args.smoke else 25
+    # each view redrawn at `moves` places over the log (Back / Next), then `again` times at its end
+    moves, again = (2, 1) if args.smoke else (25, 5)
     positions = sorted({max(1, n - 1 - i * (n // moves)) for i in range(moves)})  # Back / Next
     res: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                              "load_average_at_start": os.getloadavg()},
@@ -94,7 +95,7 @@ def main() -> None:
         for choice in ("timeline", "memory", "prefix tree"):
             key = f"{choice.replace(' ', '_')}_{where}"
             res[key] = {"back_next": redraw_ms(s, choice, box, large, positions),
-                        "after_the_last_step": redraw_ms(s, choice, box, large, [n] * 5)}
+                        "after_the_last_step": redraw_ms(s, choice, box, large, [n] * again)}
             print(key, json.dumps(res[key]), flush=True)
     res["machine"]["load_average_at_end"] = os.getloadavg()
     with open(args.out, "w") as f:

@@ -66,10 +66,15 @@ def test_serving_suite_smoke(tmp_path):
 @pytest.mark.slow
 def test_hybrid_bench_smoke(tmp_path):
     """bench/hybrid.py's speed and tier parts on two layers (the exactness part, which runs HF
-    generate, is covered by tests/engine/runtime/test_sliding_window_models.py)."""
+    generate, is covered by tests/engine/runtime/test_sliding_window_models.py), one timed run
+    each: a 300-token prompt still outgrows the 128-token window, a 32-token system prompt
+    still fills two cached blocks that a 56-token document pushes out of a 4-block pool."""
     out = tmp_path / "hybrid.json"
+    sizes = ("prompt=16", "decode=2", "long=300", "speed_runs=1",
+             "system=32", "doc=56", "pool=4", "tier_runs=1")
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "hybrid.py"), "speed", "tier",
-                           "--smoke", "--device", "cpu", "--out", str(out)], cwd=ROOT,
+                           "--smoke", *(a for size in sizes for a in ("--set", size)),
+                           "--device", "cpu", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
