@@ -1,9 +1,13 @@
 """Tensor-parallel workers start as `python -m engine.tp.worker`: a plain script that builds a
-TP engine at top level (no `if __name__ == "__main__":`) works, its workers never import it, and
-close() ends them with nothing left behind.
+TP engine at top level (no `if __name__ == "__main__":`) works and its workers never import it;
+and when the engine's process dies (killed: no close(), no finalizer) its workers exit and
+remove their private folder, with nothing left behind.
 
 Under multiprocessing's spawn / forkserver each worker ran the user's main module again, so such
 a script failed (or, worse, started engines inside its workers).
+
+One script, one engine process and its two workers, for both (each costs seconds of imports on
+two cores); close() ending the workers is checked in-process (tests/engine/tp/test_tp_paths.py).
 """
 
 from __future__ import annotations
@@ -12,17 +16,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-
-from engine.tp.models import TINY_KV2, save_random_llama
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes
 ROOT = Path(__file__).resolve().parents[3]
 
 # No main guard, on purpose. The marker file counts how often this module is imported: a
-# worker that imported it would add a line (and build engines of its own).
+# worker that imported it would add a line (and build engines of its own). It prints its
+# engine's workers and waits to be killed.
 PLAIN_SCRIPT = """
 import json, os, sys
 with open(sys.argv[2], "a") as f:
@@ -30,13 +34,10 @@ with open(sys.argv[2], "a") as f:
 from engine import EngineConfig, LLMEngine, SamplingParams
 eng = LLMEngine(EngineConfig(model=sys.argv[1], tensor_parallel_size=2, block_size=4,
                              num_gpu_blocks=16, device="cpu", dtype="float32"))
-pids = eng.engine_info()["worker pids"]
 out = eng.generate(["Hello there"], SamplingParams(max_tokens=4, ignore_eos=True))
-folder = eng.runtime.folder
-eng.close()
-eng.close()  # idempotent
-print(json.dumps({"pids": pids, "tokens": list(out[0].outputs[0].token_ids),
-                  "folder": folder, "closed": eng.runtime.closed}))
+print(json.dumps({"pids": eng.engine_info()["worker pids"], "folder": eng.runtime.folder,
+                  "tokens": list(out[0].outputs[0].token_ids)}), flush=True)
+sys.stdin.read()  # until the test kills this process
 """
 
 
@@ -48,17 +49,37 @@ def _gone(pid: int) -> bool:
     return stat.split()[2] == "Z"
 
 
-def test_a_plain_script_builds_a_tp_engine_at_top_level(tmp_path):
-    model = save_random_llama(tmp_path / "llama-kv2", TINY_KV2)
+def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+def test_a_plain_script_builds_a_tp_engine_at_top_level_and_its_workers_exit_when_it_dies(
+        kv2_path, tmp_path):
     script = tmp_path / "plain.py"
     script.write_text(PLAIN_SCRIPT)
     marker = tmp_path / "imports.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(script), str(model), str(marker)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(marker.read_text().split()) == 1  # the script ran once: no worker imported it
-    assert len(result["tokens"]) == 4 and result["closed"]
-    assert len(result["pids"]) == 2 and all(_gone(p) for p in result["pids"])
-    assert not Path(result["folder"]).exists()
+    errors = tmp_path / "stderr.txt"
+    pids: list[int] = []
+    with open(errors, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(script), kv2_path, str(marker)],
+                                cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env)
+    try:
+        line = proc.stdout.readline()  # the engine ran its request (or the script failed)
+        assert line, f"the script exited with {proc.wait(60)}: {errors.read_text()[-3000:]}"
+        result = json.loads(line)
+        pids, folder = result["pids"], result["folder"]
+        assert len(marker.read_text().split()) == 1  # the script ran once: no worker imported it
+        assert len(result["tokens"]) == 4
+        assert len(pids) == 2 and not any(_gone(p) for p in pids) and Path(folder).is_dir()
+    finally:
+        proc.kill()  # SIGKILL: the engine's process dies, nobody calls close()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+    assert _wait_gone(pids) == []  # the workers noticed (their lifeline pipe ended) and exited
+    assert not Path(folder).exists()  # ... and removed the store's private folder

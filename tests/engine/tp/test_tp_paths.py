@@ -5,13 +5,15 @@ workers' persistent rows compared with the engine's tables every step (content t
 and a worker that dies while a step is in flight is a clear error.
 
 One module-scoped TP = 2 engine (its workers take seconds to start on two cores); the test that
-kills a worker runs last.
+kills a worker runs last on it. Drafts, on both the decode buffers' path and the general one,
+and close() share one more engine.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +73,59 @@ def test_async_recompute_chunks_and_prefix_hits_match_one_process(tp2_async, kv2
     assert totals["device_steps"] > 0 and totals["steps"] > totals["device_steps"]
 
 
+def test_drafts_and_short_prompt_rests_from_the_decode_buffers_match_one_process(
+        tmp_path, monkeypatch):
+    """The path a GPU takes (PAGEDLAB_TP_STATIC_QUERIES=1 has the CPU workers take it): a
+    verification of k + 1 queries a sequence, and the short rest of a prompt after a prefix
+    hit, padded to one query length and run from the decode buffers; the workers pick each
+    engine row's logits among the padded ones. And the general path: drafts verified in the
+    step that prefills a longer prompt go eagerly, worker 0 returning a pick for each of a
+    draft's k + 1 rows. Greedy tokens equal one process without drafts. Then close() ends the
+    workers and removes their folder, with nothing left behind (twice: idempotent)."""
+    monkeypatch.setenv("PAGEDLAB_TP_STATIC_QUERIES", "1")
+    loop = "the cat sat on the mat and the dog sat on the log " * 3
+    # the second: a hit, then a short rest; the last two come, one a step, while the others
+    # draft (two chances of a step that verifies drafts beside a prefill)
+    prompts = [loop, loop + "then", "Once upon a time",
+               "A different prompt, one about the weather in the spring and the rain",
+               "And one more, about a slow walk by the river late at night"]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    # SmolLM2's initialiser (0.02): a random model whose greedy output repeats, so it drafts
+    model = str(save_random_llama(tmp_path / "loop", TINY_KV2, init=0.02))
+    cfg = dict(model=model, block_size=4, num_gpu_blocks=64, device="cpu", dtype="float32",
+               track_kv_content=True)
+    want = [o.outputs[0].token_ids for o in LLMEngine(EngineConfig(**cfg)).generate(prompts, params)]
+    eng = LLMEngine(EngineConfig(**cfg, tensor_parallel_size=2, speculative_method="ngram",
+                                 num_speculative_tokens=4, prompt_lookup_min=1))
+    try:
+        ids = [eng.add_request(prompts[0], params)]
+        eng.step()  # the first prompt's blocks are hashed: the second's prefix hits them
+        ids += [eng.add_request(p, params) for p in prompts[1:3]]
+        outs, verified, eager = {}, 0, 0
+        while eng.has_pending_work():
+            result = eng.step()
+            eng.check_invariants()
+            if len(ids) < len(prompts):  # the first three decode (and draft) from now on
+                ids.append(eng.add_request(prompts[len(ids)], params))
+            drafted = any(e.kind == "draft" for e in result.events)
+            device = eng.engine_info()["tp last step: from the decode buffers"]
+            verified += drafted and device
+            eager += drafted and not device and result.num_prefills > 0
+            outs.update({o.request_id: o for o in result.finished})
+        assert [outs[i].outputs[0].token_ids for i in ids] == want
+        assert verified > 0  # drafts were verified from the decode buffers
+        assert eager > 0  # ... and beside a prompt's prefill, on the general path
+        assert outs[ids[0]].accepted_tokens > 0
+        assert eng.snapshot().metrics.prefix_hit_blocks > 0
+        pids, folder = eng.engine_info()["worker pids"], eng.runtime.folder
+        eng.close()
+        eng.close()  # idempotent
+        assert eng.runtime.closed and not Path(folder).exists()
+        assert not any(_running(p) for p in pids)  # exited and reaped: no zombie either
+    finally:
+        eng.close()
+
+
 def test_a_worker_killed_while_a_step_is_in_flight_is_a_clear_error(tp2_async):
     pids = tp2_async.engine_info()["worker pids"]
     tp2_async.add_request("Hello there", SamplingParams(max_tokens=50, ignore_eos=True))
@@ -84,37 +139,6 @@ def test_a_worker_killed_while_a_step_is_in_flight_is_a_clear_error(tp2_async):
         tp2_async.step()
 
 
-def test_drafts_and_short_prompt_rests_from_the_decode_buffers_match_one_process(
-        tmp_path, monkeypatch):
-    """The path a GPU takes (PAGEDLAB_TP_STATIC_QUERIES=1 has the CPU workers take it): a
-    verification of k + 1 queries a sequence, and the short rest of a prompt after a prefix
-    hit, padded to one query length and run from the decode buffers; the workers pick each
-    engine row's logits among the padded ones. Greedy tokens equal one process without drafts."""
-    monkeypatch.setenv("PAGEDLAB_TP_STATIC_QUERIES", "1")
-    loop = "the cat sat on the mat and the dog sat on the log " * 3
-    prompts = [loop, loop + "then", "Once upon a time"]  # the second: a hit, then a short rest
-    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    # SmolLM2's initialiser (0.02): a random model whose greedy output repeats, so it drafts
-    model = str(save_random_llama(tmp_path / "loop", TINY_KV2, init=0.02))
-    cfg = dict(model=model, block_size=4, num_gpu_blocks=64, device="cpu", dtype="float32",
-               track_kv_content=True)
-    want = [o.outputs[0].token_ids for o in LLMEngine(EngineConfig(**cfg)).generate(prompts, params)]
-    eng = LLMEngine(EngineConfig(**cfg, tensor_parallel_size=2, speculative_method="ngram",
-                                 num_speculative_tokens=4, prompt_lookup_min=1))
-    try:
-        ids = [eng.add_request(prompts[0], params)]
-        eng.step()  # the first prompt's blocks are hashed: the second's prefix hits them
-        ids += [eng.add_request(p, params) for p in prompts[1:]]
-        outs, verified = {}, 0
-        while eng.has_pending_work():
-            result = eng.step()
-            eng.check_invariants()
-            info = eng.engine_info()
-            verified += any(e.kind == "draft" for e in result.events) and \
-                info["tp last step: from the decode buffers"]
-            outs.update({o.request_id: o.outputs[0].token_ids for o in result.finished})
-        assert [outs[i] for i in ids] == want
-        assert verified > 0  # drafts were verified from the decode buffers
-        assert eng.snapshot().metrics.prefix_hit_blocks > 0
-    finally:
-        eng.close()
+def _running(pid: int) -> bool:
+    """Whether `pid` is still a process (a zombie included: close() must reap its workers)."""
+    return Path(f"/proc/{pid}").exists()
