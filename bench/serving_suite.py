@@ -408,7 +408,7 @@ def cold_start(b: Bench, n: int, scale: float) -> dict:
 def shared_stages(b: Bench, result: dict, want: Callable[[str], bool], smoke: bool) -> None:
     """The workloads that share one engine (each on its own prompts: no accidental hits)."""
     eng, _ = b.engine(blocks=512) if smoke else b.engine(max_num_seqs=256, blocks=40_000)
-    s, big = (0.05, 8) if smoke else (1.0, 256)
+    s, big = (0.05, 4) if smoke else (1.0, 256)
     for name, fn in (
         ("ragged_greedy", lambda: ragged(b, eng, big, 1, False, s)),
         ("ragged_sampled", lambda: ragged(b, eng, big, 2, True, s)),
@@ -490,7 +490,7 @@ def main() -> None:
             300 if args.smoke else 8000, 64 if args.smoke else 2048))
     if want("concurrency"):
         stage(result, "concurrency", lambda: concurrency(
-            b, (2, 8) if args.smoke else (8, 64, 256, 512), 16 if args.smoke else 128,
+            b, (2, 4) if args.smoke else (8, 64, 256, 512), 16 if args.smoke else 128,
             8 if args.smoke else 128))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
