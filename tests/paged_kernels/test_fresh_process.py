@@ -21,9 +21,8 @@ HERE = Path(__file__).resolve()
 @pytest.mark.slow
 def test_kernel_modules_in_one_fresh_process(request):
     """The Triton tests of the modules of this folder that the session collected."""
-    files = sorted({str(item.path) for item in request.session.items
-                    if item.path.parent == HERE.parent and item.path != HERE
-                    and "triton" in item.name})
+    files = sorted({str(path) for path, name in ((i.path.resolve(), i.name) for i in request.session.items)
+                    if path.parent == HERE.parent and path != HERE and "triton" in name})
     if not files:
         pytest.skip("the session holds no Triton test of this folder")
     run_triton_tests_in_a_fresh_process(files)

@@ -66,7 +66,7 @@ def rerun_triton_tests_in_a_fresh_process(test_file: str, request: pytest.Fixtur
     """The module's Triton tests again, in a process that switches the interpreter on before
     triton is first imported; skipped where the session holds test_fresh_process.py, which runs
     them with the other modules' (one process start, not one per module)."""
-    if any(item.path == ONE_PROCESS_TEST_FILE for item in request.session.items):
+    if any(item.path.resolve() == ONE_PROCESS_TEST_FILE for item in request.session.items):
         pytest.skip("test_fresh_process.py runs them, with the folder's other Triton tests")
     run_triton_tests_in_a_fresh_process([test_file])
 
