@@ -72,9 +72,9 @@ class Page:
         (bringing a run to the front changes it in place): a late answer wrote back the session
         that a Load had just replaced, and the visitor's workload was gone."""
         nothing = tuple(gr.skip() for _ in outputs)
-        if session.replaced or not session.bring_front(shown, at):
+        if not session.bring_front(shown, at):
             return nothing
-        out = draw()
+        out = draw()  # nothing, through show(), for a session replaced already
         if session.replaced or not session.front_clock.still_latest(at):
             return nothing
         return tuple(gr.skip() if o is self.state else v for o, v in zip(outputs, out, strict=True))

@@ -16,10 +16,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.engine.tp.processes import alive, wait_gone
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,21 +42,6 @@ sys.stdin.read()  # until the test kills this process
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.split()[2] == "Z"
-
-
-def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if not _gone(p)]
-
-
 def test_a_plain_script_builds_a_tp_engine_at_top_level_and_its_workers_exit_when_it_dies(
         kv2_path, tmp_path):
     script = tmp_path / "plain.py"
@@ -75,11 +61,11 @@ def test_a_plain_script_builds_a_tp_engine_at_top_level_and_its_workers_exit_whe
         pids, folder = result["pids"], result["folder"]
         assert len(marker.read_text().split()) == 1  # the script ran once: no worker imported it
         assert len(result["tokens"]) == 4
-        assert len(pids) == 2 and not any(_gone(p) for p in pids) and Path(folder).is_dir()
+        assert len(pids) == 2 and all(alive(p) for p in pids) and Path(folder).is_dir()
     finally:
         proc.kill()  # SIGKILL: the engine's process dies, nobody calls close()
         proc.wait()
         proc.stdin.close()
         proc.stdout.close()
-    assert _wait_gone(pids) == []  # the workers noticed (their lifeline pipe ended) and exited
+    assert wait_gone(pids) == []  # the workers noticed (their lifeline pipe ended) and exited
     assert not Path(folder).exists()  # ... and removed the store's private folder

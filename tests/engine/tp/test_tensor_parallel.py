@@ -22,33 +22,12 @@ import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.tp.runtime import TensorParallelError
+from tests.engine.tp.processes import wait_gone
 from viz.shards_figure import shards_figure
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]  # worker processes: seconds each
 ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = ["The capital of France is", "Once upon a time, a small robot"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purposes (its parent has not reaped it yet)
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
 
 
 def _hybrid_config(tp: int) -> EngineConfig:
@@ -206,7 +185,7 @@ def test_stuck_worker_is_a_clear_error_in_bounded_time(tp3_default):
     with pytest.raises(TensorParallelError, match="did not answer within 3 s"):
         tp3_default.append(seq, n=1)
     assert time.monotonic() - start < 15
-    assert _wait_gone(pids) == []
+    assert wait_gone(pids) == []
     tp3_default.check_invariants()
     with pytest.raises(TensorParallelError, match="workers are stopped"):
         tp3_default.append(seq, n=1)
@@ -218,7 +197,7 @@ def test_killed_worker_is_a_clear_error_and_leaves_no_process(tp2):
     os.kill(pids[1], signal.SIGKILL)
     with pytest.raises(TensorParallelError, match=rf"rank 1 \(pid {pids[1]}\) exited with code -9"):
         tp2.append(seq, n=2)
-    assert _wait_gone(pids) == []
+    assert wait_gone(pids) == []
     assert not Path(tp2.runtime.folder).exists()  # the store's private folder went with them
     tp2.check_invariants()
     tp2.close()  # idempotent
