@@ -30,6 +30,7 @@ from ui.room_pages import add_room_pages
 from ui.serving_panel import serving_panel
 from ui.session import Session, UserError
 from ui.settings_panel import MODES, engine_config, settings_panel
+from ui.stream_nudge import nudge_button
 from ui.tab_clock import CLOCK_JS
 from ui.theme import CSS, HEAD, PRESENTER_JS, REDUCE_MOTION_JS, THEME
 from ui.timeline_panel import timeline_panel
@@ -72,6 +73,7 @@ def build_app(default_mode: str = "SmolLM2-135M (real model)", device: str = "au
                 # the view (the view of the run, the inspector, the shards) hang on it, not on
                 # the Markdown's own change event, which Gradio fires again without a change
                 page.follow = gr.Button("follow", elem_id="pl-follow", elem_classes=["pl-hidden"])
+                nudge_button()  # pressed by ui/nudge.js when an answer is slow to come
             with gr.Column(scale=1, min_width=240), gr.Row(elem_id="look"):
                 presenter = gr.Checkbox(label="presenter mode", elem_id="presenter", min_width=110)
                 reduce = gr.Checkbox(label="reduce motion", elem_id="reduce-motion", min_width=110)

@@ -28,6 +28,7 @@ from ui.room_poll import (
 )
 from ui.room_render import metrics_html, projector_figure, qr_svg, queues_html, requests_html, student_html
 from ui.run_views import VIEWS, room_view, split_box
+from ui.stream_nudge import nudge_button
 
 CLASS_PATH, ROOM_PATH = "/class", "/room"
 DEFAULT_SYSTEM = "You are a friendly tutor. Answer in one short sentence."
@@ -62,6 +63,7 @@ def _joined(code: str, request: gr.Request | None) -> tuple[str, str, str]:
 
 
 def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
+    nudge_button()  # every page has its own: ui/stream_nudge.py
     # the projector view: the picture at presenter size, the room's link and numbers; the
     # teacher's controls, settings and notes hidden (ui/theme.py), a click away
     projector = gr.Checkbox(label="projector view (hide the teacher's controls)", elem_id="room-projector")
@@ -221,6 +223,7 @@ def _not_done(err: RoomError, secret: Any) -> str:
 
 def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     gr.Markdown("# PagedLab classroom")
+    nudge_button()
     code = gr.Textbox(label="room code", elem_id="student-code", max_length=12)
     name = gr.Textbox(label="your name (optional)", elem_id="student-name", max_length=24)
     _student_poll(registry, code, name)  # a lesson's question first, when the teacher plays one

@@ -18,8 +18,9 @@ def _script(name: str) -> str:
 
 
 # draws.js: one Plotly draw per figure sent, the picture painted first (Gradio's Plot draws each
-# update twice); motion.js: the picture's clicks and motion
-HEAD = _script("draws.js") + "\n" + _script("motion.js")
+# update twice); motion.js: the picture's clicks and motion; nudge.js: an answer Gradio's client
+# lost fetched (ui/stream_nudge.py)
+HEAD = _script("draws.js") + "\n" + _script("motion.js") + "\n" + _script("nudge.js")
 
 THEME = gr.themes.Soft(primary_hue="blue", neutral_hue="slate", text_size="md",
                        font=[gr.themes.Font(name) for name in ("Source Sans 3", "system-ui", "sans-serif")])
