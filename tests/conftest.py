@@ -76,6 +76,23 @@ def hf_attention() -> Callable[[Any, str], AbstractContextManager[None]]:
 
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+#: every page the browser fixture opened, for `close_left_pages`
+OPENED_PAGES: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def close_left_pages() -> Iterator[None]:
+    """A page a test opened and left open (a failed assertion before its close, or a test that
+    never closes one) is closed when the test ends: an open page runs its scripts and its room's
+    timer for the rest of the session (a projector page left open took 17% of a core and kept
+    its served app answering ticks for 20 minutes of a suite run). Pages of a wider fixture
+    (a module's shared page) were opened before this runs and stay."""
+    before = len(OPENED_PAGES)
+    yield
+    for pg in OPENED_PAGES[before:]:
+        if not pg.is_closed():
+            pg.close()
+    del OPENED_PAGES[before:]
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +121,7 @@ def browser() -> Iterator[Any]:
     def patient(self, *args, **kwargs):
         page = new_page(self, *args, **kwargs)
         page.set_default_timeout(120_000)
+        OPENED_PAGES.append(page)
         return page
 
     with sync_playwright() as pw, pytest.MonkeyPatch.context() as mp:

@@ -240,6 +240,8 @@ def test_projector_and_a_phone_in_one_room(served_app, browser):
                                 " ?? []).some((t) => t.name === 'reserved by the teacher')",
                                 timeout=60_000)
     assert errors == []
+    projector.close()  # its room's timer would otherwise tick for the rest of the session
+    phone.close()
 
 
 POLL_ASK = "() => document.querySelector('#room-poll-ask')?.innerText ?? ''"
