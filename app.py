@@ -52,6 +52,7 @@ def main() -> int:
     from ui import build_app, limits
     from ui.app import CSS, HEAD, THEME
     from ui.gpu import main_device, place_gpu_model
+    from ui.queue_pace import calm_queue
 
     device = main_device(args.device)  # the CPU on ZeroGPU: its GPU lives in GPU calls only
     mode, note = "dry (bookkeeping only, no model)", ""
@@ -75,6 +76,7 @@ def main() -> int:
     # a few events at once (more only thrash two cores), and a bounded line: past QUEUE_MAX_SIZE
     # waiting events a visitor is told the app is busy instead of waiting without end
     demo.queue(default_concurrency_limit=limits.QUEUE_CONCURRENCY, max_size=limits.QUEUE_MAX_SIZE)
+    calm_queue(demo)  # its idle polls every 10 ms, not 1 ms (ui/queue_pace.py)
     # Gradio 6's run history saves every call's inputs and outputs in the browser: each picture's
     # figure, a few hundred KB, written again at every click, until a lesson's pages took a
     # minute each in a long session (the storage service busy). The app keeps its own history.
