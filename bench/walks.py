@@ -1,7 +1,7 @@
 """The suite's checks in full where the suite runs a share of them (its 25 minutes on two cores):
 
 - slides: every page of every lesson as a slide, in a real browser (tests/ui/test_slides_browser.py;
-  the suite walks four lessons of the fifteen). 239 s on two workers of a quiet 2-core machine,
+  the suite walks two lessons of the fifteen). 239 s on two workers of a quiet 2-core machine,
   about three times that beside a busy neighbour. Run it after a change to a lesson's text or to
   the picture's layout.
 - lesson-inputs: every value of every input a lesson offers plays the lesson to its end

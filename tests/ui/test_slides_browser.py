@@ -8,7 +8,7 @@ inside its cell) in type of 14 px or more. Lessons 12-14 draw, somewhere on the 
 mechanism adds to the picture (DRAWS).
 
 A test per lesson (the two test workers share them out), one page load each; the window is
-resized once. The suite walks four lessons (IN_THE_SUITE); `python bench/walks.py slides` walks them all.
+resized once. The suite walks two lessons (IN_THE_SUITE); `python bench/walks.py slides` walks them all.
 Every wait is on a condition that is false (never an error) while the page renders.
 """
 
