@@ -35,24 +35,31 @@ def wait_until(pg, done, what: str, seconds: float = 120) -> None:
 
 def test_a_request_joined_as_the_stream_closed_is_answered(browser, served_app):
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    streams = {"open": 0}  # the page's event streams (/queue/data) not yet ended
+    data = "/queue/data"
+    pg.on("request", lambda r: streams.update(open=streams["open"] + 1) if data in r.url else None)
+    for ended in ("requestfinished", "requestfailed"):
+        pg.on(ended, lambda r: streams.update(open=streams["open"] - 1) if data in r.url else None)
     pg.goto(served_app + "?lesson=01_kv_cache&step=3")  # a quiet page: nothing else is sent
     pg.wait_for_function(f"() => ({PROGRESS})().includes('page 3 of')", timeout=180_000)
     pg.wait_for_function(IDLE, timeout=180_000)
+    # nothing pending, shown or not: the follow's click must open a stream of its own
+    wait_until(pg, lambda: streams["open"] == 0, "the page's event stream ended")
     joins: list[str] = []
     pg.on("response", lambda r: joins.append(r.url) if "/queue/join" in r.url else None)
     held: dict = {}
 
     def hold(route) -> None:
+        held["route"] = route
         held["stream"] = route.fetch()  # the whole stream: the server ended it, nothing pending
-        before = len(joins)
-        pg.evaluate(CLICK, "#pl-view-go")  # a request (a click on no view) joined meanwhile
-        # its join answered while the page reads the stream as open
-        wait_until(pg, lambda: len(joins) > before, "the view click joined")
-        route.fulfill(response=held["stream"])  # the stream's end reaches the page only now
-        held["done"] = True
 
     pg.route("**/gradio_api/queue/data*", hold, times=1)
     pg.evaluate(CLICK, "#pl-follow")  # the request whose stream is held
-    wait_until(pg, lambda: "done" in held, "the stream held and let go")
+    wait_until(pg, lambda: "stream" in held,
+               f"the follow's stream opened ({'route' in held}) and ended on the server")
+    before = len(joins)
+    pg.evaluate(CLICK, "#pl-view-go")  # a request (a click on no view) joined meanwhile
+    wait_until(pg, lambda: len(joins) > before, "the view click joined")  # answered while the
+    held["route"].fulfill(response=held["stream"])  # page reads the stream as open; its end only now
     pg.wait_for_function(IDLE, timeout=60_000)  # the lost answer came: nothing is under way
     pg.close()
