@@ -56,6 +56,8 @@ body:not(.pl-presenter) #controls-col .tab-container[role=tablist] { flex-wrap: 
 /* a row of buttons shares its width by their labels ("Step" needs less than "Run to the end"),
    and a label that still does not fit takes a second line rather than being cut */
 #controls-col .row > button:not([role=tab]) { flex: 1 1 auto !important; white-space: normal !important }
+/* ... but the lesson's picker takes what Start leaves: a lesson's title is longer than "Start" */
+#controls-col #lesson-choose > button { flex: 0 0 auto !important }
 /* Presenter mode, for a projector at 1280 x 720 and up: the page is a SLIDE. The picture takes
    the left ~63% of the screen at its full height (it is drawn to fit the box the page measured:
    ui/picture_box.py), the column beside it the rest; nothing scrolls. --slide is the body text:
@@ -211,6 +213,8 @@ body.pl-presenter.pl-lesson #inspector:has(> .label-wrap.open) { position: fixed
   #controls-col #lesson-ask { order: 4 }
   #controls-col #lesson-inputs { order: 3 }
   #controls-col #lesson-choose { order: 5 }
+  #controls-col #lesson-choose > .form { min-width: 100% !important }  /* a title whole, Start under it */
+  #controls-col #lesson-choose > button { flex: 1 1 auto !important }
   #controls-col #lesson-all { order: 6 }
   .gradio-container, .gradio-container .main, .gradio-container .wrap { padding-left: 4px !important;
     padding-right: 4px !important }

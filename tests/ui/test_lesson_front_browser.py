@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.ui.test_browser import CELL_XY, CHROMIUM, IDLE, open_page
+from tests.ui.test_browser import CHROMIUM, IDLE, click_cell, open_page
 from tests.ui.test_slides_browser import FITTED, PROGRESS, SLIDE
 
 pytestmark = [pytest.mark.slow,
@@ -79,7 +79,7 @@ def test_a_block_selected_in_one_lesson_is_not_selected_in_the_next(browser, ser
         pg.get_by_role("tab", name="Lessons").click()
         start(pg, "3. Fork and copy-on-write")
         turn(pg)  # a sequence in the pool: its blocks can be clicked
-        pg.mouse.click(*pg.wait_for_function(CELL_XY, arg=["pool", 0], timeout=60_000).json_value())
+        click_cell(pg, ["pool", 0])
         pg.wait_for_function("() => document.querySelector('#inspector-note')?.innerText"
                              ".includes('Block 0')", timeout=60_000)
         pg.click("#inspector > .label-wrap")  # closed, as a learner does to reach the list
