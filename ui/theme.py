@@ -169,6 +169,8 @@ body.pl-projector #room-poll blockquote, body.pl-projector #room-poll blockquote
 body.pl-projector #room-qr svg { width: 96px !important; height: 96px !important }
 body.pl-projector #room-projector { padding: 0 8px !important; min-height: 0 }
 body.pl-projector #room-lesson-row { margin: 0 !important; min-height: 0 }
+/* the teacher's lesson picker takes its row (a title whole), Play / Next / End under it */
+body:not(.pl-projector) #room-lesson-row > .form { min-width: 100% !important }
 body.pl-projector #room-joined .prose * { font-size: 14px !important; line-height: 1.25 }
 body.pl-projector .gradio-container { padding-top: 2px !important; max-width: none !important }
 body.pl-projector #room-main { height: calc(100vh - var(--pl-top, 60px)); flex-wrap: nowrap !important }

@@ -261,6 +261,9 @@ def test_a_poll_on_the_projector_and_a_phone(served_app, browser, default_model)
         code = open_room_page(teacher, served_app)
         teacher.locator("#room-lesson input").first.fill("2. Paging: blocks and tables")
         teacher.keyboard.press("Enter")
+        picked = ("() => { const i = document.querySelector('#room-lesson input');"
+                  " return [i.value, i.scrollWidth <= i.clientWidth + 1]; }")
+        assert teacher.evaluate(picked) == ["2. Paging: blocks and tables", True]  # its title whole
         teacher.click("#room-lesson-play")
         teacher.wait_for_function("() => (document.querySelector('#room-poll')?.innerText ?? '')"
                                   ".includes('page 0 of')", timeout=120_000)
