@@ -78,6 +78,8 @@ ATTN_CASES = {
     "bs16-g3-long-prefill": (16, 1, 3, 64, [25, 1], [40, 35]),
     "bs16-g8-d128-decode": (16, 1, 8, 128, [1, 1, 1], [33, 16, 1]),
     "bs4-g3-d128-prefix": (4, 2, 3, 128, [2, 5], [18, 5]),
+    # a head of 80 (Phi-2's) in tiles of 128 columns: whole key tiles load masked by column too
+    "bs16-g2-d80-long": (16, 1, 2, 80, [1, 20], [70, 40]),
 }
 
 
