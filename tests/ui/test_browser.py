@@ -52,7 +52,8 @@ PICTURE = "() => { const gd = document.querySelector('#pool-plot .js-plotly-plot
 # elements meanwhile, so a wait for a changed text must also wait for this
 IDLE = "() => ![...document.querySelectorAll('.progress-text')].some((e) => e.offsetParent !== null)"
 # the labels shown cut: the controls' tabs and row buttons and the presenter box, each whose
-# words reach past its own box or the window (Gradio's hidden copy of the tab row aside)
+# words reach past its own box or the window (Gradio's hidden copy of the tab row aside), and the
+# chosen value of a dropdown (a lesson's title) wider than its box
 LABELS_CUT = """() => [...document.querySelectorAll(
     '#controls-col [role=tab], #controls-col .row > button, #presenter label')]
   .filter((b) => b.offsetParent && !b.closest('.visually-hidden')).filter((b) => {
