@@ -33,18 +33,26 @@ def wait_until(pg, done, what: str, seconds: float = 120) -> None:
         pg.wait_for_timeout(50)
 
 
-def test_a_request_joined_as_the_stream_closed_is_answered(browser, served_app):
+def quiet_lesson_page(browser, url: str):
+    """Lesson 1 at page 3, at rest with no event stream open; the page counts its streams."""
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
-    streams = {"open": 0}  # the page's event streams (/queue/data) not yet ended
+    pg.streams = {"open": 0}  # the page's event streams (/queue/data) not yet ended
     data = "/queue/data"
-    pg.on("request", lambda r: streams.update(open=streams["open"] + 1) if data in r.url else None)
+    pg.on("request", lambda r: pg.streams.update(open=pg.streams["open"] + 1) if data in r.url else None)
     for ended in ("requestfinished", "requestfailed"):
-        pg.on(ended, lambda r: streams.update(open=streams["open"] - 1) if data in r.url else None)
-    pg.goto(served_app + "?lesson=01_kv_cache&step=3")  # a quiet page: nothing else is sent
+        pg.on(ended, lambda r: pg.streams.update(open=pg.streams["open"] - 1) if data in r.url else None)
+    pg.goto(url + "?lesson=01_kv_cache&step=3")  # a quiet page: nothing else is sent
     pg.wait_for_function(f"() => ({PROGRESS})().includes('page 3 of')", timeout=180_000)
+    return pg
+
+
+def lose_an_answer(pg, lost: str) -> None:
+    """Make Gradio's client lose the answer to a click on `lost`: a follow's stream is held in
+    the browser until the server has ended it, and the click joins meanwhile; the stream's end
+    reaches the page only after the click's join reply."""
     pg.wait_for_function(IDLE, timeout=180_000)
     # nothing pending, shown or not: the follow's click must open a stream of its own
-    wait_until(pg, lambda: streams["open"] == 0, "the page's event stream ended")
+    wait_until(pg, lambda: pg.streams["open"] == 0, "the page's event stream ended")
     joins: list[str] = []
     pg.on("response", lambda r: joins.append(r.url) if "/queue/join" in r.url else None)
     held: dict = {}
@@ -58,8 +66,25 @@ def test_a_request_joined_as_the_stream_closed_is_answered(browser, served_app):
     wait_until(pg, lambda: "stream" in held,
                f"the follow's stream opened ({'route' in held}) and ended on the server")
     before = len(joins)
-    pg.evaluate(CLICK, "#pl-view-go")  # a request (a click on no view) joined meanwhile
-    wait_until(pg, lambda: len(joins) > before, "the view click joined")  # answered while the
-    held["route"].fulfill(response=held["stream"])  # page reads the stream as open; its end only now
+    pg.evaluate(CLICK, lost)
+    wait_until(pg, lambda: len(joins) > before, f"the click on {lost} joined")  # answered while
+    held["route"].fulfill(response=held["stream"])  # the page reads the stream as open
+
+
+def test_a_request_joined_as_the_stream_closed_is_answered(browser, served_app):
+    pg = quiet_lesson_page(browser, served_app)
+    lose_an_answer(pg, "#pl-view-go")  # a click on no view: its timer shows on the view
     pg.wait_for_function(IDLE, timeout=60_000)  # the lost answer came: nothing is under way
+    pg.close()
+
+
+def test_a_lost_next_on_a_slide_still_turns_the_page(browser, served_app):
+    """In presenter mode Next's timer sits in a hidden status line: nothing on the slide shows
+    it, and the nudge must still see it under way (a loaded suite run's slide walk waited 180 s
+    on a Next whose answer was lost, the page still on page 1)."""
+    pg = quiet_lesson_page(browser, served_app)
+    pg.click("#presenter")
+    pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
+    lose_an_answer(pg, "#lesson-next")
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('page 4 of')", timeout=60_000)
     pg.close()
