@@ -296,13 +296,17 @@ def test_a_message_within_a_second_of_the_timelines_drawing_is_drawn_at_a_later_
     six blocks once a page's watch was taken up again)."""
     from ui import vllm_panel
 
-    monkeypatch.setattr(vllm_panel, "TIMELINE_S", 0.3)
+    # the interval is long while the message comes and the tree is drawn, then over: a tick of
+    # its own (a wall-clock interval of 0.3 s read the message as later than it once the
+    # machine was loaded, and drew the timeline at the first call)
+    monkeypatch.setattr(vllm_panel, "TIMELINE_S", 60.0)
     view = watching(pub)  # drew the tree and the timeline of one message
     try:
         pub.publish(stored([13], 12))
         until(view, lambda: view.watch.mirror.batches == 2)
-        _values(view, _Look, False)  # the tree now; the timeline waits out its interval
-        time.sleep(0.35)
+        tree, timeline, *_ = _values(view, _Look, False)  # the tree now; the timeline waits
+        assert tree != gr.skip() and timeline == gr.skip()
+        monkeypatch.setattr(vllm_panel, "TIMELINE_S", 0.0)  # its interval is over
         view.poll()  # a tick that finds nothing new
         tree, timeline, *_ = _values(view, _Look, False)
         assert tree == gr.skip() and timeline != gr.skip()  # gr.skip() is a new dict each call
