@@ -25,25 +25,47 @@ PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
 CLICK = "(id) => document.querySelector(id).click()"
 
 
-def wait_until(pg, done, what: str, seconds: float = 120) -> None:
-    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them."""
+def wait_until(pg, done, what: str, seconds: float = 120, detail=lambda: "") -> None:
+    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them;
+    a timeout says what did not happen, and `detail()` what the page was doing."""
     deadline = time.monotonic() + seconds
     while not done():
-        assert time.monotonic() < deadline, f"{what} within {seconds} s"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {seconds} s\n{detail()}")
         pg.wait_for_timeout(50)
 
 
 def quiet_lesson_page(browser, url: str):
-    """Lesson 1 at page 3, at rest with no event stream open; the page counts its streams."""
+    """Lesson 1 at page 3, at rest with no event stream open; the page keeps its streams' log."""
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
-    pg.streams = {"open": 0}  # the page's event streams (/queue/data) not yet ended
-    data = "/queue/data"
-    pg.on("request", lambda r: pg.streams.update(open=pg.streams["open"] + 1) if data in r.url else None)
-    for ended in ("requestfinished", "requestfailed"):
-        pg.on(ended, lambda r: pg.streams.update(open=pg.streams["open"] - 1) if data in r.url else None)
+    pg.streams = {}  # the page's event streams (/queue/data) not yet ended, and when each began
+    pg.queue_log = []  # every /queue request's start and end, seconds from the page's start
+    began = time.monotonic()
+
+    def seen(kind: str, r) -> None:
+        if "/queue/" not in r.url:
+            return
+        pg.queue_log.append(f"{time.monotonic() - began:7.2f} {kind} {r.url.split('/queue/')[1][:40]}")
+        if "/queue/data" in r.url:
+            if kind == "request":
+                pg.streams[r] = time.monotonic()
+            else:
+                pg.streams.pop(r, None)
+
+    for kind in ("request", "requestfinished", "requestfailed"):
+        pg.on(kind, lambda r, kind=kind: seen(kind, r))
     pg.goto(url + "?lesson=01_kv_cache&step=3")  # a quiet page: nothing else is sent
     pg.wait_for_function(f"() => ({PROGRESS})().includes('page 3 of')", timeout=180_000)
     return pg
+
+
+def what_is_pending(pg) -> str:
+    """The page's open streams, its timers (hidden ones too) and its last /queue requests."""
+    now = time.monotonic()
+    timers = pg.evaluate("""() => [...document.querySelectorAll('.progress-text')].map((e) =>
+        (e.closest('[id]')?.id ?? '?') + (e.offsetParent ? '' : ' (hidden)') + ': ' + e.innerText)""")
+    return (f"streams open for {[round(now - t, 1) for t in pg.streams.values()]} s; "
+            f"timers {timers}; last requests:\n" + "\n".join(pg.queue_log[-30:]))
 
 
 def lose_an_answer(pg, lost: str) -> None:
@@ -52,7 +74,8 @@ def lose_an_answer(pg, lost: str) -> None:
     reaches the page only after the click's join reply."""
     pg.wait_for_function(IDLE, timeout=180_000)
     # nothing pending, shown or not: the follow's click must open a stream of its own
-    wait_until(pg, lambda: pg.streams["open"] == 0, "the page's event stream ended")
+    wait_until(pg, lambda: not pg.streams, "the page's event stream ended",
+               detail=lambda: what_is_pending(pg))
     joins: list[str] = []
     pg.on("response", lambda r: joins.append(r.url) if "/queue/join" in r.url else None)
     held: dict = {}
