@@ -111,3 +111,25 @@ def test_triton_lean_steps_equal_the_reference_ops_on_a_real_model(name, request
         got.append((prefill, decode, runner.cache.kv_cache.clone()))
     for triton_out, reference_out in zip(*got, strict=True):
         torch.testing.assert_close(triton_out, reference_out, atol=1e-4, rtol=1e-4)
+
+
+def test_the_kernels_compile_for_an_h100_in_each_dtype():
+    """Compiled, not interpreted, for sm_90 (no GPU needed): the interpreter runs a kernel's
+    Python, so the kernels can pass the tests above and still not compile; the half types'
+    products go to the tensor cores (mma), float32's stay full precision (no mma: tf32 would)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from paged_kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("needs triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "tests.paged_kernels.compile_for_hopper", "norm_matmul"],
+                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    mma = {line.split(":")[0]: int(line.rsplit("mma ", 1)[1]) for line in proc.stdout.strip().splitlines()}
+    assert mma["bf16"] > 0 and mma["fp16"] > 0 and mma["fp32"] == 0, proc.stdout
