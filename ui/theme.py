@@ -103,6 +103,15 @@ body.pl-presenter #event-log { font-size: 16px !important; line-height: 1.35; ma
 body.pl-presenter #controls-col button { font-size: 16px !important }
 body.pl-presenter #controls-col .tab-container button {
   font-size: 15px !important; padding: 4px 4px !important }
+/* a projector of 1024 x 768: the six tabs at 15 px need ~400 px, the column has ~340; a second
+   row rather than "Playgrour" and "Servinc" (where they fit, as at 1280, wrapping changes
+   nothing; on a slide the tabs are hidden). Not in a @media block: Gradio scopes the rules in
+   one under its container, where a rule naming the body matches nothing */
+body.pl-presenter:not(.pl-lesson) #controls-col .tab-container[role=tablist] {
+  flex-wrap: wrap !important; height: auto !important; row-gap: 2px }
+/* a second row of tabs grows down: Gradio's wrapper is one row high and centres its content,
+   so the rows grew up under the top bar, which took the first row's clicks */
+#controls-col .tab-wrapper { height: auto !important; align-items: flex-start !important }
 /* the lesson slide: nothing of the teacher's setup, the page's text large; before a lesson
    starts, on its opening page and at its end (pl-lesson-menu, set by ui/motion.js) the lesson
    list and Start stay on the slide, so a teacher can pick a lesson without leaving presenter

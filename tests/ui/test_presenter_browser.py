@@ -89,6 +89,34 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
     big.close()
 
 
+# each mode tab: its words whole and its middle answering clicks (not under the top bar)
+TABS_REACHABLE = """() => [...document.querySelectorAll('#controls-col [role=tab]')]
+  .filter((t) => t.offsetParent && !t.closest('.visually-hidden')).map((t) => {
+    const r = t.getBoundingClientRect(), hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+    return {tab: t.innerText, reachable: t === hit || t.contains(hit)}; })"""
+
+
+@pytest.mark.parametrize("width, height", [(1024, 768), (1280, 720)])
+def test_presenter_mode_on_an_old_projector_keeps_every_tab_whole_and_clickable(browser, served_app,
+                                                                                width, height):
+    """At 1024 x 768 the six tabs do not fit one row of the column: they take two, growing down
+    (they read "Playgrour", "Servinc", and a first wrap went up under the top bar, which took
+    the first row's clicks)."""
+    pg = browser.new_page(viewport={"width": width, "height": height})
+    pg.goto(served_app)
+    pg.wait_for_function(IDLE + " && document.querySelector('#presenter') !== null", timeout=180_000)
+    pg.click("#presenter")
+    pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
+    tabs = pg.evaluate(TABS_REACHABLE)
+    assert [t["tab"] for t in tabs] == ["Playground", "Serving", "Lessons", "Compare", "vLLM", "Settings"]
+    assert all(t["reachable"] for t in tabs), tabs
+    assert pg.evaluate(LABELS_CUT) == []
+    pg.get_by_role("tab", name="Serving").click()  # a click of the first row reaches its tab
+    pg.wait_for_function("() => document.querySelector('#controls-col [role=tab][aria-selected=true]')"
+                         "?.innerText === 'Serving'")
+    pg.close()
+
+
 LIST_OPEN = "() => document.querySelector('#lesson-input-0 input')?.getAttribute('aria-expanded') === 'true'"
 
 
