@@ -124,7 +124,7 @@ def _norm_gate_up_silu_kernel(x_ptr, res_ptr, res_out_ptr, w_norm_ptr, w_ptr, ou
     tl.store(out_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :], out.to(dtype), mask=mask)
 
 
-def _grid_shape(rows: int, n: int, k: int, device: torch.device) -> tuple[int, int, int]:
+def _grid_shape(rows: int, n: int, device: torch.device) -> tuple[int, int, int]:
     """BLOCK_M, BLOCK_N, BLOCK_K: the rows in one tile (tl.dot takes 16 and up), and output
     columns narrow enough that the programs fill the GPU's SMs (a decode step's matmul is bytes
     of weight, read best by every SM at once)."""
@@ -133,8 +133,8 @@ def _grid_shape(rows: int, n: int, k: int, device: torch.device) -> tuple[int, i
     block_n = 128
     while block_n > 16 and triton.cdiv(n, block_n) * triton.cdiv(rows, block_m) < sms:
         block_n //= 2
-    block_k = 128 if k >= 1024 else 64
-    return block_m, block_n, block_k
+    return block_m, block_n, 64  # K tiles of 64: gate/up's two weight tiles, three stages deep,
+    # fit the shared memory with 64 rows and 128 columns (tiles of 128 asked 264 KiB of 227)
 
 
 def _checked(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor) -> None:
@@ -152,7 +152,7 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
     n = weight.shape[0]
     out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if residual is not None else x
-    bm, bn, bk = _grid_shape(rows, n, k, x.device)
+    bm, bn, bk = _grid_shape(rows, n, x.device)
     _norm_linear_kernel[(triton.cdiv(n, bn), triton.cdiv(rows, bm))](
         x, residual if residual is not None else x, res_out, norm_weight, weight,
         bias if bias is not None else weight, out, rows, n, k, eps, BLOCK_M=bm, BLOCK_N=bn,
@@ -170,7 +170,7 @@ def norm_gate_up_silu(x: torch.Tensor, residual: torch.Tensor | None, norm_weigh
     n = gate_up_weight.shape[0] // 2
     out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if residual is not None else x
-    bm, bn, bk = _grid_shape(rows, n, k, x.device)
+    bm, bn, bk = _grid_shape(rows, n, x.device)
     _norm_gate_up_silu_kernel[(triton.cdiv(n, bn), triton.cdiv(rows, bm))](
         x, residual if residual is not None else x, res_out, norm_weight, gate_up_weight, out,
         rows, n, k, eps, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, HAS_RES=residual is not None,

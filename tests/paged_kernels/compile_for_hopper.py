@@ -29,11 +29,17 @@ def lamport_ptx(dtype: str) -> str:
     return _ptx(_lamport_add_rms_norm_kernel, sig, const)
 
 
+#: an H100's shared memory a block may use (Triton's OutOfResources limit on sm_90)
+HOPPER_SHARED = 232448
+
+
 def norm_matmul_ptx(dtype: str) -> str:
-    """Both kernels' PTX for sm_90 (a residual; the qkv one with a bias), one string."""
+    """Both kernels' PTX for sm_90 (a residual; the qkv one with a bias), one string, in their
+    largest tiles (norm_matmul._grid_shape's, launched three stages deep); a kernel asking for more
+    shared memory than an H100 has raises (the GPU raised OutOfResources at launch, run 53)."""
     p = f"*{dtype}"
     sizes = {"rows": "i32", "N": "i32", "K": "i32", "eps": "fp32"}
-    const = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "HAS_RES": True, "IEEE": dtype == "fp32"}
+    const = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "HAS_RES": True, "IEEE": dtype == "fp32"}
     linear = dict.fromkeys(["x_ptr", "res_ptr", "res_out_ptr", "w_norm_ptr", "w_ptr", "b_ptr",
                             "out_ptr"], p) | sizes
     gate_up = dict.fromkeys(["x_ptr", "res_ptr", "res_out_ptr", "w_norm_ptr", "w_ptr", "out_ptr"],
@@ -42,11 +48,16 @@ def norm_matmul_ptx(dtype: str) -> str:
             + _ptx(_norm_gate_up_silu_kernel, gate_up, const))
 
 
-def _ptx(kernel, sig: dict, const: dict) -> str:
+def _ptx(kernel, sig: dict, const: dict, stages: int = 3) -> str:
     names = [*sig, *const]
     src = ASTSource(fn=kernel, signature=sig | dict.fromkeys(const, "constexpr"),
                     constexprs={(names.index(k),): v for k, v in const.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                              options={"num_stages": stages, "num_warps": 4})
+    if compiled.metadata.shared > HOPPER_SHARED:
+        raise RuntimeError(f"{kernel.__name__} asks {compiled.metadata.shared} bytes of shared "
+                           f"memory, an H100 has {HOPPER_SHARED}")
+    return compiled.asm["ptx"]
 
 
 if __name__ == "__main__":
