@@ -11,9 +11,6 @@ share the signatures documented in `paged_kernels.reference`:
     normed, residual = ops.add_rms_norm(x, residual, weight, eps)    # the lean decoder's
     q = ops.rope_write_kv(qkv, cos_sin, positions, k_cache, v_cache, slots, hq, hkv)  # fused
     act = ops.silu_and_mul(gate_up)                                  # layer ops
-    out, residual = ops.norm_linear(x, residual, norm_w, eps, weight, bias)  # the norm folded
-    act, residual = ops.norm_gate_up_silu(x, residual, norm_w, eps, gate_up)  # into a matmul,
-                                               # for steps of up to ops.norm_matmul_rows tokens
 
 Triton is imported only when a Triton backend is requested, so `import paged_kernels` works on
 machines without triton (macOS, Windows) and the CPU path never pays for it.
@@ -23,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,14 +40,6 @@ class KernelOps:
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rope_write_kv: Callable[..., torch.Tensor]
     silu_and_mul: Callable[..., torch.Tensor]
-    norm_linear: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    norm_gate_up_silu: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    #: the most tokens a step may have for norm_linear / norm_gate_up_silu (0: never used)
-    norm_matmul_rows: int
-
-
-#: "0" turns the Triton norm-into-matmul kernels off (bench/ab_trees.py --envs measures both)
-FUSED_NORM_MATMUL_ENV = "PAGEDLAB_FUSED_NORM_MATMUL"
 
 
 def triton_available() -> bool:
@@ -76,18 +64,15 @@ def _reference_ops() -> KernelOps:
     return KernelOps("reference", torch_attention.paged_attention, reference.write_kv,
                      reference.copy_blocks, reference.swap_blocks,
                      layer_reference.add_rms_norm, layer_reference.rope_write_kv,
-                     layer_reference.silu_and_mul, layer_reference.norm_linear,
-                     layer_reference.norm_gate_up_silu, sys.maxsize)
+                     layer_reference.silu_and_mul)
 
 
 def _triton_ops() -> KernelOps:
-    from . import cache_ops, layer_ops, norm_matmul, paged_attention
+    from . import cache_ops, layer_ops, paged_attention
 
-    fused_rows = 0 if os.environ.get(FUSED_NORM_MATMUL_ENV) == "0" else norm_matmul.MAX_ROWS
     return KernelOps("triton", paged_attention.paged_attention, cache_ops.write_kv,
                      cache_ops.copy_blocks, cache_ops.swap_blocks,
-                     layer_ops.add_rms_norm, layer_ops.rope_write_kv, layer_ops.silu_and_mul,
-                     norm_matmul.norm_linear, norm_matmul.norm_gate_up_silu, fused_rows)
+                     layer_ops.add_rms_norm, layer_ops.rope_write_kv, layer_ops.silu_and_mul)
 
 
 def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelOps:

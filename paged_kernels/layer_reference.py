@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["add_rms_norm", "norm_gate_up_silu", "norm_linear", "rope_write_kv", "silu_and_mul"]
+__all__ = ["add_rms_norm", "rope_write_kv", "silu_and_mul"]
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
@@ -57,20 +57,3 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up for a fused `[T, 2 I]` gate/up projection, as `LlamaMLP` rounds it."""
     i = gate_up.shape[-1] // 2
     return torch.nn.functional.silu(gate_up[:, :i]) * gate_up[:, i:]
-
-
-def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(F.linear(add_rms_norm(x, residual, ...)[0], weight, bias), x + residual): the norm and
-    the matmul after it, which `norm_matmul.norm_linear` does in one kernel."""
-    normed, summed = add_rms_norm(x, residual, norm_weight, eps)
-    return torch.nn.functional.linear(normed, weight, bias), summed
-
-
-def norm_gate_up_silu(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                      eps: float, gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(silu_and_mul(F.linear(normed, gate_up_weight)), x + residual): the MLP's input side,
-    which `norm_matmul.norm_gate_up_silu` does in one kernel."""
-    normed, summed = add_rms_norm(x, residual, norm_weight, eps)
-    return silu_and_mul(torch.nn.functional.linear(normed, gate_up_weight)), summed

@@ -92,7 +92,8 @@ def test_a_projector_shows_the_lesson_whole_and_a_clicker_drives_it(browser, ser
 # each mode tab: its words whole and its middle answering clicks (not under the top bar)
 TABS_REACHABLE = """() => [...document.querySelectorAll('#controls-col [role=tab]')]
   .filter((t) => t.offsetParent && !t.closest('.visually-hidden')).map((t) => {
-    const r = t.getBoundingClientRect(), hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+    const r = t.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
     return {tab: t.innerText, reachable: t === hit || t.contains(hit)}; })"""
 
 

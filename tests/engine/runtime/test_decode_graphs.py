@@ -106,7 +106,7 @@ def test_the_captured_forward_never_reads_the_device(tiny_model, monkeypatch, us
     ops = runner.cache.ops
     monkeypatch.setattr(runner.cache, "ops", dataclasses.replace(ops, **{
         f.name: unguarded(getattr(ops, f.name)) for f in dataclasses.fields(ops)
-        if callable(getattr(ops, f.name))}))
+        if f.name != "name"}))
     graphs = runner.graphs
     for q in (1, 3):  # a decode, and a verification of drafts of up to 2 tokens (one padded)
         step = DecodeStep([t for i, s in enumerate(batch) for t in (s.token_ids[0], 5, 6)[:q]],
