@@ -105,7 +105,7 @@ def views(browser, url: str, out: str) -> None:
     pg.screenshot(path=os.path.join(out, "timeline-presenter.png"))
     _choose(pg, "memory", "memory")
     pg.screenshot(path=os.path.join(out, "memory-presenter.png"))
-    _workload(pg, "a shared prefix (a class's system prompt)")
+    _workload(pg, "a shared prefix (one system prompt)")
     meta = _choose(pg, "prefix tree", "tree")
     for back in (1, 2):  # mid-run: the requests hold the trunk
         pg.click("#tl-back")

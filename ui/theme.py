@@ -58,6 +58,10 @@ body:not(.pl-presenter) #controls-col .tab-container[role=tablist] { flex-wrap: 
 #controls-col .row > button:not([role=tab]) { flex: 1 1 auto !important; white-space: normal !important }
 /* ... but the lesson's picker takes what Start leaves: a lesson's title is longer than "Start" */
 #controls-col #lesson-choose > button { flex: 0 0 auto !important }
+/* the workload's picker takes its row, Load under it: a workload's name is wider than the
+   column leaves it beside a button (it read "a shared prefix (a c" in presenter mode at
+   1024 x 768, and was cut on a phone) */
+#controls-col #workload-row > .form { min-width: 100% !important }
 /* Presenter mode, for a projector at 1280 x 720 and up: the page is a SLIDE. The picture takes
    the left ~63% of the screen at its full height (it is drawn to fit the box the page measured:
    ui/picture_box.py), the column beside it the rest; nothing scrolls. --slide is the body text:

@@ -59,7 +59,7 @@ WORKLOADS: dict[str, Workload] = {
         (f"Tell a short story about {topic}.", SamplingParams(max_tokens=40, ignore_eos=True))
         for topic in ("a lighthouse", "a lost key", "a paper boat", "the first snow")),
         _preempting, chat=True),
-    "a shared prefix (a class's system prompt)": Workload(tuple(
+    "a shared prefix (one system prompt)": Workload(tuple(
         (q, SamplingParams(max_tokens=12))
         for q in ("What is paging?", "Why fixed-size blocks?", "What does a page table map?",
                   "When is a block copied?")), _roomy, SYSTEM, chat=True),

@@ -13,7 +13,7 @@ import pytest
 
 from scripts.walkthrough_views import _choose, _workload
 from tests.helpers import box_of, drawn
-from tests.ui.test_browser import IDLE
+from tests.ui.test_browser import IDLE, LABELS_CUT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.slow,
@@ -76,7 +76,8 @@ def _goto(pg, position: int) -> None:
 def test_serving_on_a_phone_cuts_nothing_and_a_name_selects(browser, served_app):
     pg = _phone(browser, served_app)
     try:
-        _workload(pg, "a shared prefix (a class's system prompt)")
+        _workload(pg, "a shared prefix (one system prompt)")
+        assert pg.evaluate(LABELS_CUT) == []  # the workload's name whole in its picker
         _back(pg, 6)  # mid-run: the system prompt's block shared by every request (×4)
         assert drawn(pg, CUT, "#pool-plot") == []
         assert pg.evaluate("document.documentElement.scrollWidth") <= PHONE["width"] + 1
@@ -101,7 +102,7 @@ def test_the_prefix_tree_on_a_phone_tells_branches_apart_and_a_tap_leaves_it_in_
         browser, served_app):
     pg = _phone(browser, served_app)
     try:
-        _workload(pg, "a shared prefix (a class's system prompt)")
+        _workload(pg, "a shared prefix (one system prompt)")
         _back(pg, 6)
         _choose(pg, "prefix tree", "tree")
         labels = drawn(pg, TREE_LABELS)

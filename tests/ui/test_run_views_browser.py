@@ -208,7 +208,7 @@ def test_a_serving_runs_block_opens_the_inspector_on_the_first_screen(browser, d
         if w < 1440:
             pg.click("#presenter")
             pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
-        run_workload(pg, "a shared prefix (a class's system prompt)")
+        run_workload(pg, "a shared prefix (one system prompt)")
         pg.evaluate("window.scrollTo(0, 0)")
         open_inspector(pg, 1, kv=False)  # the dry mode's inspector: the block's words, no K/V
         pg.evaluate("window.scrollTo(0, 0)")

@@ -35,7 +35,7 @@ def _run(name: str) -> tuple[Session, list[MemoryPoint]]:
 
 
 def test_a_shared_prefix_hits_and_every_request_answers(default_model) -> None:
-    s, series = _run("a shared prefix (a class's system prompt)")
+    s, series = _run("a shared prefix (one system prompt)")
     assert sum(p.prefix_hits for p in series) >= 3  # the system prompt's blocks, for each later request
     assert max(p.shared for p in series) >= 1  # the trunk held by several requests at once
     assert all(len(o.outputs[0].token_ids) >= 4 for o in s.engine.finished_requests())
