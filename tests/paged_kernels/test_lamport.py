@@ -17,6 +17,7 @@ import torch
 from paged_kernels.layer_reference import add_rms_norm
 from tests.paged_kernels.lamport_rank import EPS, HIDDEN, ROW_COUNTS, ROWS, WORLD, inputs
 from tests.paged_kernels.triton_mode import (
+    DEVICE,
     fallback_only,
     needs_triton,
     rerun_triton_tests_in_a_fresh_process,
@@ -68,10 +69,11 @@ def test_triton_a_peer_that_never_writes_gives_nan_and_a_flag_not_a_hang():
     from paged_kernels.lamport import STATE_INTS, buffer_elements, reduce_add_rms_norm
 
     n = buffer_elements(2, 2, 8)
-    buffers = [torch.full((n,), -0.0) for _ in range(2)]  # on the CPU: the interpreter's run
-    peers = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64)
-    state = torch.zeros(STATE_INTS, dtype=torch.int32)
-    x, res, w = torch.ones(2, 8), torch.ones(2, 8), torch.ones(8)
+    # on the GPU where there is one (the kernel takes device pointers), else the interpreter's CPU
+    buffers = [torch.full((n,), -0.0, device=DEVICE) for _ in range(2)]
+    peers = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.int64, device=DEVICE)
+    state = torch.zeros(STATE_INTS, dtype=torch.int32, device=DEVICE)
+    x, res, w = (torch.ones(shape, device=DEVICE) for shape in ((2, 8), (2, 8), (8,)))
     out, _ = reduce_add_rms_norm(x, res, w, EPS, peers, state, 0, 2, 2, max_spin=3)
     assert torch.isnan(out).all() and state[5] == 1
 
@@ -84,16 +86,16 @@ def test_triton_one_rank_rounds_as_add_rms_norm_does(dtype):
     from paged_kernels.lamport import STATE_INTS, buffer_elements, empty_bits, reduce_add_rms_norm
     from paged_kernels.layer_ops import add_rms_norm as add_rms_norm_kernel
 
-    buffer = torch.empty(buffer_elements(1, 4, HIDDEN), dtype=dtype)
+    buffer = torch.empty(buffer_elements(1, 4, HIDDEN), dtype=dtype, device=DEVICE)
     ints, empty = empty_bits(dtype)
     buffer.view(ints).fill_(empty)
-    peers = torch.tensor([buffer.data_ptr()], dtype=torch.int64)
-    state = torch.zeros(STATE_INTS, dtype=torch.int32)
+    peers = torch.tensor([buffer.data_ptr()], dtype=torch.int64, device=DEVICE)
+    state = torch.zeros(STATE_INTS, dtype=torch.int32, device=DEVICE)
     g = torch.Generator().manual_seed(5)
     for t in (3, 4, 1, 2):
-        x, res = (torch.randn(t, HIDDEN, generator=g).to(dtype) for _ in range(2))
+        x, res = (torch.randn(t, HIDDEN, generator=g).to(DEVICE, dtype) for _ in range(2))
         x[:, ::4] = -0.0
-        w = torch.randn(HIDDEN, generator=g).to(dtype)
+        w = torch.randn(HIDDEN, generator=g).to(DEVICE, dtype)
         got = reduce_add_rms_norm(x, res, w, EPS, peers, state, 0, 1, 4, max_spin=50)
         want = add_rms_norm_kernel(x, res, w, EPS)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (dtype, t)
