@@ -141,9 +141,16 @@ def test_every_block_can_be_clicked_when_a_page_asks_which(browser, served_app):
         pg.wait_for_function("() => document.querySelector('#lesson-question')?.innerText"
                              ".includes('Which block')", timeout=60_000)
         num_blocks = 24
-        pg.wait_for_function(f"() => ({BLOCK_XY})(0) !== null && ({IDLE})()", timeout=60_000)
-        missing = [b for b in range(num_blocks) if pg.evaluate(f"({BLOCK_XY})({b})") is None]
-        assert not missing, f"blocks that cannot be clicked: {missing}"
+        # every block drawn clickable, on the page's own picture: the condition waits (a loaded
+        # run read the picture between two drawings, block 0 there and block 9 not yet)
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        every = f"() => [...Array({num_blocks}).keys()].every((b) => ({BLOCK_XY})(b) !== null)"
+        try:
+            pg.wait_for_function(f"() => ({every})() && ({IDLE})()", timeout=60_000)
+        except PlaywrightTimeout:
+            missing = [b for b in range(num_blocks) if pg.evaluate(f"({BLOCK_XY})({b})") is None]
+            raise AssertionError(f"blocks that cannot be clicked after 60 s: {missing}") from None
         click_until(pg, BLOCK_XY, 2, f"() => document.querySelector('{ANSWER}')?.value === 'block 2'")
         pg.screenshot(path="/tmp/lesson3-block-question.png")
         _next(pg)
