@@ -174,3 +174,57 @@ def break_heartbeat(pg: Any, app: Any, timeout_s: float = 60) -> None:
     while app.log().count(ENDED) == ended:
         assert time.monotonic() < deadline, f"the session never ended: {app.log()[-2000:]}"
         time.sleep(0.1)
+
+
+class QueueTraffic:
+    """A page's Gradio queue traffic as Chromium sent it: its event streams (/queue/data) not yet
+    ended, and every /queue request, join reply and stream end in the order they came. The
+    server ends a page's stream once nothing of the page's is pending, so "a stream ended after
+    the last join and none is open" says every answer has come, timer shown or not. Attach it
+    before the page's first request."""
+
+    def __init__(self, pg: Any) -> None:
+        self.began = time.monotonic()
+        self.open: dict[Any, float] = {}  # stream request -> when it began
+        self.log: list[tuple[float, str, str]] = []  # (seconds from the start, kind, url's tail)
+        for kind in ("request", "requestfinished", "requestfailed"):
+            pg.on(kind, lambda r, kind=kind: self._seen(kind, r))
+        pg.on("response", lambda r: self._note("join", r.url) if "/queue/join" in r.url else None)
+
+    def _note(self, kind: str, url: str) -> None:
+        self.log.append((time.monotonic() - self.began, kind, url.split("/queue/")[-1][:40]))
+
+    def _seen(self, kind: str, r: Any) -> None:
+        if "/queue/" not in r.url:
+            return
+        self._note(kind, r.url)
+        if "/queue/data" in r.url:
+            if kind == "request":
+                self.open[r] = time.monotonic()
+            elif self.open.pop(r, None) is not None:
+                self._note("end", r.url)
+
+    def joins_since(self, mark: int) -> int:
+        """Join replies since log entry `mark` (len(self.log) taken earlier)."""
+        return sum(kind == "join" for _, kind, _ in self.log[mark:])
+
+    def answered_since(self, mark: int) -> bool:
+        """A join since `mark`, a stream ended after it, and none open: every answer came."""
+        kinds = [kind for _, kind, _ in self.log[mark:]]
+        return "join" in kinds and "end" in kinds[kinds.index("join"):] and not self.open
+
+    def report(self, last: int = 30) -> str:
+        now = time.monotonic()
+        return (f"streams open for {[round(now - t, 1) for t in self.open.values()]} s; last "
+                "/queue traffic:\n" + "\n".join(f"{t:7.2f} {k} {u}" for t, k, u in self.log[-last:]))
+
+
+def wait_until(pg: Any, done: Callable[[], bool], what: str, seconds: float = 120,
+               detail: Callable[[], str] = lambda: "") -> None:
+    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them; a
+    timeout says what did not happen, and `detail()` what the page was doing."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {seconds} s\n{detail()}")
+        pg.wait_for_timeout(50)

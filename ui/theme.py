@@ -47,12 +47,16 @@ body:has(#status [data-testid=status-tracker]:not(.hide):not(:has(.error))) #poo
 #controls-col .tab-container button, #controls-col button { white-space: nowrap }
 #controls-col .tab-container button { min-width: 0 !important }
 body:not(.pl-presenter) #controls-col .tab-container button { padding: 4px 9px !important }
-/* six tabs need ~450 px; the column has 330-410 beside the picture: a second row, never a
-   name cut short ("Playgrour", "Compar" at 1280 x 720). Not on a slide: the six fit its column,
-   and a second row there went up under the top bar, which then took the tabs' clicks (the rule
-   names the body, so Gradio's scoped copy of it matches nothing and cannot outrank the slide's) */
-body:not(.pl-presenter) #controls-col .tab-container[role=tablist] { flex-wrap: wrap !important;
-  height: auto !important; row-gap: 2px }
+/* six tabs need ~450 px; the column has 330-410 beside the picture (~340 in presenter mode on a
+   1024 x 768 projector): a second row, never a name cut short ("Playgrour", "Compar" at 1280 x
+   720). Where they fit, wrapping changes nothing; a lesson slide hides them. The rule names the
+   body, so Gradio's scoped copy of it matches nothing and cannot outrank the slide's; for the
+   same reason it is not in a @media block, where Gradio keeps only the scoped copy */
+body:not(.pl-presenter.pl-lesson) #controls-col .tab-container[role=tablist] {
+  flex-wrap: wrap !important; height: auto !important; row-gap: 2px }
+/* ... and the second row grows down: Gradio's wrapper is one row high and centres its content,
+   so a second row grew up under the top bar, which took the first row's clicks */
+#controls-col .tab-wrapper { height: auto !important; align-items: flex-start !important }
 /* a row of buttons shares its width by their labels ("Step" needs less than "Run to the end"),
    and a label that still does not fit takes a second line rather than being cut */
 #controls-col .row > button:not([role=tab]) { flex: 1 1 auto !important; white-space: normal !important }
@@ -107,15 +111,6 @@ body.pl-presenter #event-log { font-size: 16px !important; line-height: 1.35; ma
 body.pl-presenter #controls-col button { font-size: 16px !important }
 body.pl-presenter #controls-col .tab-container button {
   font-size: 15px !important; padding: 4px 4px !important }
-/* a projector of 1024 x 768: the six tabs at 15 px need ~400 px, the column has ~340; a second
-   row rather than "Playgrour" and "Servinc" (where they fit, as at 1280, wrapping changes
-   nothing; on a slide the tabs are hidden). Not in a @media block: Gradio scopes the rules in
-   one under its container, where a rule naming the body matches nothing */
-body.pl-presenter:not(.pl-lesson) #controls-col .tab-container[role=tablist] {
-  flex-wrap: wrap !important; height: auto !important; row-gap: 2px }
-/* a second row of tabs grows down: Gradio's wrapper is one row high and centres its content,
-   so the rows grew up under the top bar, which took the first row's clicks */
-#controls-col .tab-wrapper { height: auto !important; align-items: flex-start !important }
 /* the lesson slide: nothing of the teacher's setup, the page's text large; before a lesson
    starts, on its opening page and at its end (pl-lesson-menu, set by ui/motion.js) the lesson
    list and Start stay on the slide, so a teacher can pick a lesson without leaving presenter

@@ -12,10 +12,10 @@ Every wait is on a condition that is false, never an error, while the page rende
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
+from tests.helpers import QueueTraffic, wait_until
 from tests.ui.test_browser import CHROMIUM, IDLE
 
 pytestmark = [pytest.mark.slow,
@@ -25,47 +25,20 @@ PROGRESS = "() => document.querySelector('#lesson-progress')?.innerText ?? ''"
 CLICK = "(id) => document.querySelector(id).click()"
 
 
-def wait_until(pg, done, what: str, seconds: float = 120, detail=lambda: "") -> None:
-    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them;
-    a timeout says what did not happen, and `detail()` what the page was doing."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within {seconds} s\n{detail()}")
-        pg.wait_for_timeout(50)
-
-
 def quiet_lesson_page(browser, url: str):
-    """Lesson 1 at page 3, at rest with no event stream open; the page keeps its streams' log."""
+    """Lesson 1 at page 3, at rest with no event stream open; `pg.traffic` is its queue traffic."""
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
-    pg.streams = {}  # the page's event streams (/queue/data) not yet ended, and when each began
-    pg.queue_log = []  # every /queue request's start and end, seconds from the page's start
-    began = time.monotonic()
-
-    def seen(kind: str, r) -> None:
-        if "/queue/" not in r.url:
-            return
-        pg.queue_log.append(f"{time.monotonic() - began:7.2f} {kind} {r.url.split('/queue/')[1][:40]}")
-        if "/queue/data" in r.url:
-            if kind == "request":
-                pg.streams[r] = time.monotonic()
-            else:
-                pg.streams.pop(r, None)
-
-    for kind in ("request", "requestfinished", "requestfailed"):
-        pg.on(kind, lambda r, kind=kind: seen(kind, r))
+    pg.traffic = QueueTraffic(pg)
     pg.goto(url + "?lesson=01_kv_cache&step=3")  # a quiet page: nothing else is sent
     pg.wait_for_function(f"() => ({PROGRESS})().includes('page 3 of')", timeout=180_000)
     return pg
 
 
 def what_is_pending(pg) -> str:
-    """The page's open streams, its timers (hidden ones too) and its last /queue requests."""
-    now = time.monotonic()
+    """The page's timers (hidden ones too), its open streams and its last /queue traffic."""
     timers = pg.evaluate("""() => [...document.querySelectorAll('.progress-text')].map((e) =>
         (e.closest('[id]')?.id ?? '?') + (e.offsetParent ? '' : ' (hidden)') + ': ' + e.innerText)""")
-    return (f"streams open for {[round(now - t, 1) for t in pg.streams.values()]} s; "
-            f"timers {timers}; last requests:\n" + "\n".join(pg.queue_log[-30:]))
+    return f"timers {timers}; {pg.traffic.report()}"
 
 
 def lose_an_answer(pg, lost: str) -> None:
@@ -74,10 +47,8 @@ def lose_an_answer(pg, lost: str) -> None:
     reaches the page only after the click's join reply."""
     pg.wait_for_function(IDLE, timeout=180_000)
     # nothing pending, shown or not: the follow's click must open a stream of its own
-    wait_until(pg, lambda: not pg.streams, "the page's event stream ended",
+    wait_until(pg, lambda: not pg.traffic.open, "the page's event stream ended",
                detail=lambda: what_is_pending(pg))
-    joins: list[str] = []
-    pg.on("response", lambda r: joins.append(r.url) if "/queue/join" in r.url else None)
     held: dict = {}
 
     def hold(route) -> None:
@@ -88,9 +59,9 @@ def lose_an_answer(pg, lost: str) -> None:
     pg.evaluate(CLICK, "#pl-follow")  # the request whose stream is held
     wait_until(pg, lambda: "stream" in held,
                f"the follow's stream opened ({'route' in held}) and ended on the server")
-    before = len(joins)
+    mark = len(pg.traffic.log)
     pg.evaluate(CLICK, lost)
-    wait_until(pg, lambda: len(joins) > before, f"the click on {lost} joined")  # answered while
+    wait_until(pg, lambda: pg.traffic.joins_since(mark) > 0, f"the click on {lost} joined")  # answered while
     held["route"].fulfill(response=held["stream"])  # the page reads the stream as open
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import ServedUrl, serve_app
+from tests.helpers import QueueTraffic, wait_until
 from tests.ui.test_browser import CHROMIUM, IDLE
 
 pytestmark = [pytest.mark.slow,
@@ -42,12 +43,7 @@ def _tab(pg, name: str):
 
 def test_a_late_answer_of_a_tab_left_at_once_draws_nothing(app_url, browser):
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
-    streams: set = set()  # the page's event streams not yet ended: none once every answer came
-    order: list[str] = []  # "join" (a join's reply) and "end" (a stream ended), as they came
-    pg.on("request", lambda r: streams.add(r) if "/queue/data" in r.url else None)
-    for ended in ("requestfinished", "requestfailed"):
-        pg.on(ended, lambda r: (streams.discard(r), order.append("end")) if r in streams else None)
-    pg.on("response", lambda r: order.append("join") if "/queue/join" in r.url else None)
+    traffic = QueueTraffic(pg)
     try:
         pg.goto(app_url + "?lesson=07_fragmentation&step=2")
         pg.wait_for_function(f"() => ({STATUS})().includes('lesson page 2')", timeout=120_000)
@@ -67,27 +63,14 @@ def test_a_late_answer_of_a_tab_left_at_once_draws_nothing(app_url, browser):
         pg.wait_for_function("() => document.body.classList.contains('pl-lesson')")
         _tab(pg, "Playground").click()
         pg.wait_for_function(f"() => !document.body.classList.contains('pl-lesson') && ({TOOLS_SHOWN})()")
-        deadline_ms = 60_000
-        while not held and deadline_ms > 0:  # the Lessons click's request, caught on its way
-            pg.wait_for_timeout(100)
-            deadline_ms -= 100
-        assert held, "the Lessons tab sent no on_lessons request"
-        before = len(order)
+        # the Lessons click's request, caught on its way
+        wait_until(pg, lambda: bool(held), "the Lessons tab sent its on_lessons request", seconds=60)
+        mark = len(traffic.log)
         held[0].continue_()  # its answer now comes after the Playground's
-        # both answers in: the Lessons one joined, then a stream ended after it and none is open
-        # (the server ends the page's stream when nothing of the page's is pending). The
-        # Playground's answer shows no timer, so no timer on screen is not enough (a loaded run
-        # read the status before that answer came)
-
-        def answered() -> bool:
-            after = order[before:]
-            return "join" in after and "end" in after[after.index("join"):] and not streams
-
-        deadline_ms = 120_000
-        while not answered() and deadline_ms > 0:
-            pg.wait_for_timeout(100)
-            deadline_ms -= 100
-        assert answered(), f"answers still pending after 120 s: {order[before:]}, {len(streams)} open"
+        # both answers in (the Playground's shows no timer, so no timer on screen is not enough:
+        # a loaded run read the status before that answer came)
+        wait_until(pg, lambda: traffic.answered_since(mark), "both tab answers came",
+                   detail=traffic.report)
         pg.wait_for_function(IDLE, timeout=120_000)
         status = pg.evaluate(STATUS)
         assert "operation" in status and "lesson page" not in status, status
