@@ -45,6 +45,9 @@ class PagedMetadata:
     # a CUDA graph's attention grid: the step's (sequence, query tile) pairs, listed by the host
     # (engine/runtime/prefill_graphs.py); None: the grid follows the step
     tile_map: torch.Tensor | None = None
+    # per layer, an event the pass waits on (on the device) before the layer reads its K/V: the
+    # first layer of each part of a load from the CPU tier (engine/runtime/tier_copies.py)
+    layer_waits: tuple[Any, ...] | None = None
 
 
 def layer_cache(meta: PagedMetadata, layer: int

@@ -244,11 +244,19 @@ class CacheEngine:
             _checked([(s, 0) for s in slots], self.num_offload_blocks, self.num_gpu_blocks)
             self.tier.fetch_ahead(slots)
 
-    def wait_for_loads(self, tables: Any) -> None:
+    def wait_for_loads(self, tables: Any, by_layer: bool = False) -> None:
         """Before a forward pass over these block tables: wait (on the device) for the loads
-        from the CPU tier that write their blocks. Nothing to look at when none is in flight."""
+        from the CPU tier that write their blocks; `by_layer`: the pass waits before each part
+        of the layers instead, where it can (tier_copies.py). Nothing to look at when none is
+        in flight."""
         if self.tier is not None and self.tier.pending:
-            self.tier.wait_for_blocks(set().union(*tables))  # None (a dropped entry) never waits
+            # None (a dropped entry) never waits
+            self.tier.wait_for_blocks(set().union(*tables), by_layer)
+
+    def after_pass(self) -> None:
+        """A forward pass was launched (tier_copies.py: when its layer events may be set again)."""
+        if self.tier is not None:
+            self.tier.after_pass()
 
     def _loaded_first(self, pairs: list[tuple[int, int]]) -> None:
         """A copy reading pool blocks whose load from the CPU tier may still be under way (a

@@ -149,6 +149,8 @@ def lean_forward(w: LeanWeights, meta: PagedMetadata, input_ids: torch.Tensor,
         x, residual = _sum_add_norm(w, ops, h, residual, layer.input_norm, partial=i > 0)
         qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
         k_cache, v_cache, slots, group = layer_cache(meta, i)
+        if meta.layer_waits is not None and meta.layer_waits[i] is not None:
+            torch.cuda.current_stream().wait_event(meta.layer_waits[i])  # captured: a wait node
         q = ops.rope_write_kv(qkv, w.cos_sin, positions, k_cache, v_cache, slots, hq, hkv)
         attn = attend(meta, group, q, k_cache, v_cache, w.scale)
         h = F.linear(attn.flatten(1), layer.o_weight, layer.o_bias)

@@ -85,6 +85,10 @@ class ModelRunner:
         # else on the model's own modules with our attention plugged in.
         self.lean = getattr(loaded_model, "lean", None) if use_lean else None
         self._modules_only = 0
+        # the lean decoder waits before each layer part for a load from the CPU tier (graphs
+        # capture the waits): engine/runtime/tier_copies.py
+        tier = cache_engine.tier
+        self._layer_waits = None if tier is None else tier.layer_waits(self.layout.layer_slot)
         # the sampler's full-vocabulary scratch, reused every step (fresh pages cost a CPU more
         # than the arithmetic on them)
         self.sampler_workspace = SamplerWorkspace()
@@ -204,6 +208,12 @@ class ModelRunner:
         finally:
             self._modules_only -= 1
 
+    @property
+    def waits_by_layer(self) -> bool:
+        """Whether the next pass waits for loads from the CPU tier layer part by layer part
+        (the lean decoder does, the model's own modules do not)."""
+        return self._layer_waits is not None and self.lean is not None and not self._modules_only
+
     def execute_scores(self, batch: list[StepItem], feed: Feed | None = None) -> TorchScores:
         """The step's scores. Through the static path (CUDA graphs on a GPU): a batch of decodes,
         and on a GPU (or with `static_queries`) any batch whose sequences compute at most
@@ -256,7 +266,7 @@ class ModelRunner:
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
             block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
             max_query_len=size, max_seq_len=self.graphs.max_seq_len, layout=self.layout,
-            tile_map=tile_map,
+            tile_map=tile_map, layer_waits=self._layer_waits,
         )
         return lean_forward(self.lean, meta, input_ids, positions, last_rows=last_rows)
 
@@ -321,6 +331,7 @@ class ModelRunner:
             kv_cache=self.cache.kv_cache, ops=self.cache.ops, slot_mappings=tuple(slots.unbind(0)),
             block_tables=tuple(tables.unbind(0)), seq_lens=seq_lens, query_start_loc=query_starts,
             max_query_len=q, max_seq_len=max_seq_len, layout=self.layout,
+            layer_waits=self._layer_waits,
         )
         if self.lean is not None:
             return lean_forward(self.lean, meta, input_ids, positions)
@@ -344,6 +355,7 @@ class ModelRunner:
             max_query_len=int(np.diff(x.query_start).max()),
             max_seq_len=int(x.seq_lens.max()),
             layout=self.layout,
+            layer_waits=self._layer_waits,
         )
         last_rows = to_device(x.query_start[1:] - 1, torch.long, dev)
         input_ids, token_positions = (to_device(a[None], torch.long, dev) for a in (x.ids, x.positions))

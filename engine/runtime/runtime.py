@@ -74,11 +74,13 @@ class Runtime:
         self._check_open()
         batch = list(items)
         # blocks coming back from the CPU tier: this pass waits for their copy (on the device)
-        self.cache.wait_for_loads(t for s in batch for t in s.tables())
+        self.cache.wait_for_loads((t for s in batch for t in s.tables()), self.runner.waits_by_layer)
         if self._clock is not None:
             self._clock.tick(_kind(batch), self.runner.graphs.bucket(min(
                 len(batch), self.runner.graphs.max_batch)))
-        return self.runner.execute_scores(batch, feed)
+        scores = self.runner.execute_scores(batch, feed)
+        self.cache.after_pass()
+        return scores
 
     def draft_cost(self, num_seqs: int, q: int) -> float:
         """A step of num_seqs sequences verifying q - 1 draft tokens each, against a decode step

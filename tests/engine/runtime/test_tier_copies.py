@@ -18,14 +18,39 @@ def pool(blocks: int = 12) -> torch.Tensor:
     return torch.randn((3, 2, blocks, 4, 2, 8), generator=g)  # [layers, k/v, blocks, bs, heads, d]
 
 
-def test_a_slot_holds_a_blocks_every_layer_in_one_contiguous_run() -> None:
+def test_a_slot_holds_a_blocks_every_layer_one_contiguous_run_a_layer_part() -> None:
     kv = pool()
     tier = TierCopies(kv, 5)
+    assert (tier.parts, tier.part_layers) == (3, 1)  # 3 layers: a part each
     tier.offload(kv, [(7, 2), (3, 3), (9, 0)])
     for block, slot in [(7, 2), (3, 3), (9, 0)]:
-        assert tier.slots[slot].is_contiguous()
+        assert all(tier.slots[part, slot].is_contiguous() for part in range(3))
         assert torch.equal(tier.read(slot), kv[:, :, block])  # bit for bit
     assert tier.slot_bytes == 3 * 2 * 4 * 2 * 8 * 4
+
+
+@pytest.mark.parametrize("layers, parts", [(16, 4), (30, 3), (2, 2), (7, 1)])
+def test_a_slot_is_cut_into_the_most_layer_parts_up_to_four_that_divide_the_layers(
+        layers: int, parts: int, monkeypatch) -> None:
+    monkeypatch.delenv("PAGEDLAB_TIER_PARTS", raising=False)
+    kv = torch.randn((layers, 2, 6, 4, 2, 8))
+    tier = TierCopies(kv, 4)
+    assert tier.parts == parts and tier.slots.shape[:3] == (parts, 4, layers // parts)
+    tier.offload(kv, [(5, 1), (0, 3)])
+    before = kv.clone()
+    kv.zero_()
+    tier.load(kv, [(1, 2), (3, 4)])
+    assert torch.equal(kv[:, :, 2], before[:, :, 5]) and torch.equal(kv[:, :, 4], before[:, :, 0])
+    assert tier.layer_waits(list(range(layers))) is None  # a CPU: no pass waits by part
+
+
+def test_the_parts_can_be_chosen_and_a_count_that_does_not_divide_the_layers_is_refused(
+        monkeypatch) -> None:
+    monkeypatch.setenv("PAGEDLAB_TIER_PARTS", "1")
+    assert TierCopies(torch.zeros((16, 2, 6, 4, 2, 8)), 4).parts == 1
+    monkeypatch.setenv("PAGEDLAB_TIER_PARTS", "5")
+    with pytest.raises(ValueError, match="PAGEDLAB_TIER_PARTS=5 must be >= 1 and divide the model's 16 layers"):
+        TierCopies(torch.zeros((16, 2, 6, 4, 2, 8)), 4)
 
 
 def test_a_load_writes_exactly_its_blocks() -> None:
@@ -272,6 +297,58 @@ def test_on_cuda_fetches_of_one_step_add_up_and_each_load_reads_its_own_bytes() 
     torch.cuda.synchronize()
     want = {s: before[:, :, 100 if s == 5 else s] for s in range(30)}
     assert all(torch.equal(got[:, :, s], want[s]) for s in range(30))
+
+
+def _reads_in_a_graph(kv: torch.Tensor, blocks: int, waits: tuple | None):
+    """A CUDA graph that copies each layer of the first `blocks` blocks out, waiting before
+    a layer where `waits` says (as the lean decoder does): (graph, where it copies to)."""
+    out = torch.empty_like(kv[:, :, :blocks])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for layer in range(kv.shape[0]):
+            if waits is not None and waits[layer] is not None:
+                torch.cuda.current_stream().wait_event(waits[layer])
+            out[layer].copy_(kv[layer, :, :blocks])
+    return graph, out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_graph_reads_each_layer_part_of_a_load_after_its_wait_node() -> None:
+    """A load of 128 blocks (32 MB: ~0.6 ms on the bus) and at once a graph that reads them
+    layer by layer: with a wait node before each part (`layer_waits`, set by
+    `wait_for_blocks(by_layer=True)`) it reads the loaded bytes; the same graph without them
+    reads the pool before the load (so the waits are what orders it). A pass still running
+    when the next load is waited for (`after_pass`) makes that load waited for whole."""
+    kv = torch.randn((8, 2, 160, 16, 8, 64), device="cuda", dtype=torch.bfloat16)
+    tier = TierCopies(kv, 128)
+    assert tier.parts == 4
+    before = kv.clone()
+    tier.offload(kv, [(b, b) for b in range(128)])
+    kv[:, :, :128] = 0
+    torch.cuda.synchronize()
+    waited, waited_out = _reads_in_a_graph(kv, 128, tier.layer_waits(list(range(8))))
+    unwaited, unwaited_out = _reads_in_a_graph(kv, 128, None)
+
+    def load_then(graph, busy: bool = False) -> None:
+        kv[:, :, :128] = 0
+        torch.cuda.synchronize()
+        if busy:  # a long pass, still running when the load is waited for
+            torch.cuda._sleep(20_000_000)
+            tier.after_pass()
+        tier.load(kv, [(b, b) for b in range(128)])
+        tier.wait_for_blocks(range(128), by_layer=True)
+        graph.replay()
+        tier.after_pass()
+        torch.cuda.synchronize()
+
+    load_then(waited)
+    assert torch.equal(waited_out, before[:, :, :128])
+    load_then(unwaited)  # the waits are in the other graph: this one reads early
+    assert not torch.equal(unwaited_out, before[:, :, :128])
+    load_then(waited)  # again: the events are set anew for each pass
+    assert torch.equal(waited_out, before[:, :, :128])
+    load_then(unwaited, busy=True)  # so the compute stream waits for the whole load first
+    assert torch.equal(unwaited_out, before[:, :, :128])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
