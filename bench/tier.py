@@ -104,7 +104,7 @@ def _gather_ms(cache: Any, n: int, rounds: int = 5) -> float:
     for _ in range(rounds + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        _gather(cache.kv_cache, list(range(n)))
+        _gather(cache.kv_cache, list(range(n)), cache.tier.parts)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))

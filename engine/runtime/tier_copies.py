@@ -3,16 +3,15 @@ the DMA engines on streams of their own.
 
 The pool lays a block out by layer (`kv_cache[layer, k/v, block, ...]`, the layout the attention
 kernels read), so one block's K/V are 2 x layers pieces of a few KB each; copied piece by piece
-over PCIe they reach a few GB/s. The tier lays each slot out whole instead,
+over PCIe they reach a few GB/s. The tier lays a slot out by block instead, in a few parts of
+consecutive layers (`parts`: 4 of 4 layers for a Llama-3.2-1B shape, 128 KB a block and part),
 
-    tier[slot, page_layers, 2, block_size, kv_heads, head_dim]
+    tier[part, slot, layers of the part, 2, block_size, kv_heads, head_dim]
 
-one contiguous run of bytes a block (0.5 MB for a Llama-3.2-1B-shaped model), cut into a few
-parts of consecutive layers (`parts`: 4 of 4 layers for that model), each part of the tier one
-tensor, `tier[part, slot, layers of the part, ...]`, so a run of slots is one contiguous run of
-bytes in each part. A copy goes in two moves: on the device, a gather of the blocks' pieces into a contiguous staging buffer (or a
+so that a run of consecutive slots is one contiguous run of bytes in each part. A copy goes in
+two moves: on the device, a gather of the blocks' pieces into a contiguous staging buffer (or a
 scatter out of one: device memory is fast), and over the bus one `cudaMemcpyAsync` per run of
-consecutive slots, from or into pinned memory (the DMA engines, not the SMs).
+consecutive slots and part, from or into pinned memory (the DMA engines, not the SMs).
 
 Where each move runs, so that neither kind of copy holds up the batch:
 

@@ -49,7 +49,8 @@ def test_the_parts_can_be_chosen_and_a_count_that_does_not_divide_the_layers_is_
     monkeypatch.setenv("PAGEDLAB_TIER_PARTS", "1")
     assert TierCopies(torch.zeros((16, 2, 6, 4, 2, 8)), 4).parts == 1
     monkeypatch.setenv("PAGEDLAB_TIER_PARTS", "5")
-    with pytest.raises(ValueError, match="PAGEDLAB_TIER_PARTS=5 must be >= 1 and divide the model's 16 layers"):
+    with pytest.raises(ValueError, match="PAGEDLAB_TIER_PARTS=5 must be >= 1 and divide the "
+                                         "model's 16 layers"):
         TierCopies(torch.zeros((16, 2, 6, 4, 2, 8)), 4)
 
 
@@ -328,6 +329,8 @@ def test_on_cuda_a_graph_reads_each_layer_part_of_a_load_after_its_wait_node() -
     torch.cuda.synchronize()
     waited, waited_out = _reads_in_a_graph(kv, 128, tier.layer_waits(list(range(8))))
     unwaited, unwaited_out = _reads_in_a_graph(kv, 128, None)
+    waited.replay(), unwaited.replay()  # a graph's first replay uploads it: milliseconds
+    torch.cuda.synchronize()
 
     def load_then(graph, busy: bool = False) -> None:
         kv[:, :, :128] = 0
