@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import ServedUrl, serve_app
-from tests.helpers import HEARTBEAT_CUT, break_heartbeat, server_errors
+from tests.helpers import HEARTBEAT_CUT, QueueTraffic, break_heartbeat, server_errors
 from tests.vllm.conftest import settle
 from ui.app_process import free_port
 
@@ -30,14 +30,23 @@ META = ("(() => { const p = document.querySelector('#vllm-tree .js-plotly-plot')
 NOTE = "(document.querySelector('#vllm-note')?.innerText ?? '')"
 
 
-def until_said(page, text: str, timeout_ms: int, app: ServedUrl | None = None) -> None:
-    """Wait for the tab's note to say `text`; if it never does, fail with what it says (and
-    what the app printed)."""
+#: the tab in front, as the vLLM tab's tick reads it (never throws)
+SELECTED = ("(document.querySelector('#controls-col [role=tab][aria-selected=true], "
+            "#controls-col [role=tab].selected')?.innerText ?? '').trim()")
+
+
+def until_said(page, text: str, timeout_ms: int, app: ServedUrl | None = None,
+               traffic: QueueTraffic | None = None) -> None:
+    """Wait for the tab's note to say `text`; if it never does, fail with what it says, the
+    tab in front, the page's queue traffic (did the ticks' answers come?) and what the app
+    printed. (A loaded full run once saw 'connecting to ...' for 120 s while ticks ran.)"""
     try:
         page.wait_for_function(f"() => {NOTE}.includes({text!r})", timeout=timeout_ms)
     except Exception as err:  # Playwright's timeout: say what the tab said instead
         raise AssertionError(f"the tab never said {text!r}; it says "
-                             f"{page.evaluate(f'() => {NOTE}')!r}; the app printed:\n"
+                             f"{page.evaluate(f'() => {NOTE}')!r}, with "
+                             f"{page.evaluate(f'() => {SELECTED}')!r} in front; "
+                             f"{traffic.report() if traffic else ''}\nthe app printed:\n"
                              f"{app.log()[-3000:] if app else ''}{server_errors(app)}") from err
 
 
@@ -51,9 +60,10 @@ def vllm_app(vllm_server) -> Iterator[ServedUrl]:
 def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, vllm_watch,
                                                         browser):
     page = browser.new_page(viewport={"width": 1280, "height": 720})
+    traffic = QueueTraffic(page)
     try:
         page.goto(vllm_app)
-        until_said(page, "Watching", 120_000, vllm_app)
+        until_said(page, "Watching", 120_000, vllm_app, traffic)
         assert "physical block ids, block tables or reference counts" in page.inner_text(
             "#vllm-intro")
         settle(vllm_watch)
@@ -80,16 +90,17 @@ def test_a_prompt_sent_from_the_tab_redraws_vllms_cache(vllm_app, vllm_server, v
 def test_start_one_here_finds_the_labs_vllm_on_a_phone(vllm_app, browser):
     page = browser.new_page(viewport={"width": 390, "height": 844})
     page.add_init_script(HEARTBEAT_CUT)
+    traffic = QueueTraffic(page)
     try:
         page.goto(vllm_app)
-        until_said(page, "Watching", 120_000, vllm_app)
+        until_said(page, "Watching", 120_000, vllm_app, traffic)
         # an endpoint where nothing answers: said in the tab, the picture keeps vLLM's cache
         page.fill("#vllm-events textarea, #vllm-events input", f"tcp://127.0.0.1:{free_port()}")
         page.click("#vllm-connect")
-        until_said(page, "nothing answered", 60_000, vllm_app)
+        until_said(page, "nothing answered", 60_000, vllm_app, traffic)
         assert "still shows" in page.evaluate(f"() => {NOTE}")
         page.click("#vllm-start")
-        until_said(page, "Watching", 60_000, vllm_app)
+        until_said(page, "Watching", 60_000, vllm_app, traffic)
         page.wait_for_function(f"() => {{ const m = {META}; return !!m; }}", timeout=30_000)
         # the heartbeat breaks alone (a loaded machine): Gradio ends the session, its unload
         # closes the watch, and the page lives on with that session: it watches vLLM again, a
@@ -98,6 +109,6 @@ def test_start_one_here_finds_the_labs_vllm_on_a_phone(vllm_app, browser):
         break_heartbeat(page, vllm_app)
         page.wait_for_function(f"(t) => {{ const m = {META}; return !!m && m.watch_opened_at > t; }}",
                                arg=back, timeout=60_000)
-        until_said(page, "Watching", 30_000, vllm_app)
+        until_said(page, "Watching", 30_000, vllm_app, traffic)
     finally:
         page.close()
