@@ -315,43 +315,44 @@ def _reads_in_a_graph(kv: torch.Tensor, blocks: int, waits: tuple | None):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_a_graph_reads_each_layer_part_of_a_load_after_its_wait_node() -> None:
-    """A load of 128 blocks (32 MB: ~0.6 ms on the bus) and at once a graph that reads them
+    """A load of 512 blocks (128 MB: ~2.7 ms on the bus) and at once a graph that reads them
     layer by layer: with a wait node before each part (`layer_waits`, set by
     `wait_for_blocks(by_layer=True)`) it reads the loaded bytes; the same graph without them
     reads the pool before the load (so the waits are what orders it). A pass still running
     when the next load is waited for (`after_pass`) makes that load waited for whole."""
-    kv = torch.randn((8, 2, 160, 16, 8, 64), device="cuda", dtype=torch.bfloat16)
-    tier = TierCopies(kv, 128)
+    n = 512  # run 54: with 128 (32 MB) the host's launches took longer than the bus
+    kv = torch.randn((8, 2, n + 32, 16, 8, 64), device="cuda", dtype=torch.bfloat16)
+    tier = TierCopies(kv, n)
     assert tier.parts == 4
     before = kv.clone()
-    tier.offload(kv, [(b, b) for b in range(128)])
-    kv[:, :, :128] = 0
+    tier.offload(kv, [(b, b) for b in range(n)])
+    kv[:, :, :n] = 0
     torch.cuda.synchronize()
-    waited, waited_out = _reads_in_a_graph(kv, 128, tier.layer_waits(list(range(8))))
-    unwaited, unwaited_out = _reads_in_a_graph(kv, 128, None)
+    waited, waited_out = _reads_in_a_graph(kv, n, tier.layer_waits(list(range(8))))
+    unwaited, unwaited_out = _reads_in_a_graph(kv, n, None)
     waited.replay(), unwaited.replay()  # a graph's first replay uploads it: milliseconds
     torch.cuda.synchronize()
 
     def load_then(graph, busy: bool = False) -> None:
-        kv[:, :, :128] = 0
+        kv[:, :, :n] = 0
         torch.cuda.synchronize()
         if busy:  # a long pass, still running when the load is waited for
             torch.cuda._sleep(20_000_000)
             tier.after_pass()
-        tier.load(kv, [(b, b) for b in range(128)])
-        tier.wait_for_blocks(range(128), by_layer=True)
+        tier.load(kv, [(b, b) for b in range(n)])
+        tier.wait_for_blocks(range(n), by_layer=True)
         graph.replay()
         tier.after_pass()
         torch.cuda.synchronize()
 
     load_then(waited)
-    assert torch.equal(waited_out, before[:, :, :128])
+    assert torch.equal(waited_out, before[:, :, :n])
     load_then(unwaited)  # the waits are in the other graph: this one reads early
-    assert not torch.equal(unwaited_out, before[:, :, :128])
+    assert not torch.equal(unwaited_out, before[:, :, :n])
     load_then(waited)  # again: the events are set anew for each pass
-    assert torch.equal(waited_out, before[:, :, :128])
+    assert torch.equal(waited_out, before[:, :, :n])
     load_then(unwaited, busy=True)  # so the compute stream waits for the whole load first
-    assert torch.equal(unwaited_out, before[:, :, :128])
+    assert torch.equal(unwaited_out, before[:, :, :n])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
