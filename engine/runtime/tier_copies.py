@@ -24,17 +24,20 @@ Where each move runs, so that neither kind of copy holds up the batch:
   the step writes is read again after it), then on a second high-priority stream, after what
   the compute stream had queued (the blocks' previous bytes may still be read by an offload's
   gather), the scatter of each part into the blocks as soon as its bytes are over the bus.
-  The forward pass that reads them waits on the load, not on the device: the next step's
-  beside other requests (so that their passes never wait for the bus), the same step's when
-  the request runs alone, and then layer part by layer part (`wait_for_blocks(by_layer=True)`).
+  The forward pass that reads them waits for the load on the device (the host never waits):
+  the next step's beside other requests (so that their passes never wait for the bus), the
+  same step's when the request runs alone, and then layer part by layer part
+  (`wait_for_blocks(by_layer=True)`).
 
 Waiting by layer part inside a CUDA graph: the decoder waits, before the first layer of each
 part, on one of `layer_events`, events made with `external=True` so that a captured wait is a
 wait node of the graph (vLLM's KV connectors wait for a layer's load inside its attention op, as
-well). A pass that waits by part sets each event to its part's scatter of the newest load; any
-other pass finds them long complete and goes through at no cost. So the rest of a long prompt
-computes its first layers while the bus still brings the last ones (run 21 measured the same
-overlap through the eager path, whose launches cost more than it saved).
+well). A pass that waits by part sets event p to the scatter of part p of every load it reads;
+any other pass finds the events long complete and goes through at no cost. The events are set
+again only once the last pass launched has run (`after_pass`): a graph's wait node might read
+its event as it runs rather than as it is launched. So the rest of a long prompt computes its
+first layers while the bus still brings the last ones (run 21 tried the same overlap through
+the eager path, whose launches cost more than it saved; run 54 measured this one).
 
 Every copy of a slot waits for the one before it of that slot (an offload into a slot a load is
 still reading, a load of a slot an offload is still writing). On a CPU both moves are plain copies.
@@ -194,7 +197,7 @@ class TierCopies:
         if not ordered:
             return
         if not self._ahead:
-            self._ahead_rows = 0  # every row loaded: the buffer is free again (in stream order)
+            self._ahead_rows = 0  # every row loaded: free again once scattered (`_bus_in` waits)
         with torch.cuda.stream(self._load_stream):  # the buffer's memory follows this stream
             at = self._ahead_rows
             if self._ahead_buf is None or self._ahead_buf.shape[1] < at + len(ordered):
