@@ -42,6 +42,11 @@ TICK_S = 0.1
 TICK_WAIT_S = 0.2
 #: the timeline is drawn again at most this often (the tree at every message)
 TIMELINE_S = 1.0
+#: the tab's line is sent again at least this often, changed or not. Answers reach the page in
+#: the order they are sent, not computed: a select's (its figures take long to send) computed
+#: while the line said "connecting to ..." can land after the tick that carried "Watching", and
+#: later ticks, which send changes only, would leave the old line for good (a loaded full run)
+NOTE_RESEND_S = 2.0
 _EMPTY = PrefixTree(())  # nothing watched yet
 #: a tick's last input, filled in the page as the tick leaves it: whether the vLLM tab is the one
 #: selected. The tab events that tell the server are answered in any order, and a late one (the
@@ -207,10 +212,15 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
               vllm_events_markdown(list(v.recent), v.decode) if watch is not None else "",
               sent_html(v), note_text(v))
     out = [tree, timeline]
+    now = time.monotonic()
     for key, value in zip(("counts", "log", "sent", "note"), panels, strict=True):
         same = not force and v.shown.get(key) == value
+        if key == "note" and now - v.note_sent_at >= NOTE_RESEND_S:
+            same = False
         out.append(gr.skip() if same else value)
         v.shown[key] = value
+        if key == "note" and not same:
+            v.note_sent_at = now
     if tree is not gr.skip():
         v.shown["tree"] = True
     return tuple(out)

@@ -81,6 +81,7 @@ class VllmView:
         self._decoder: threading.Thread | None = None
         self.timeline_drawn = (-1, 0.0)  # (messages, time.monotonic()) of the timeline on the page
         self.shown: dict[str, Any] = {}  # what each panel was last given (a tick sends changes only)
+        self.note_sent_at = 0.0  # time.monotonic() when the tab's line was last sent (vllm_panel)
         self._lock = threading.RLock()
         self._problems = 0
 

@@ -18,7 +18,7 @@ from engine.vllm.server import free_port
 from tests.engine.vllm.publisher import Publisher, stored
 from ui import vllm_view
 from ui.limits import UserError
-from ui.vllm_panel import _values, note_text
+from ui.vllm_panel import NOTE_RESEND_S, _values, note_text
 from ui.vllm_view import VllmView
 
 
@@ -311,6 +311,27 @@ def test_a_message_within_a_second_of_the_timelines_drawing_is_drawn_at_a_later_
         tree, timeline, *_ = _values(view, _Look, False)
         assert tree == gr.skip() and timeline != gr.skip()  # gr.skip() is a new dict each call
         assert view.timeline_drawn[0] == 2
+    finally:
+        view.close()
+
+
+def test_the_tabs_line_is_sent_again_every_few_seconds_changed_or_not():
+    """Answers reach the page in the order they are sent: a select's, computed while the line
+    said "connecting to ...", can land after the tick that carried the new line. A loaded full
+    run saw the tab keep "connecting to ..." for 120 s while its ticks ran, since ticks send
+    changes only. So a tick sends the line again once NOTE_RESEND_S has passed."""
+    view = VllmView()
+    view.note = "connecting to tcp://127.0.0.1:9…"
+    try:
+        *_, note = _values(view, _Look, False)
+        assert note.startswith("connecting to")
+        *_, note = _values(view, _Look, False)
+        assert note == gr.skip()  # just sent, unchanged
+        view.note_sent_at -= NOTE_RESEND_S  # its interval is over
+        *_, note = _values(view, _Look, False)
+        assert note.startswith("connecting to")
+        *_, note = _values(view, _Look, False)
+        assert note == gr.skip()
     finally:
         view.close()
 
