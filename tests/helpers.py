@@ -181,12 +181,22 @@ class QueueTraffic:
     ended, and every /queue request, join reply and stream end in the order they came. The
     server ends a page's stream once nothing of the page's is pending, so "a stream ended after
     the last join and none is open" says every answer has come, timer shown or not. Attach it
-    before the page's first request."""
+    before the page's first request.
+
+    One exception, Gradio's client's (seen in CI): a join reply read after the stream that had
+    already carried the answer ended makes the client open a stream for an answer it holds. The
+    server has nothing of the page's to end it with, so it stays open until the page's next
+    request, harmless to the page (that request's answer comes on it) but never "none open".
+    `unstick` is that next request: pass it to `wait_until` as `meanwhile`."""
+
+    QUIET_S = 2.0  # a stream open this long with no /queue traffic gets a nudge (unstick)
 
     def __init__(self, pg: Any) -> None:
+        self.pg = pg
         self.began = time.monotonic()
         self.open: dict[Any, float] = {}  # stream request -> when it began
         self.log: list[tuple[float, str, str]] = []  # (seconds from the start, kind, url's tail)
+        self.nudges = 0  # presses of the page's nudge by `unstick`
         for kind in ("request", "requestfinished", "requestfailed"):
             pg.on(kind, lambda r, kind=kind: self._seen(kind, r))
         pg.on("response", lambda r: self._note("join", r.url) if "/queue/join" in r.url else None)
@@ -213,6 +223,24 @@ class QueueTraffic:
         kinds = [kind for _, kind, _ in self.log[mark:]]
         return "join" in kinds and "end" in kinds[kinds.index("join"):] and not self.open
 
+    def quiet_for(self) -> float:
+        """Seconds since the last /queue traffic."""
+        return time.monotonic() - self.began - (self.log[-1][0] if self.log else 0.0)
+
+    def settled(self) -> bool:
+        """No stream open and no /queue traffic for half a second (Playwright's "network idle"):
+        a join reply still to be read could open a stream yet."""
+        return not self.open and self.quiet_for() >= 0.5
+
+    def unstick(self) -> None:
+        """Press the page's nudge (ui/stream_nudge.py: a no-op request) when a stream has been
+        open with no traffic for QUIET_S: the server ends the stream once its answer is sent.
+        Where something was still running it costs one no-op."""
+        if self.open and self.quiet_for() >= self.QUIET_S:
+            self.nudges += 1
+            self._note("nudge", "(by the test)")
+            self.pg.evaluate("() => document.querySelector('#pl-nudge')?.click()")
+
     def report(self, last: int = 30) -> str:
         now = time.monotonic()
         return (f"streams open for {[round(now - t, 1) for t in self.open.values()]} s; last "
@@ -220,11 +248,14 @@ class QueueTraffic:
 
 
 def wait_until(pg: Any, done: Callable[[], bool], what: str, seconds: float = 120,
-               detail: Callable[[], str] = lambda: "") -> None:
-    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them; a
-    timeout says what did not happen, and `detail()` what the page was doing."""
+               detail: Callable[[], str] = lambda: "",
+               meanwhile: Callable[[], None] = lambda: None) -> None:
+    """Poll `done` (a Python condition fed by the page's events) while Playwright runs them,
+    calling `meanwhile` between polls; a timeout says what did not happen, and `detail()` what
+    the page was doing."""
     deadline = time.monotonic() + seconds
     while not done():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} within {seconds} s\n{detail()}")
+        meanwhile()
         pg.wait_for_timeout(50)

@@ -46,9 +46,10 @@ def lose_an_answer(pg, lost: str) -> None:
     the browser until the server has ended it, and the click joins meanwhile; the stream's end
     reaches the page only after the click's join reply."""
     pg.wait_for_function(IDLE, timeout=180_000)
-    # nothing pending, shown or not: the follow's click must open a stream of its own
-    wait_until(pg, lambda: not pg.traffic.open, "the page's event stream ended",
-               detail=lambda: what_is_pending(pg))
+    # nothing pending, shown or not: the follow's click must open a stream of its own (a stream
+    # the client opened for an answer it already had is ended by a nudge: QueueTraffic says why)
+    wait_until(pg, pg.traffic.settled, "the page's event stream ended",
+               detail=lambda: what_is_pending(pg), meanwhile=pg.traffic.unstick)
     held: dict = {}
 
     def hold(route) -> None:
@@ -81,4 +82,43 @@ def test_a_lost_next_on_a_slide_still_turns_the_page(browser, served_app):
     pg.wait_for_function("() => document.body.classList.contains('pl-presenter')")
     lose_an_answer(pg, "#lesson-next")
     pg.wait_for_function(f"() => ({PROGRESS})().includes('page 4 of')", timeout=60_000)
+    pg.close()
+
+
+def test_a_stream_opened_for_an_answer_already_had_is_ended_by_a_nudge(browser, served_app):
+    """The other side of the race, which failed the first test in CI (a stream open 120 s on a
+    page at rest): a click's answer comes on a stream that then ends, and only then is its join
+    reply read. Gradio's client then opens a stream for an answer it already has, which nothing
+    on the server ends, so "no stream open" never comes; the tests' `unstick` ends it with a
+    nudge, and the page answers the next click as usual."""
+    pg = quiet_lesson_page(browser, served_app)
+    pg.wait_for_function(IDLE, timeout=180_000)
+    wait_until(pg, pg.traffic.settled, "the page at rest", detail=lambda: what_is_pending(pg),
+               meanwhile=pg.traffic.unstick)
+    held: dict = {}
+
+    def hold(route) -> None:
+        held["route"], held["reply"] = route, route.fetch()  # joined: it runs, its answer waits
+
+    pg.route("**/gradio_api/queue/join*", hold, times=1)
+    pg.evaluate(CLICK, "#pl-view-go")  # its join reply is held
+    wait_until(pg, lambda: "reply" in held, "the view click joined on the server")
+    mark = len(pg.traffic.log)
+    pg.evaluate(CLICK, "#pl-follow")  # opens a stream: both answers come on it, then it ends
+    wait_until(pg, lambda: "end" in [k for _, k, _ in pg.traffic.log[mark:]],
+               "the stream with both answers ended", detail=lambda: what_is_pending(pg))
+    ended = len(pg.traffic.log)
+    held["route"].fulfill(response=held["reply"])  # read now, after the stream's end
+    wait_until(pg, lambda: pg.traffic.open and pg.traffic.quiet_for() >= 1.0,
+               "a stream opened for the answer the page had", detail=lambda: what_is_pending(pg))
+    opened = [u for _, k, u in pg.traffic.log[ended:] if k == "request" and u.startswith("data")]
+    assert opened and pg.traffic.nudges == 0, pg.traffic.report()  # opened after the end, alone
+    wait_until(pg, pg.traffic.settled, "the stream ended by a nudge",
+               detail=lambda: what_is_pending(pg), meanwhile=pg.traffic.unstick)
+    assert pg.traffic.nudges >= 1
+    mark = len(pg.traffic.log)
+    pg.evaluate(CLICK, "#lesson-next")  # the page still answers
+    pg.wait_for_function(f"() => ({PROGRESS})().includes('page 4 of')", timeout=60_000)
+    wait_until(pg, lambda: pg.traffic.answered_since(mark), "Next's answer and the stream's end",
+               detail=lambda: what_is_pending(pg), meanwhile=pg.traffic.unstick)
     pg.close()

@@ -70,7 +70,7 @@ def test_a_late_answer_of_a_tab_left_at_once_draws_nothing(app_url, browser):
         # both answers in (the Playground's shows no timer, so no timer on screen is not enough:
         # a loaded run read the status before that answer came)
         wait_until(pg, lambda: traffic.answered_since(mark), "both tab answers came",
-                   detail=traffic.report)
+                   detail=traffic.report, meanwhile=traffic.unstick)
         pg.wait_for_function(IDLE, timeout=120_000)
         status = pg.evaluate(STATUS)
         assert "operation" in status and "lesson page" not in status, status
