@@ -11,6 +11,8 @@ from engine.core.hashing import hash_function
 MAX_BLOCK_SIZE = 128  # the Triton kernels handle block sizes 1..128
 MAX_TENSOR_PARALLEL = 64  # worker processes; the model's KV heads bound it further
 MAX_SPECULATIVE_TOKENS = 16  # draft slots per sequence and step
+#: when a block goes to the CPU tier (EngineConfig.tier_store): when evicted, or once computed
+TIER_STORES = ("evicted", "computed")
 #: "1": engines whose config leaves track_kv_content None keep the content shadow (the tests)
 TRACK_KV_CONTENT_ENV = "PAGEDLAB_TRACK_KV_CONTENT"
 
@@ -55,6 +57,10 @@ class EngineConfig:
     # a CPU tier for the prefix cache (engine/core/offload_tier.py): cached blocks evicted from
     # the GPU pool keep their K/V in this many CPU blocks, and a prefix hit there copies them back
     num_offload_blocks: int = 0
+    # when a block's K/V go to the tier: "evicted" (when the pool evicts it, the copy made before
+    # its reuse) or "computed" (as soon as it is full and hashed, after the pass that computed
+    # it: vLLM's offloading connector), so that an eviction later costs no copy
+    tier_store: str = "evicted"
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     prompt_lookup_min: int = 2
@@ -112,6 +118,9 @@ class EngineConfig:
             raise ValueError("tensor parallelism splits a model's heads over workers; the dry "
                              "mode has no model (use tensor_parallel_size=1 or load a model)")
         _block_count("num_offload_blocks", self.num_offload_blocks)
+        if self.tier_store not in TIER_STORES:
+            raise ValueError(f"tier_store must be one of {', '.join(map(repr, TIER_STORES))}, "
+                             f"got {self.tier_store!r}")
         if self.num_offload_blocks and self.tensor_parallel_size > 1:
             raise ValueError("the CPU tier (num_offload_blocks) is not built for tensor "
                              "parallelism yet: use tensor_parallel_size=1 or num_offload_blocks=0")

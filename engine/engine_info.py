@@ -20,6 +20,8 @@ def engine_info(config: EngineConfig, kv: KVCacheManager, runtime: ModelRuntime
         "gpu blocks": kv.pool.num_blocks,
         "cpu swap blocks": kv.cpu_pool.num_blocks,
         "cpu tier blocks (prefix cache)": kv.tier.num_blocks,
+        **({"cpu tier stores a block": "once computed" if config.tier_store == "computed"
+            else "when the pool evicts it"} if kv.tier.num_blocks else {}),
         "prefix caching": config.enable_prefix_caching,
         "preemption": config.preemption_mode,
         "max tokens per sequence": runtime.max_model_len,

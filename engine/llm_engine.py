@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import checkpoint as checkpoints
-from engine import op_log, ops
+from engine import op_log, ops, step_run
 from engine.config import EngineConfig
 from engine.core.events import Event
 from engine.core.hashing import hash_function
@@ -97,7 +97,8 @@ class LLMEngine:
                                  config.enable_prefix_caching, hash_fn=hash_fn, token_repr=token_repr,
                                  num_cpu_blocks=config.num_cpu_blocks,
                                  num_offload_blocks=config.num_offload_blocks, groups=groups,
-                                 content=self.content, fetch_ahead=self.runtime.fetch_ahead)
+                                 content=self.content, fetch_ahead=self.runtime.fetch_ahead,
+                                 tier_store=config.tier_store)
         self.registry = Registry()  # live sequences and requests, shared with the postprocess
         self.step_count = 0
         self.last_events: list[Event] = []
@@ -367,6 +368,9 @@ class LLMEngine:
         if not isinstance(op, ops.Step | ops.AddRequest):
             self._flight.settle()  # async scheduling: a primitive works on settled sequences
         result, events = self._OPS[op.name](self, op)
+        # the tier's stores of blocks computed in it (a step's landed tokens': tier_store=
+        # "computed") are made before it ends: no tier slot waits for its bytes between operations
+        step_run.move_blocks(self.runtime, self.kv.take_stores(events), self.content)
         if self.kv.sliding:  # sliding-window groups let go of what their windows have passed
             events += self._drop_out_of_window()
         self.step_count += 1

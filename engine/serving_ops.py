@@ -74,6 +74,6 @@ class Serving:
         """One forward pass over every scheduled token, then the step's picks launched."""
         step = self.kv.step
         scores = step_run.execute(sched, events, step, self.runtime, self._flight.last_picks,
-                                  self.kv.take_copies(), self.content)
+                                  self.kv.take_copies(), self.content, self.kv.take_stores())
         return step_run.pick(sched, scores, step, self.registry, self.config.seed,
                              self.config.async_scheduling)

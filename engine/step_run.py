@@ -27,11 +27,22 @@ Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 
 
 def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: ModelRuntime,
-            last_picks: Any, copies: list[BlockCopy], content: KVContent | None = None) -> Any:
+            last_picks: Any, copies: list[BlockCopy], content: KVContent | None = None,
+            stores: list[BlockCopy] = ()) -> Any:
     """Run the scheduled step: its block copies (`copies`, in the order the schedule made them),
-    then one forward pass; returns its scores (None when it computes nothing). Under async
-    scheduling `last_picks` holds the tokens of the step before, still on the device.
-    `content`, when tracked, receives the same copies and a write of every computed token."""
+    then one forward pass, then `stores` (the tier's copies of blocks the pass computes:
+    `tier_store="computed"`, queued once the pass is launched); returns its scores (None when
+    it computes nothing). Under async scheduling `last_picks` holds the tokens of the step
+    before, still on the device. `content`, when tracked, receives the same copies and a
+    write of every computed token."""
+    scores = _forward(sched, events, step, runtime, last_picks, copies, content)
+    move_blocks(runtime, list(stores), content)
+    return scores
+
+
+def _forward(sched: ScheduledStep, events: list[Event], step: int, runtime: ModelRuntime,
+             last_picks: Any, copies: list[BlockCopy], content: KVContent | None) -> Any:
+    """`execute`'s copies and forward pass."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
     work = [(p.seq, p.start, 1) for p in sched.prefills]
     work += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes

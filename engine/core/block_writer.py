@@ -31,13 +31,18 @@ _new = tuple.__new__
 class BlockWriter:
     """Takes blocks and writes tokens; records the copies the device must make, in order."""
 
-    STATE = ("step", "enable_prefix_caching", "cow_copies", "evictions", "copies")
-    FIXED = ("pool", "tier", "block_size", "hash_fn", "token_repr")
+    STATE = ("step", "enable_prefix_caching", "cow_copies", "evictions", "copies", "stores",
+             "dropped")
+    FIXED = ("pool", "tier", "block_size", "hash_fn", "token_repr", "store_computed")
 
     def __init__(self, pool: BlockPool, tier: OffloadTier, hash_fn: HashFn,
-                 token_repr: Callable[[int], str], enable_prefix_caching: bool) -> None:
+                 token_repr: Callable[[int], str], enable_prefix_caching: bool,
+                 store_computed: bool = False) -> None:
         self.pool = pool
         self.tier = tier  # the prefix cache's CPU tier: an evicted block's K/V go there
+        # a block goes to the tier as soon as it is hashed (tier_store="computed"), not when
+        # evicted: its copy waits in `stores` for the pass that computes it
+        self.store_computed = store_computed
         self.block_size = pool.block_size
         self.hash_fn = hash_fn
         self.token_repr = token_repr  # narration only: how an event shows a token, when read
@@ -46,6 +51,9 @@ class BlockWriter:
         self.cow_copies = 0
         self.evictions = 0
         self.copies: list[BlockCopy] = []  # made since the engine last took them, in order
+        # computed blocks to the tier, after the pass (above); none left between operations
+        self.stores: list[BlockCopy] = []
+        self.dropped: list[tuple[int, int]] = []  # (block, slot) of stores dropped: see above
 
     def state(self) -> dict:
         """What changes as it writes, as plain data (the pool and tier say theirs)."""
@@ -67,6 +75,16 @@ class BlockWriter:
         copies, self.copies = self.copies, []
         return copies
 
+    def take_stores(self, events: list[Event] | None = None) -> list[BlockCopy]:
+        """The stores of computed blocks recorded since the last call (made after the pass).
+        `events`: the operation's, from which the events of stores dropped since are taken."""
+        stores, self.stores = self.stores, []
+        if events is not None and self.dropped:
+            dropped, self.dropped = set(self.dropped), []
+            events[:] = [e for e in events if e.kind != "offload" or e.facts.evicted
+                         or (e.block_ids[0], e.facts.slot) not in dropped]
+        return stores
+
     def allocate(self, sid: int, events: list[Event], narrate: bool, group: int = 0) -> int:
         """A block for seq `sid`'s table in `group`: a free one, else the least recently used
         cached one (evicted, its K/V offloaded to the CPU tier first where there is one)."""
@@ -82,16 +100,20 @@ class BlockWriter:
         ids, evicted = self.pool.allocate_many(sid, groups)
         if evicted:
             tier, step, copies = self.tier, self.step, self.copies
+            if self.stores:  # a computed block's store still waiting reads it before its reuse
+                self._store_now({block_id for block_id, _, _ in evicted})
             pinned = tier.pinned(step)
             self.evictions += len(evicted)
             slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned)
+            if self.stores:  # a slot handed on now lost the entry a waiting store was for
+                self._forget_stores(slots)
             # hundreds a step when a long prompt evicts: each record straight from its fields'
             # tuple (a NamedTuple's own __new__ costs a Python call)
             for (block_id, evicted_hash, _), slot in zip(evicted, slots, strict=True):
                 events.append(_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None)))
                 if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
                     copies.append(_new(BlockCopy, ("offload", block_id, slot)))
-                    facts = _new(Offloaded, (slot, evicted_hash & 0xFFFF))
+                    facts = _new(Offloaded, (slot, evicted_hash & 0xFFFF, True))
                     events.append(_new(Event, ("offload", step, sid, (block_id,), (), None, facts,
                                                "", None)))
         return ids
@@ -187,6 +209,7 @@ class BlockWriter:
         hashes, tables, sid, step = seq.block_hashes, seq.block_tables, seq.seq_id, self.step
         parent = hashes[-1] if hashes else None
         register, hash_fn = self.pool.register_hash, self.hash_fn
+        stored = []  # (block, hash, tokens) newly cached: to the tier too, if it stores computed
         for j, chunk in enumerate(chunks, index):
             parent = hash_fn(parent, chunk)
             hashes.append(parent)
@@ -194,3 +217,37 @@ class BlockWriter:
                 if register(table[j], parent):  # the records from their fields' tuples, as above
                     events.append(_new(Event, ("cache", step, sid, (table[j],), (), None,
                                                _new(Cached, (parent & 0xFFFF,)), "", None)))
+                    stored.append((table[j], parent, chunk))
+        if self.store_computed and stored and self.tier.num_blocks:
+            self._store_computed(sid, stored, events)
+
+    def _store_computed(self, sid: int, blocks: list[tuple[int, int, list[int]]],
+                        events: list[Event]) -> None:
+        """Newly hashed blocks (block, hash, tokens) get a tier slot now and their copy after
+        the pass that computes them (`stores`); an eviction later finds them in the tier and
+        copies nothing. (One KV cache group: the engine refuses the tier for hybrid models.)"""
+        step, tier = self.step, self.tier
+        slots = tier.store_many([(h, tokens) for _, h, tokens in blocks], tier.pinned(step))
+        for (block_id, block_hash, _), slot in zip(blocks, slots, strict=True):
+            if slot is not None:
+                self.stores.append(_new(BlockCopy, ("offload", block_id, slot)))
+                events.append(_new(Event, ("offload", step, sid, (block_id,), (), None,
+                                           _new(Offloaded, (slot, block_hash & 0xFFFF, False)),
+                                           "", None)))
+
+    def _forget_stores(self, slots: list[int | None]) -> None:
+        """Waiting stores into these slots are dropped (their events too: `take_stores`): the
+        tier gave each slot to another block, whose copy is made before the pass, and the entry
+        the store was for is gone (a tier smaller than what one step computes and evicts)."""
+        taken = set(slots)
+        self.dropped += [(c.src, c.dst) for c in self.stores if c.dst in taken]
+        self.stores = [c for c in self.stores if c.dst not in taken]
+
+    def _store_now(self, blocks: set[int]) -> None:
+        """The waiting stores of these blocks move to the copies made before the pass, in
+        their order: the blocks are about to be reused, and their bytes are computed already
+        (a store waits only for the pass of the step that hashed its block)."""
+        now = [c for c in self.stores if c.src in blocks]
+        if now:
+            self.copies += now
+            self.stores = [c for c in self.stores if c.src not in blocks]

@@ -33,7 +33,8 @@ EVENT_KINDS = (
     "finish",      # a request finished
     "draft",       # speculative decoding: slots reserved for proposed tokens (or all of them kept)
     "reject",      # speculative decoding: rejected draft tokens' slots rolled back
-    "offload",     # an evicted cached block's K/V copied to the CPU tier of the prefix cache
+    "offload",     # a cached block's K/V copied to the CPU tier of the prefix cache (evicted,
+                   # or just computed: EngineConfig.tier_store)
     "load",        # a prompt's blocks copied back from the CPU tier instead of recomputed
     "drop",        # a sliding-window group let go of blocks its window has passed
 )
@@ -83,8 +84,9 @@ class Allocated(NamedTuple):
 
 
 class Offloaded(NamedTuple):
-    slot: int  # the CPU tier slot the evicted block's K/V go to
+    slot: int  # the CPU tier slot the block's K/V go to
     hash16: int  # the low 16 bits of its hash, for the sentence
+    evicted: bool  # copied as the pool evicts it (else as soon as it was computed: tier_store)
 
 
 class CopiedOnWrite(NamedTuple):

@@ -67,6 +67,7 @@ class KVCacheManager:
         groups: tuple[KVCacheGroup, ...] = single_group(),
         content: KVContent | None = None,
         fetch_ahead: Callable[[list[int]], None] | None = None,
+        tier_store: str = "evicted",
     ) -> None:
         self.pool = BlockPool(num_blocks, block_size)
         self.tier = OffloadTier(num_offload_blocks)  # the prefix cache's CPU tier
@@ -76,7 +77,8 @@ class KVCacheManager:
         self.num_groups = len(groups)
         self.sliding = any(g.sliding for g in groups)
         self.hash_fn = hash_fn
-        self.writer = BlockWriter(self.pool, self.tier, hash_fn, token_repr, enable_prefix_caching)
+        self.writer = BlockWriter(self.pool, self.tier, hash_fn, token_repr, enable_prefix_caching,
+                                  store_computed=tier_store == "computed")
         self.swapping = Swapping(self.writer, self.cpu_pool)
         # the runtime's bus copies of a load start as its slots are chosen (tier_loads.py)
         self.tier_loads = TierLoads(self.writer, self.tier, fetch_ahead)
@@ -132,6 +134,12 @@ class KVCacheManager:
         """The block copies the device must make, in the order the bookkeeping made them
         since the last call (engine/core/copy_plan.py cuts them into waves)."""
         return self.writer.take_copies()
+
+    def take_stores(self, events: list[Event] | None = None) -> list[BlockCopy]:
+        """The tier's stores of computed blocks (`tier_store="computed"`) recorded since the
+        last call: made after the forward pass that computes their blocks. `events`, at the
+        end of an operation: its events, less those of stores the tier dropped since."""
+        return self.writer.take_stores(events)
 
     # ---- the components' operations -----------------------------------------------------------
 

@@ -171,7 +171,8 @@ _SENTENCES: dict[str, Callable[[Event], str]] = {
                              f"tokens ({_tokens(e)}) and picked one more"),
     "reject": _reject,
     "offload": lambda e: (f"block {e.block_ids[0]}'s K/V (hash {e.facts.hash16:04x}…) copied to "
-                          f"CPU tier slot {e.facts.slot} before its reuse"),
+                          f"CPU tier slot {e.facts.slot} "
+                          + ("before its reuse" if e.facts.evicted else "once computed")),
     "load": lambda e: (f"seq {e.seq_id}: {plural(len(e.block_ids), 'prompt block')} found in the "
                        f"CPU tier, copied back into {blocks_str(e.block_ids)}: "
                        f"{e.facts.tokens} tokens need no compute"),

@@ -34,11 +34,14 @@ def _serve(eng: LLMEngine) -> tuple[list, list]:
 
 
 @pytest.mark.model
-def test_an_evicted_prefix_comes_back_from_the_tier(default_model) -> None:
+@pytest.mark.parametrize("store", ["evicted", "computed"])
+def test_an_evicted_prefix_comes_back_from_the_tier(default_model, store) -> None:
+    """`store`: when a block's K/V go to the tier (EngineConfig.tier_store), as the pool evicts
+    it or as soon as it is computed; either way its bytes come back as computed."""
     cfg = dict(model="default", device="cpu", dtype="float32", block_size=4, num_gpu_blocks=12,
                track_kv_content=True)
     plain, plain_events = _serve(LLMEngine(EngineConfig(**cfg)))
-    eng = LLMEngine(EngineConfig(**cfg, num_offload_blocks=32))
+    eng = LLMEngine(EngineConfig(**cfg, num_offload_blocks=32, tier_store=store))
     # the system prompt's full blocks as computed the first time, by their tokens
     first = eng.add_sequence(SYSTEM)
     snap = eng.snapshot()

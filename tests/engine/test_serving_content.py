@@ -40,6 +40,7 @@ def configs(draw) -> EngineConfig:
         enable_chunked_prefill=draw(st.booleans()),
         max_num_batched_tokens=draw(st.sampled_from([5, 16, 2048])),
         num_offload_blocks=0 if window else draw(st.sampled_from([0, 0, 4])),
+        tier_store=draw(st.sampled_from(["evicted", "computed"])),
         sliding_window=window, async_scheduling=draw(st.booleans()),
         speculative_method="ngram" if drafts else None, num_speculative_tokens=2 if drafts else 0,
         seed=draw(st.integers(0, 3)))

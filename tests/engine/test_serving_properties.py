@@ -21,6 +21,7 @@ def _config(data: st.DataObject) -> EngineConfig:
     return EngineConfig(
         model=None, block_size=data.draw(st.sampled_from([1, 2, 4]), label="block_size"),
         num_gpu_blocks=data.draw(st.integers(2, 16), label="blocks"), num_offload_blocks=tier,
+        tier_store=data.draw(st.sampled_from(["evicted", "computed"]), label="tier_store"),
         sliding_window=window, num_cpu_blocks=data.draw(st.sampled_from([0, 8]), label="swap"),
         enable_prefix_caching=data.draw(st.booleans(), label="prefix"),
         max_num_batched_tokens=data.draw(st.sampled_from([4, 8, 64]), label="budget"),

@@ -21,13 +21,15 @@ class EngineMachine(RuleBasedStateMachine):
         prefix=st.booleans(),
         seed=st.integers(0, 3),
         tier=st.sampled_from([0, 0, 1, 3, 8]),
+        store=st.sampled_from(["evicted", "computed"]),
         window=st.sampled_from([None, None, 1, 2, 5, 8, 17]),
     )
-    def setup(self, block_size, num_blocks, prefix, seed, tier, window):
+    def setup(self, block_size, num_blocks, prefix, seed, tier, store, window):
         # a window gives a hybrid's two block tables (full and sliding); the CPU tier serves one
         self.cfg = EngineConfig(model=None, block_size=block_size, num_gpu_blocks=num_blocks,
                                 enable_prefix_caching=prefix, seed=seed,
                                 num_offload_blocks=tier if window is None else 0,
+                                tier_store=store,
                                 sliding_window=window)
         self.eng = LLMEngine(self.cfg)
 
