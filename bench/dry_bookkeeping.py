@@ -44,7 +44,8 @@ def _ids(tokens: list[int]) -> list[int]:
 
 def repeat(sizes: dict, slots: int) -> dict:
     eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=sizes["pool"],
-                                 num_offload_blocks=slots, max_num_batched_tokens=8192))
+                                 num_offload_blocks=slots, max_num_batched_tokens=8192,
+                                 tier_store=tier.tier_store()))
     doc = _ids(hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0])
     evictor = _ids(hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0])
     walls = []
@@ -92,7 +93,7 @@ def main() -> None:
     if args.heap == "frozen":  # as a GPU engine does after its warm-up (a dry one has none)
         settle_heap()
     with GcPauses() as pauses:
-        out["repeat"] = {"tier": repeat(sizes, 512), "recompute": repeat(sizes, 0)}
+        out["repeat"] = {"tier": repeat(sizes, tier.REPEAT_TIER), "recompute": repeat(sizes, 0)}
     out["gc_pauses"] = {"repeat": pauses.summary()}
     with GcPauses() as pauses:
         out["prefill"] = {"hybrid": prefill(sizes, 128), "full": prefill(sizes, None)}

@@ -339,7 +339,7 @@ def tier_all(path: str, device: str, sizes: dict) -> dict:
     out: dict[str, Any] = {"bandwidth": {**tier.bandwidth(path, device, sizes),
                                          "link": link_bandwidth(device)}}
     doc = sizes["doc"]
-    with_tier = tier.repeat_cycle(path, device, doc, sizes, 512)
+    with_tier = tier.repeat_cycle(path, device, doc, sizes, tier.REPEAT_TIER)
     plain = tier.repeat_cycle(path, device, doc, sizes, 0)
     out["repeat_document"] = {"tokens": doc, "tier": with_tier, "recompute": plain,
                               "recompute_over_tier": round(plain["median_ms"] / with_tier["median_ms"], 3),

@@ -45,6 +45,11 @@ FULL = dict(blocks=128, system=2048, doc=4096, evictor=4600, pool=300, repeats=7
 SMOKE = dict(blocks=8, system=96, doc=128, evictor=150, pool=14, repeats=2,
              decoders=3, decoder_prompt=48, prefixes=3, overlap_new=48)
 ONE = SamplingParams(max_tokens=1, ignore_eos=True)
+#: the repeat's tier: the document and two evictors' blocks (256 + 2 x 288), so that a tier
+#: storing blocks once computed keeps the document as one storing them when evicted does
+REPEAT_TIER = 1024
+#: EngineConfig.tier_store for every engine here (bench/ab_trees.py --envs compares the two)
+TIER_STORE_ENV = "PAGEDLAB_TIER_STORE"
 
 
 def sync(device: str) -> None:
@@ -59,7 +64,13 @@ def dtype(device: str) -> str:
 def engine(path: str, device: str, blocks: int, tier: int, **kw) -> LLMEngine:
     return LLMEngine(EngineConfig(model=path, device=device, dtype=dtype(device), block_size=16,
                                   num_gpu_blocks=blocks, num_offload_blocks=tier,
-                                  max_num_batched_tokens=8192, **kw))
+                                  max_num_batched_tokens=8192,
+                                  tier_store=tier_store(), **kw))
+
+
+def tier_store() -> str:
+    """The engines' EngineConfig.tier_store: TIER_STORE_ENV, else the engine's default."""
+    return os.environ.get(TIER_STORE_ENV, "evicted")
 
 
 def bandwidth(path: str, device: str, sizes: dict) -> dict:
@@ -138,11 +149,14 @@ def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int
     eng = engine(path, device, sizes["pool"], tier)
     prefix = hybrid._prompts(1, prefix_len, prefix_len, 4)[0]
     evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
-    times, firsts = [], []
+    times, firsts, evicting = [], [], []
     for r in range(sizes["repeats"] + 1):  # the first cycle warms up
         eng.generate([prefix + [7, 8, 9, 10 + r]], ONE)
+        sync(device)
+        t0 = time.perf_counter()
         eng.generate([evictor[r:] + evictor[:r]], ONE)  # another one each time: evicts the prefix
         sync(device)
+        evicting.append(time.perf_counter() - t0)  # a tier storing computed blocks pays here
         t0 = time.perf_counter()
         (out,) = eng.generate([prefix + [11, 12, 13, 14 + r]], ONE)
         sync(device)
@@ -156,6 +170,8 @@ def repeat_cycle(path: str, device: str, prefix_len: int, sizes: dict, tier: int
     eng.close()
     return {"median_ms": round(1e3 * statistics.median(times), 3), "runs_ms":
             [round(1e3 * t, 3) for t in times], "first_tokens": firsts,
+            "evictor_median_ms": round(1e3 * statistics.median(evicting[1:]), 3),
+            "tier_store": eng.config.tier_store,
             "offload_hit_blocks": m.offload_hit_blocks, "bus_copies": copies}
 
 
@@ -166,7 +182,7 @@ def repeat_phases(path: str, device: str, sizes: dict) -> dict:
     from bench.tier_phases import repeat_phases as phases
     from bench.tier_phases import repeat_profile
 
-    eng = engine(path, device, sizes["pool"], 512)
+    eng = engine(path, device, sizes["pool"], REPEAT_TIER)
     doc = hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0]
     evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
     loop = python_ms()
@@ -181,7 +197,7 @@ def repeat(paths: dict[str, str], device: str, sizes: dict) -> dict:
     for label, path, plen in (("smollm2_2052", paths["smollm2"], sizes["system"]),
                               ("llama1b_2052", paths["one_b"], sizes["system"]),
                               ("llama1b_4096_document", paths["one_b"], sizes["doc"])):
-        tier = repeat_cycle(path, device, plen, sizes, 512)
+        tier = repeat_cycle(path, device, plen, sizes, REPEAT_TIER)
         plain = repeat_cycle(path, device, plen, sizes, 0)
         out[label] = {"tier": tier, "recompute": plain, "same_first_tokens":
                       tier["first_tokens"] == plain["first_tokens"],
@@ -255,7 +271,7 @@ def profile(path: str, device: str, sizes: dict) -> dict:
     import pstats
 
     out = {}
-    for tier in (512, 0):
+    for tier in (REPEAT_TIER, 0):
         eng = engine(path, device, sizes["pool"], tier)
         prefix = hybrid._prompts(1, sizes["system"], sizes["system"], 4)[0]
         evictor = hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]

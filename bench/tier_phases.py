@@ -124,13 +124,13 @@ def repeat_profile(eng: LLMEngine, prefix: list[int], evictor: list[int], repeat
 
 
 def main() -> None:
-    from bench import hybrid
+    from bench import hybrid, tier
     from bench.dry_bookkeeping import FULL, _ids
     from engine import EngineConfig, SamplingParams
     from engine.runtime.collector import settle_heap
-
     eng = LLMEngine(EngineConfig(model=None, block_size=16, num_gpu_blocks=FULL["pool"],
-                                 num_offload_blocks=512, max_num_batched_tokens=8192))
+                                 num_offload_blocks=tier.REPEAT_TIER, max_num_batched_tokens=8192,
+                                 tier_store=tier.tier_store()))
     doc = _ids(hybrid._prompts(1, FULL["doc"], FULL["doc"], 4)[0])
     evictor = _ids(hybrid._prompts(1, FULL["evictor"], FULL["evictor"], 5)[0])
     settle_heap()

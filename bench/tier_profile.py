@@ -97,7 +97,7 @@ def repeat_timeline(path: str, device: str, sizes: dict, out: Path) -> dict:
     ended, and what each GPU stream ran when (ms from the request's arrival). The timeline goes
     to tier_repeat_trace_<name>.json beside the results."""
     got = {}
-    for name, slots in (("tier", 512), ("recompute", 0)):
+    for name, slots in (("tier", tier.REPEAT_TIER), ("recompute", 0)):
         eng = tier.engine(path, device, sizes["pool"], slots)
         prefix = tier.hybrid._prompts(1, sizes["doc"], sizes["doc"], 4)[0]
         evictor = tier.hybrid._prompts(1, sizes["evictor"], sizes["evictor"], 5)[0]
