@@ -6,6 +6,8 @@ bench's sync). Runs dry too (model None), for the bookkeeping's share on any CPU
 
     python bench/tier.py --device cuda --only repeat_phases --out "$OUT/tier_phases.json"
     python bench/tier_phases.py                     # dry, on this CPU
+    python bench/tier_phases.py --ab 5 --out bench/results/dry_tier_store_ab.json
+                          # dry, tier_store "evicted" and "computed" by turns, a process a turn
 """
 
 from __future__ import annotations
@@ -83,8 +85,11 @@ def repeat_phases(eng: LLMEngine, prefix: list[int], evictor: list[int], repeats
     runtime_execute = {"execute": (type(eng.runtime), "execute")}
     for r in range(repeats + 1):
         eng.generate([prefix + [7, 8, 9, 10 + r]], params)
+        sync()
+        t0 = time.perf_counter()
         eng.generate([evictor[r:] + evictor[:r]], params)
         sync()
+        evictor_wall = time.perf_counter() - t0  # where storing computed blocks pays
         with timed_phases(runtime_execute) as spent:
             t0 = time.perf_counter()
             eng.generate([prefix + [11, 12, 13, 14 + r]], params)
@@ -92,7 +97,8 @@ def repeat_phases(eng: LLMEngine, prefix: list[int], evictor: list[int], repeats
             sync()
             t2 = time.perf_counter()
         if r:
-            rows.append({**spent, "device_wait": t2 - t1, "wall": t2 - t0})
+            rows.append({**spent, "device_wait": t2 - t1, "wall": t2 - t0,
+                         "evictor_wall": evictor_wall})
     keys = sorted({k for row in rows for k in row})
     return {k: round(1e3 * statistics.median(row.get(k, 0.0) for row in rows), 3) for k in keys}
 
@@ -123,7 +129,31 @@ def repeat_profile(eng: LLMEngine, prefix: list[int], evictor: list[int], repeat
             for (f, line, name), (c, _, own, cum, _) in rows]
 
 
+def by_turns(rounds: int, out: str) -> None:
+    """`rounds` rounds of the dry repeat, each tier_store a process of its own in turn."""
+    import subprocess
+
+    from bench import tier
+    from bench.host_facts import host_cpus
+    turns = []
+    for r in range(rounds):
+        for store in ("evicted", "computed"):
+            run = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
+                                 check=True, env={**os.environ, tier.TIER_STORE_ENV: store})
+            turns.append({"round": r, "tier_store": store, **json.loads(run.stdout)})
+    medians = {store: {k: round(statistics.median(t[k] for t in turns
+                                                  if t["tier_store"] == store), 3)
+                       for k in turns[0] if k not in ("round", "tier_store")}
+               for store in ("evicted", "computed")}
+    with open(out, "w") as f:
+        json.dump({"host": host_cpus(), "medians": medians, "turns": turns}, f, indent=1)
+    print(json.dumps(medians, indent=1))
+
+
 def main() -> None:
+    if "--ab" in sys.argv:
+        return by_turns(int(sys.argv[sys.argv.index("--ab") + 1]),
+                        sys.argv[sys.argv.index("--out") + 1])
     from bench import hybrid, tier
     from bench.dry_bookkeeping import FULL, _ids
     from engine import EngineConfig, SamplingParams

@@ -356,13 +356,14 @@ def test_on_cuda_a_graph_reads_each_layer_part_of_a_load_after_its_wait_node() -
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model) -> None:
+@pytest.mark.parametrize("store", ["evicted", "computed"])  # computed: stored after the pass
+def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_model, store) -> None:
     prompts = [[300 + (i * 7 + j) % 900 for j in range(70)] for i in range(3)]
 
     def run(tier: int) -> list:
         eng = LLMEngine(EngineConfig(model="tiny-random", device="cuda", dtype="float32",
                                      block_size=8, num_gpu_blocks=24, num_offload_blocks=tier,
-                                     track_kv_content=True))
+                                     track_kv_content=True, tier_store=store))
         outs = []
         for again in range(2):  # the second round finds each prompt's blocks in the tier
             for p in prompts:
@@ -374,7 +375,9 @@ def test_on_cuda_serving_with_the_tier_gives_the_tokens_of_recomputing(tiny_mode
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, monkeypatch) -> None:
+@pytest.mark.parametrize("store", ["evicted", "computed"])
+def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, monkeypatch,
+                                                                      store) -> None:
     """The tier's loads in parts while another request decodes, on the GPU's streams: the
     repeated prompt's tokens and the decoding request's are those of recomputing (float32)."""
     monkeypatch.setattr(scheduler, "TIER_LOAD_CHUNK", 2)
@@ -383,7 +386,8 @@ def test_on_cuda_a_prefix_loaded_over_several_steps_beside_a_decode(tiny_model, 
     def run(tier: int) -> list:
         eng = LLMEngine(EngineConfig(model="tiny-random", device=DEVICE, dtype="float32",
                                      block_size=8, num_gpu_blocks=12, num_offload_blocks=tier,
-                                     track_kv_content=True, async_scheduling=True))
+                                     track_kv_content=True, async_scheduling=True,
+                                     tier_store=store))
         params = SamplingParams(max_tokens=5, ignore_eos=True)
         outs = [eng.generate(prompt + [1], params)[0], eng.generate(prompt[::-1], params)[0]]
         eng.add_request([5, 6, 7, 8], SamplingParams(max_tokens=40, ignore_eos=True))
