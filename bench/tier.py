@@ -212,7 +212,9 @@ def overlap(path: str, device: str, sizes: dict, probe: Any = None) -> dict:
     prefixes = hybrid._prompts(sizes["prefixes"], sizes["system"], sizes["system"], 30)
     per_prefix = -(-sizes["system"] // 16) + 1
     blocks = n * -(-(plen + new) // 16) + per_prefix  # room for one prefix: the rest in the tier
-    eng = engine(path, device, blocks, sizes["prefixes"] * per_prefix + 64, async_scheduling=True)
+    # the tier holds every prefix and, where it stores blocks once computed, the pool's as well
+    eng = engine(path, device, blocks, sizes["prefixes"] * per_prefix + blocks + 64,
+                 async_scheduling=True)
     for p in prefixes:  # cached, and pushed into the tier as the decoders take the pool
         eng.generate([p + [1]], ONE)
     for p in hybrid._prompts(n, plen, plen, 31):
