@@ -50,6 +50,8 @@ def rows(result: dict) -> dict:
     if doc:
         out["tier_document"] = doc["recompute_over_tier"]
         out["tier_ms"] = [doc["tier"]["median_ms"], doc["recompute"]["median_ms"]]
+        if "evictor_median_ms" in doc["tier"]:  # the request that evicts it (tier_store)
+            out["evictor_ms"] = doc["tier"]["evictor_median_ms"]
     if tier.get("overlap"):
         o = tier["overlap"]
         out["load_step"] = o["tokens_per_s_with_load_over_without"]
