@@ -120,7 +120,7 @@ def metrics_html(snap: Snapshot, info: Mapping[str, Any], max_len: int) -> str:
         rows.append(("dropped by sliding windows", plural(m.dropped_blocks, "block")))
     if snap.tier_blocks:  # the prefix cache's CPU tier
         held = sum(b.state == "cached" for b in snap.tier_blocks)
-        rows.append(("CPU tier slots holding evicted blocks", f"{held} of {len(snap.tier_blocks)}"))
+        rows.append(("CPU tier slots holding cached blocks", f"{held} of {len(snap.tier_blocks)}"))
         rows.append(("offloaded to / loaded back from the CPU tier",
                      f"{plural(m.offloaded_blocks, 'block')} / {m.offload_hit_blocks}"))
     for key in ("requests_running", "requests_waiting", "requests_swapped", "preemptions"):

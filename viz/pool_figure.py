@@ -277,7 +277,7 @@ def _notes(notes: list, snap: Snapshot, rows: Sequence[TableRow], seqs: list, gp
     bottom = -gpu.rows + 0.4 - (0.85 if freed else 0.0)  # the freed label sits under the pool
     for band, name in ((cpu, lambda n: "CPU swap space"),
                        (tier, lambda n: "CPU tier of the prefix cache" + (
-                           "" if n else ": evicted blocks kept by hash (LRU)"))):
+                           "" if n else ": cached blocks kept by hash (LRU)"))):
         if band is not None:
             notes.append(dict(x=0, y=band.y0 + 0.55, text=fitting(name), xanchor="left",
                               yanchor="bottom", showarrow=False, font=font))

@@ -20,7 +20,7 @@ class MemoryPoint(NamedTuple):
     cached: int  # GPU blocks no one holds that keep their hash (prefix cache)
     free: int  # GPU blocks with nothing in them
     swapped: int  # CPU swap blocks holding swapped-out sequences
-    tier: int  # CPU tier slots holding evicted prefix blocks
+    tier: int  # CPU tier slots holding cached prefix blocks
     preemptions: int  # requests preempted in the step
     evictions: int  # cached blocks evicted in the step
     prefix_hits: int  # prompt blocks served by the GPU pool's prefix cache in the step

@@ -115,7 +115,7 @@ def test_the_metrics_panel_counts_the_tier():
     snap = eng.snapshot()
     html = metrics_html(snap, eng.engine_info(), eng.max_model_len)
     held = sum(b.state == "cached" for b in snap.tier_blocks)
-    assert f"CPU tier slots holding evicted blocks</td><td><b>{held} of 4" in html
+    assert f"CPU tier slots holding cached blocks</td><td><b>{held} of 4" in html
     plain = LLMEngine(EngineConfig(model=None, block_size=4, num_gpu_blocks=6))
     assert "CPU tier" not in metrics_html(plain.snapshot(), plain.engine_info(), 64)
 
