@@ -28,7 +28,7 @@ Draw = tuple[int, SamplingParams, tuple[int, int, int] | None]
 
 def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: ModelRuntime,
             last_picks: Any, copies: list[BlockCopy], content: KVContent | None = None,
-            stores: list[BlockCopy] = ()) -> Any:
+            stores: list[BlockCopy] | None = None) -> Any:
     """Run the scheduled step: its block copies (`copies`, in the order the schedule made them),
     then one forward pass, then `stores` (the tier's copies of blocks the pass computes:
     `tier_store="computed"`, queued once the pass is launched); returns its scores (None when
@@ -36,7 +36,7 @@ def execute(sched: ScheduledStep, events: list[Event], step: int, runtime: Model
     before, still on the device. `content`, when tracked, receives the same copies and a
     write of every computed token."""
     scores = _forward(sched, events, step, runtime, last_picks, copies, content)
-    move_blocks(runtime, list(stores), content)
+    move_blocks(runtime, stores or [], content)
     return scores
 
 
