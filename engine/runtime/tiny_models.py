@@ -14,15 +14,21 @@ import torch
 
 TINY_RANDOM_SEED = 1234
 TINY_HYBRID_WINDOW = 32
+#: each built-in model's shape, read before anything is built (a tensor-parallel size is
+#: checked against its heads before workers start)
+SHAPES: dict[str, dict[str, Any]] = {
+    "tiny-random": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=2,
+                        num_attention_heads=3, num_key_value_heads=1, head_dim=64),
+    "tiny-hybrid": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+}
 
 
 def build_tiny_random(tokenizer: Any) -> tuple[Any, str]:
     """The random two-layer Llama and where it came from."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return _build_in_code(LlamaConfig, LlamaForCausalLM, tokenizer, "", hidden_size=192,
-                          intermediate_size=512, num_hidden_layers=2, num_attention_heads=3,
-                          num_key_value_heads=1, head_dim=64)
+    return _build_in_code(LlamaConfig, LlamaForCausalLM, tokenizer, "", **SHAPES["tiny-random"])
 
 
 def build_tiny_hybrid(tokenizer: Any) -> tuple[Any, str]:
@@ -31,10 +37,8 @@ def build_tiny_hybrid(tokenizer: Any) -> tuple[Any, str]:
 
     return _build_in_code(
         Qwen2Config, Qwen2ForCausalLM, tokenizer,
-        f", layers full / sliding {TINY_HYBRID_WINDOW} alternating",
-        hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, use_sliding_window=True,
-        sliding_window=TINY_HYBRID_WINDOW, max_window_layers=0,
+        f", layers full / sliding {TINY_HYBRID_WINDOW} alternating", **SHAPES["tiny-hybrid"],
+        use_sliding_window=True, sliding_window=TINY_HYBRID_WINDOW, max_window_layers=0,
         layer_types=["full_attention", "sliding_attention"] * 2)
 
 

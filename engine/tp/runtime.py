@@ -372,12 +372,15 @@ def _ids(table: Sequence[int | None]) -> list[int | None]:
 
 
 def _peek_heads(model: str | None) -> tuple[int, int] | None:
-    """(query heads, KV heads) from a config.json on disk, when one is at hand without loading
-    anything (a local folder, or the default model's converted cache); else None."""
+    """(query heads, KV heads) when they are at hand without loading anything (a model built in
+    code, a local folder's config.json, the default model's converted cache); else None."""
     from engine.runtime.models import DEFAULT_CACHE_NAME, cache_root
+    from engine.runtime.tiny_models import SHAPES
 
     if model is None:
         return None
+    if model in SHAPES:  # built in code: its shape is at hand
+        return SHAPES[model]["num_attention_heads"], SHAPES[model]["num_key_value_heads"]
     folder = cache_root() / DEFAULT_CACHE_NAME if model == "default" else Path(model).expanduser()
     try:
         cfg = json.loads((folder / "config.json").read_text())

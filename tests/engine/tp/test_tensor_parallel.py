@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.tp import runtime as tp_runtime
 from engine.tp.runtime import TensorParallelError
 from tests.engine.tp.processes import wait_gone
 from viz.shards_figure import shards_figure
@@ -162,13 +163,16 @@ def test_tp3_decode_message_does_not_grow_with_the_table(tp3_default):
     assert short[0] == 28 + 4 + 8 and long[0] == 28 + 8 * 20
 
 
-def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path):
+def test_size_that_does_not_divide_the_kv_heads_is_refused(kv2_path, monkeypatch):
+    def no_workers(*args, **kw):
+        raise AssertionError("workers started for a size the model's heads refuse")
+
+    monkeypatch.setattr(tp_runtime, "start_link", no_workers)  # refused before any spawn
     with pytest.raises(ValueError, match=r"3 KV heads.*Valid sizes: 1, 3"):
         LLMEngine(EngineConfig(model="default", tensor_parallel_size=2, device="cpu"))
     with pytest.raises(ValueError, match=r"2 KV heads.*Valid sizes: 1, 2"):
         LLMEngine(EngineConfig(model=kv2_path, tensor_parallel_size=4, device="cpu"))
-    # no config on disk to read first: the workers load the model and refuse it themselves
-    with pytest.raises(ValueError, match=r"1 KV heads.*Valid sizes: 1$"):
+    with pytest.raises(ValueError, match=r"1 KV heads.*Valid sizes: 1$"):  # built in code
         LLMEngine(EngineConfig(model="tiny-random", tensor_parallel_size=2, device="cpu"))
     with pytest.raises(ValueError, match="dry mode"):
         EngineConfig(model=None, tensor_parallel_size=2)
