@@ -240,8 +240,11 @@ class BlockWriter:
         tier gave each slot to another block, whose copy is made before the pass, and the entry
         the store was for is gone (a tier smaller than what one step computes and evicts)."""
         taken = set(slots)
-        self.dropped += [(c.src, c.dst) for c in self.stores if c.dst in taken]
-        self.stores = [c for c in self.stores if c.dst not in taken]
+        dropped = [(c.src, c.dst) for c in self.stores if c.dst in taken]
+        if dropped:
+            self.dropped += dropped
+            self.tier.offloaded_blocks -= len(dropped)  # never copied in
+            self.stores = [c for c in self.stores if c.dst not in taken]
 
     def _store_now(self, blocks: set[int]) -> None:
         """The waiting stores of these blocks move to the copies made before the pass, in

@@ -80,10 +80,13 @@ def test_a_tier_smaller_than_a_step_keeps_only_stores_it_still_holds() -> None:
                            ("aaaaa", SamplingParams(max_tokens=3, temperature=0.0)),
                            ("tutor: a", SamplingParams(max_tokens=1, beam_width=2))):
         eng.add_request(prompt, params)
+    told = 0
     while eng.has_pending_work():
         events = eng.step().events
         eng.check_invariants()  # every tier slot holds the K/V of its entry's tokens
         offloads = _kinds(events, "offload")
+        told += len(offloads)
+        assert eng.snapshot().metrics.offloaded_blocks == told  # a dropped store is not counted
         for i, e in enumerate(offloads):  # no event tells of a store an eviction overtook
             if not e.facts.evicted:
                 assert not any(o.facts.evicted and o.facts.slot == e.facts.slot
