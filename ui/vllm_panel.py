@@ -213,14 +213,13 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
               sent_html(v), note_text(v))
     out = [tree, timeline]
     now = time.monotonic()
+    resend = {"note"} if now - v.note_sent_at >= NOTE_RESEND_S else set()
     for key, value in zip(("counts", "log", "sent", "note"), panels, strict=True):
-        same = not force and v.shown.get(key) == value
-        if key == "note" and now - v.note_sent_at >= NOTE_RESEND_S:
-            same = False
+        same = not force and key not in resend and v.shown.get(key) == value
         out.append(gr.skip() if same else value)
         v.shown[key] = value
-        if key == "note" and not same:
-            v.note_sent_at = now
+    if not same:  # the note (the last panel) went: its clock starts again
+        v.note_sent_at = now
     if tree is not gr.skip():
         v.shown["tree"] = True
     return tuple(out)
