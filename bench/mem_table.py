@@ -84,7 +84,8 @@ def _tier_rows(t: dict) -> list[Row]:
         (f"an evicted {d.get('tokens', 4096):,}-token document asked again, tier / recompute "
          "(1B shape) (≥ 4)",
          f"{d['recompute_over_tier']:.2f}x ({d['tier']['median_ms']:.1f} vs "
-         f"{d['recompute']['median_ms']:.1f} ms; loads {bus.get('mb_per_copy', '?')} MB a copy)",
+         f"{d['recompute']['median_ms']:.1f} ms; loads {bus.get('mb_per_copy', '?')} MB a copy"
+         f"{_store_note(d)})",
          d["recompute_over_tier"] >= 4.0),
         ("other requests' tokens/s in the steps a load is issued (≥ 0.9)",
          f"{o['tokens_per_s_with_load_over_without']}x (step {o['load_step_ms']} vs "
@@ -95,6 +96,16 @@ def _tier_rows(t: dict) -> list[Row]:
          f"{link.get('gpu_to_cpu_gb_s', '?')} / {link.get('cpu_to_gpu_gb_s', '?')}); bytes back "
          f"equal: {'yes' if b['same_bytes_back'] else 'no'}",
          min(b["gpu_to_cpu_gb_s"], b["cpu_to_gpu_gb_s"]) >= 35 and b["same_bytes_back"])]
+
+
+def _store_note(d: dict) -> str:
+    """When the tier stores blocks (`tier_store`), and what the request that evicts the document
+    took on each side: a tier storing computed blocks pays there (runs before it lack both)."""
+    t, r = d["tier"], d["recompute"]
+    if "tier_store" not in t:
+        return ""
+    return (f"; tier_store {t['tier_store']}, the evicting request {t['evictor_median_ms']:.1f} vs "
+            f"{r['evictor_median_ms']:.1f} ms")
 
 
 def _roof_rows(r: dict) -> list[Row]:
