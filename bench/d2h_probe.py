@@ -89,6 +89,42 @@ def _offload_wall(tier: TierCopies, kv: torch.Tensor) -> float:
     return round(statistics.median(times[1:]), 3)
 
 
+class _TimedEvent(torch.cuda.Event):
+    """An event the tier's copies record that can also be timed (the probe swaps it in)."""
+
+    def __new__(cls, *args: Any, **kw: Any) -> _TimedEvent:
+        return super().__new__(cls, enable_timing=True)
+
+
+def alternating(cache: Any, rounds: int = 6) -> dict:
+    """bench/tier.py's bandwidth loop (an offload, its last byte read, a load of the same slots,
+    a sync) with the offload's device side on events: from the call to the last slot's copy on
+    the device, against the host's wall time to it. Is the copy slow on the device, or late?"""
+    n, tier = BLOCKS, cache.tier
+    saved, torch.cuda.Event = torch.cuda.Event, _TimedEvent
+    rows = []
+    try:
+        for _ in range(rounds):
+            torch.cuda.synchronize()
+            start = torch.cuda.Event()
+            start.record()
+            t0 = time.perf_counter()
+            cache.offload([(b, b) for b in range(n)])
+            call = time.perf_counter() - t0
+            done = tier._slot_event[n - 1]
+            tier.read(n - 1)
+            wall = time.perf_counter() - t0
+            rows.append({"call_ms": round(1e3 * call, 3), "wall_ms": round(1e3 * wall, 3),
+                         "device_ms": round(start.elapsed_time(done), 3)})
+            cache.load([(s, n + s) for s in range(n)])
+            cache.wait_for_loads([list(range(n, 2 * n))])
+            torch.cuda.synchronize()
+    finally:
+        torch.cuda.Event = saved
+    return {"rounds": rows, **{k: statistics.median(r[k] for r in rows[1:])
+                               for k in ("call_ms", "wall_ms", "device_ms")}}
+
+
 def in_engine() -> dict:
     """The tier of an engine of a random Llama-1B shape, as the bench's bandwidth makes it."""
     from bench import mem_models, tier
@@ -99,7 +135,8 @@ def in_engine() -> dict:
     eng = tier.engine(path, "cuda", 3 * BLOCKS, BLOCKS)
     cache = eng.runtime.cache
     cache.kv_cache.normal_()
-    got = pieces(cache.tier, cache.kv_cache)
+    got = {"alternating_first": alternating(cache), **pieces(cache.tier, cache.kv_cache),
+           "alternating_after": alternating(cache)}
     eng.close()
     return got
 
