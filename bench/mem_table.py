@@ -92,10 +92,20 @@ def _tier_rows(t: dict) -> list[Row]:
          f"{o['quiet_step_ms']} ms, {o['steps_with_a_load']} steps with a load)",
          (o["tokens_per_s_with_load_over_without"] or 0) >= 0.9),
         ("tier copies each way, 1B shape (≥ 35 GB/s)",
-         f"{b['gpu_to_cpu_gb_s']} / {b['cpu_to_gpu_gb_s']} GB/s GPU → CPU / CPU → GPU (the bus: "
+         f"{b['gpu_to_cpu_gb_s']} / {b['cpu_to_gpu_gb_s']} GB/s GPU → CPU / CPU → GPU"
+         f"{_timed_on(b)} (the bus: "
          f"{link.get('gpu_to_cpu_gb_s', '?')} / {link.get('cpu_to_gpu_gb_s', '?')}); bytes back "
          f"equal: {'yes' if b['same_bytes_back'] else 'no'}",
          min(b["gpu_to_cpu_gb_s"], b["cpu_to_gpu_gb_s"]) >= 35 and b["same_bytes_back"])]
+
+
+def _timed_on(b: dict) -> str:
+    """Where the copies were timed: on the device (runs after 57), with the host's own reading
+    of the same copies beside it; runs before read the host's wall time alone."""
+    if b.get("timed_on") != "device":
+        return ""
+    host = b["host_gb_s"]
+    return f" on the device (the host saw the last byte at {host['out']} / {host['in']})"
 
 
 def _store_note(d: dict) -> str:

@@ -74,36 +74,81 @@ def tier_store() -> str:
 
 
 def bandwidth(path: str, device: str, sizes: dict) -> dict:
+    """The tier's copies of n blocks each way. Their speed is read on the device (CUDA events:
+    from the call to the copy's last byte), beside the host's wall time to the same point:
+    runs 55-57 saw the host learn of a copy done in 1.6 ms up to 4 ms later, early in a
+    process (bench/d2h_probe.py), which is the host's lateness, not the bus's."""
     n = sizes["blocks"]
     eng = engine(path, device, 3 * n, n)
     cache = eng.runtime.cache  # the engine's own copies, driven directly
     cache.kv_cache.normal_()
-    out_s, in_s, calls = [], [], {"out": [], "in": []}
+    walls: dict[str, list[float]] = {"out": [], "in": []}
+    on_device: dict[str, list[float]] = {"out": [], "in": []}
+    calls: dict[str, list[float]] = {"out": [], "in": []}
     for _ in range(5):
         sync(device)
+        mark = _Marks(device)
         t0 = time.perf_counter()
         cache.offload([(b, b) for b in range(n)])
         calls["out"].append(time.perf_counter() - t0)  # the host's part: the call itself
+        mark.after(cache.tier.last_copy(n - 1))
         cache.tier.read(n - 1)  # waits for the slot's copy: the last byte on the host
-        out_s.append(time.perf_counter() - t0)
+        walls["out"].append(time.perf_counter() - t0)
+        on_device["out"].append(mark.seconds())
+        sync(device)
+        mark = _Marks(device)
         t0 = time.perf_counter()
         cache.load([(s, n + s) for s in range(n)])
         calls["in"].append(time.perf_counter() - t0)
         cache.wait_for_loads([list(range(n, 2 * n))])
+        mark.after(None)
         sync(device)
-        in_s.append(time.perf_counter() - t0)
+        walls["in"].append(time.perf_counter() - t0)
+        on_device["in"].append(mark.seconds())
     same = bool(torch.equal(cache.kv_cache[:, :, :n], cache.kv_cache[:, :, n:2 * n]))
     nbytes = n * cache.tier.slot_bytes
     calls_profile = _call_profile(cache, n, device)
     gather_ms = _gather_ms(cache, n) if device == "cuda" else None
     eng.close()
+    timed = on_device if device == "cuda" else walls
     return {"blocks": n, "bytes": nbytes, "slot_bytes": nbytes // n, "same_bytes_back": same,
-            "gpu_to_cpu_gb_s": round(nbytes / statistics.median(out_s) / 1e9, 1),
-            "cpu_to_gpu_gb_s": round(nbytes / statistics.median(in_s) / 1e9, 1),
+            "gpu_to_cpu_gb_s": _gb_s(nbytes, timed["out"]),
+            "cpu_to_gpu_gb_s": _gb_s(nbytes, timed["in"]),
+            "timed_on": "device" if device == "cuda" else "host",
+            "host_gb_s": {way: _gb_s(nbytes, t) for way, t in walls.items()},
             "call_ms": {way: round(1e3 * statistics.median(t), 3) for way, t in calls.items()},
-            "copy_ms": {"out": round(1e3 * statistics.median(out_s), 3),
-                        "in": round(1e3 * statistics.median(in_s), 3)},
+            "copy_ms": {way: round(1e3 * statistics.median(t), 3) for way, t in timed.items()},
+            "host_wall_ms": {way: [round(1e3 * x, 3) for x in t] for way, t in walls.items()},
             "call_profile": calls_profile, "gather_ms": gather_ms}
+
+
+def _gb_s(nbytes: int, seconds: list[float]) -> float:
+    return round(nbytes / statistics.median(seconds) / 1e9, 1)
+
+
+class _Marks:
+    """A copy's time on the device: an event on the compute stream before its call, and one
+    after what the copy's last event marks (the compute stream made to wait for it)."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device == "cuda"
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+
+    def after(self, event: Any) -> None:
+        """`event`: the copy's own last event (None: the compute stream already waits)."""
+        if self.cuda:
+            if event is not None:
+                torch.cuda.current_stream().wait_event(event)
+            self.end.record()
+
+    def seconds(self) -> float:
+        if not self.cuda:
+            return 0.0
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) / 1e3
 
 
 def _gather_ms(cache: Any, n: int, rounds: int = 5) -> float:

@@ -277,9 +277,14 @@ class TierCopies:
             self._last_pass = torch.cuda.Event()
             self._last_pass.record()
 
+    def last_copy(self, slot: int) -> Any:
+        """The event of this slot's last copy, or None (none yet, or on a CPU): what `read`
+        waits for, and what a benchmark times a copy to on the device."""
+        return self._slot_event.get(slot)
+
     def read(self, slot: int) -> torch.Tensor:
         """A slot's bytes, [page_layers, 2, bs, heads, dim], once its copies are done."""
-        event = self._slot_event.get(slot)
+        event = self.last_copy(slot)
         if event is not None:
             event.synchronize()
         return self.slots[:, slot].flatten(0, 1)
