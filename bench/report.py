@@ -23,8 +23,9 @@ import report_turns  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
-MEM = "mem_h100.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run (run 7)
-MEM_ALSO = ("run 52 (H200)", "mem_h200_run52.json")  # the newest code, on an H200
+MEM = "mem_h100_run56.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run
+MEM_ALSO = ("run 52 (H200)", "mem_h200_run52.json")  # the latest full H200 run
+MEM_TIER = "mem_h100_run58_tier.json"  # the tier part again, its copies timed on the device
 
 
 def load(name: str) -> dict:
@@ -359,22 +360,32 @@ def table() -> str:
         mem = load(MEM)
         lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "
                   "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
-                  f"against its roofline. From `bench/results/{MEM}` ({mem['device']}, torch "
-                  f"{mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py`). "
-                  f"Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`): the newest "
-                  "code (runs 11-52: among them the tier's loads over the bus from the moment "
-                  "their slots are chosen, a prompt alone computing its rest in the step of "
-                  "its loads, steps with chunks of prompts as CUDA graphs, the decode "
-                  "attention split for small grids and a settled collector), on a chip "
-                  "whose memory is ~1.4x faster, so its roofline rows are against a lower "
-                  "roofline; its hybrid and rejects rows are read by turns, "
-                  "each the median of its rounds' own ratios." + report_turns.host_speed_at_parts(
-                      load(MEM_ALSO[1])) + " Rows bound by the host move by a "
-                  "third or more from one engine to the next, the same code on one machine "
-                  "(`ab_trees_h100.json`, `ab_threads_h200.json`: versions by turns): "
+                  f"against its roofline. From `bench/results/{MEM}` (run 56: {mem['device']}, "
+                  f"torch {mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py` "
+                  "with the tier's engines storing blocks once computed, `tier_store=\"computed\"`)"
+                  "; its hybrid and rejects rows are read by turns, each the median of its rounds' "
+                  "own ratios." + report_turns.host_speed_at_parts(mem)
+                  + _copies_on_device() + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), "
+                  "before the tier stored computed blocks, on a chip whose memory is ~1.4x "
+                  "faster, so its roofline rows are against a lower roofline."
+                  + report_turns.host_speed_at_parts(load(MEM_ALSO[1])) + " Rows bound by the "
+                  "host move by a third or more from one engine to the next, the same code on one "
+                  "machine (`ab_trees_h100.json`, `ab_threads_h200.json`: versions by turns): "
                   "bench/NOTES.md reads them." + _step_256_elsewhere(), "",
                   mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
     return "\n".join(lines)
+
+
+def _copies_on_device() -> str:
+    """Run 58: the tier part again, its copies timed on the device beside the host's wall."""
+    if not os.path.exists(os.path.join(RESULTS, MEM_TIER)):
+        return ""
+    b = load(MEM_TIER)["tier"]["bandwidth"]
+    return (" Its copies row is the host's wall time to the last byte; run 58 (`" + MEM_TIER
+            + f"`, the tier part alone) timed the same copies on the device: {b['gpu_to_cpu_gb_s']}"
+            f" / {b['cpu_to_gpu_gb_s']} GB/s GPU → CPU / CPU → GPU, where the host saw the last "
+            f"byte at {b['host_gb_s']['out']} / {b['host_gb_s']['in']} GB/s (the host learns of "
+            "a copy done late, early in a process: `bench/d2h_probe.py`, run 57).")
 
 
 def _step_256_elsewhere() -> str:
