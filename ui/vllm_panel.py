@@ -196,8 +196,10 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
                 "drawn_at": time.time(), "watch_opened_at": watch.opened_at}}
             tree = fig
             v.drew(v.version, got)
+            v.shown["tree"] = True
         elif force or "tree" not in v.shown:  # nothing watched yet: say how to begin
             tree = vllm_tree_figure(got or _EMPTY, box=tree_box, large=large)
+            v.shown["tree"] = True
             if got is not None:
                 v.drew(v.version, got)
     # the timeline follows at most every TIMELINE_S, also after the last message came: a
@@ -220,8 +222,6 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
         v.shown[key] = value
     if not same:  # the note (the last panel) went: its clock starts again
         v.note_sent_at = now
-    if tree is not gr.skip():
-        v.shown["tree"] = True
     return tuple(out)
 
 

@@ -79,7 +79,7 @@ def test_an_endpoint_that_does_not_answer_keeps_the_picture(pub, monkeypatch):
         assert "nothing answered" in said and "still shows" in said, said
         assert view.watch.endpoint == pub.endpoint and blocks(view) == 2
         tree, *_ = _values(view, _Look, False)
-        assert tree is gr.skip() or tree.layout.meta["vllm"]["blocks"] == 2
+        assert tree == gr.skip() or tree.layout.meta["vllm"]["blocks"] == 2
     finally:
         view.close()
 
@@ -362,3 +362,17 @@ def test_a_tick_rests_only_when_the_page_shows_another_tab():
         assert tick.fn(view, session, None)[-1].active is False
     finally:
         view.close()
+
+
+def test_a_tick_that_sends_no_tree_does_not_count_as_one_that_did():
+    """The tab says how to begin (an empty tree) until a tree reached the page: a tick that
+    skipped the tree (nothing new to draw) must not stand for it. (`gr.skip()` makes a new
+    dict each call, so an identity test against it counted every tick as a drawing.)"""
+    view = VllmView()
+    view.drawn = view.version  # nothing new: this tick skips the tree
+    tree, *_ = _values(view, _Look, False)
+    assert tree == gr.skip()
+    view.version += 1  # something changed, still nothing watched
+    tree, *_ = _values(view, _Look, False)
+    assert tree != gr.skip() and tree.layout is not None  # the empty tree, saying how to begin
+
