@@ -365,7 +365,8 @@ def table() -> str:
                   "with the tier's engines storing blocks once computed, `tier_store=\"computed\"`)"
                   "; its hybrid and rejects rows are read by turns, each the median of its rounds' "
                   "own ratios." + report_turns.host_speed_at_parts(mem)
-                  + _copies_on_device() + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), "
+                  + report_turns.copies_on_device(MEM_TIER) + report_turns.run_59()
+                  + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), "
                   "before the tier stored computed blocks, on a chip whose memory is ~1.4x "
                   "faster, so its roofline rows are against a lower roofline."
                   + report_turns.host_speed_at_parts(load(MEM_ALSO[1])) + " Rows bound by the "
@@ -374,18 +375,6 @@ def table() -> str:
                   "bench/NOTES.md reads them." + _step_256_elsewhere(), "",
                   mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
     return "\n".join(lines)
-
-
-def _copies_on_device() -> str:
-    """Run 58: the tier part again, its copies timed on the device beside the host's wall."""
-    if not os.path.exists(os.path.join(RESULTS, MEM_TIER)):
-        return ""
-    b = load(MEM_TIER)["tier"]["bandwidth"]
-    return (" Its copies row is the host's wall time to the last byte; run 58 (`" + MEM_TIER
-            + f"`, the tier part alone) timed the same copies on the device: {b['gpu_to_cpu_gb_s']}"
-            f" / {b['cpu_to_gpu_gb_s']} GB/s GPU → CPU / CPU → GPU, where the host saw the last "
-            f"byte at {b['host_gb_s']['out']} / {b['host_gb_s']['in']} GB/s (the host learns of "
-            "a copy done late, early in a process: `bench/d2h_probe.py`, run 57).")
 
 
 def _step_256_elsewhere() -> str:

@@ -1,5 +1,5 @@
-"""Sentences of the README's issue 44 paragraph that read runs made by turns or beside a timed
-loop on the H200 (bench/host_speed.py, bench/ab_trees.py), from their committed results. Each
+"""Sentences of the README's issue 44 paragraph that read runs made by turns, beside a timed loop
+(bench/host_speed.py, bench/ab_trees.py) or a part run again, from their committed results. Each
 returns "" when its result is not there. bench/report.py puts them after the table's caption."""
 
 from __future__ import annotations
@@ -194,3 +194,36 @@ def host_speed_at_parts(run: dict) -> str:
         which = f"{', '.join(slow)} at the slow speed, {', '.join(fast)} at the fast one"
     return (f" In that run the host's loop (`bench/host_speed.py`) took {said} as the parts "
             f"began: {which}.")
+
+
+def copies_on_device(name: str) -> str:
+    """Run 58: the tier part again, its copies timed on the device beside the host's wall."""
+    got = _load(name)
+    if got is None:
+        return ""
+    b = got["tier"]["bandwidth"]
+    return (" Its copies row is the host's wall time to the last byte; run 58 (`" + name
+            + f"`, the tier part alone) timed the same copies on the device: {b['gpu_to_cpu_gb_s']}"
+            f" / {b['cpu_to_gpu_gb_s']} GB/s GPU → CPU / CPU → GPU, where the host saw the last "
+            f"byte at {b['host_gb_s']['out']} / {b['host_gb_s']['in']} GB/s (the host learns of "
+            "a copy done late, early in a process: `bench/d2h_probe.py`, run 57).")
+
+
+def run_59() -> str:
+    """Run 59: the tier's document by turns on a fast host, storing computed blocks or not."""
+    name = "ab_tier_store_run59.json"
+    got = _load(name)
+    if got is None:
+        return ""
+    turns = got["turns"]
+
+    def side(computed: bool) -> str:
+        got = [t for t in turns if ("TIER_STORE=computed" in t["tree"]) == computed]
+        return (" / ".join(f"{t['tier_ms'][0]:.2f}" for t in got) + " ms, "
+                + " / ".join(f"{t['tier_document']:.2f}x" for t in got))
+
+    loops = [t["python_ms"]["tier"] for t in turns]
+    return (f" By turns on a fast host (run 59, `{name}`, the loop at {min(loops):.2f}-"
+            f"{max(loops):.2f} ms), the document came back in {side(True)} recomputing with "
+            f"`tier_store=\"computed\"`, against {side(False)} with the default: the 4x row "
+            "is met there, not on the slower hosts of runs 55-58.")
