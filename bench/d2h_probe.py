@@ -24,24 +24,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.tier_copy_probe import timed  # noqa: E402
 from engine.runtime.tier_copies import TierCopies, _gather  # noqa: E402
 
 BLOCKS = 128  # bench/tier.py's bandwidth: 64 MB of a Llama-1B shape
-
-
-def timed(copy: Callable[[], None], stream: Any, rounds: int = 5) -> float:
-    """Median ms of `copy` on `stream`, on CUDA events (after one warm-up)."""
-    times = []
-    for _ in range(rounds + 1):
-        torch.cuda.synchronize()
-        with torch.cuda.stream(stream):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            copy()
-            b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return round(statistics.median(times[1:]), 3)
 
 
 def pieces(tier: TierCopies, kv: torch.Tensor) -> dict:
@@ -71,7 +57,7 @@ def pieces(tier: TierCopies, kv: torch.Tensor) -> dict:
                            "slots_ptr_mod_4096": tier.slots.data_ptr() % 4096,
                            "fresh_host_ptr_mod_4096": fresh_host.data_ptr() % 4096}
     for name, (copy, stream) in ways.items():
-        ms = timed(copy, stream)
+        ms = timed(copy, rounds=5, stream=stream)
         out[name] = {"ms": ms, "gb_s": round(nbytes / ms / 1e6, 1)}
     out["offload_call_to_last_byte_ms"] = _offload_wall(tier, kv)
     return out

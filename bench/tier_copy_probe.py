@@ -15,14 +15,17 @@ import sys
 import torch
 
 
-def timed(fn, rounds: int = 9) -> float:
-    """The median device time of fn (ms), after one warm-up."""
+def timed(fn, rounds: int = 9, stream=None) -> float:
+    """The median device time of fn (ms) on `stream` (the current one if None), after one
+    warm-up, each round after the device is idle."""
     times = []
     for _ in range(rounds + 1):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream or torch.cuda.current_stream()):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     return round(statistics.median(times[1:]), 3)
