@@ -375,4 +375,3 @@ def test_a_tick_that_sends_no_tree_does_not_count_as_one_that_did():
     view.version += 1  # something changed, still nothing watched
     tree, *_ = _values(view, _Look, False)
     assert tree != gr.skip() and tree.layout is not None  # the empty tree, saying how to begin
-
