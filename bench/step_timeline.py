@@ -195,8 +195,13 @@ def decode(path: str, device: str, sizes: dict) -> dict:
 
 
 def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
+    """Each prompt length's `prefill_at` (by length, as text)."""
+    return {str(plen): prefill_at(paths, device, sizes, plen) for plen in sizes["prompts"]}
+
+
+def prefill_at(paths: dict[str, str], device: str, sizes: dict, plen: int) -> dict:
     out: dict[str, Any] = {}
-    n, plen, new = sizes["requests"], sizes["prompt"], sizes["new"]
+    n, new = sizes["requests"], sizes["new"]
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     for name, path in paths.items():
         blocks = (n * -(-(plen + new) // 16) + 256) * (2 if name == "hybrid" else 1)
@@ -236,7 +241,7 @@ def prefill(paths: dict[str, str], device: str, sizes: dict) -> dict:
                      "second_run_steps": runs[1], "prefill_busy": busy,
                      "host_profile": text.getvalue().splitlines()[:45],
                      "host_cumulative": cumulative.getvalue().splitlines()[:60]}
-        print(json.dumps({"prefill": name, "first": out[name]["first_run"],
+        print(json.dumps({"prefill": name, "prompt": plen, "first": out[name]["first_run"],
                           "second": out[name]["second_run"]}), flush=True)
     return out
 
@@ -269,9 +274,9 @@ def hybrid_decode(paths: dict[str, str], device: str, sizes: dict) -> dict:
     return out
 
 
-FULL = dict(roof_seqs=[256, 64], roof_prompt=512, roof_new=96, requests=32, prompt=4096, new=16,
+FULL = dict(roof_seqs=[256, 64], roof_prompt=512, roof_new=96, requests=32, prompts=[4096], new=16,
             decode_prompts=[4096, 1024], decode_new=96)
-SMOKE = dict(roof_seqs=[8], roof_prompt=48, roof_new=12, requests=4, prompt=160, new=4,
+SMOKE = dict(roof_seqs=[8], roof_prompt=48, roof_new=12, requests=4, prompts=[160], new=4,
              decode_prompts=[160], decode_new=12)
 PARTS = ("decode", "prefill", "hybrid_decode")
 
@@ -281,9 +286,14 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--only", nargs="+", default=["decode", "prefill"], choices=PARTS)
     ap.add_argument("--smoke", action="store_true", help="two layers, tiny sizes (a CPU check)")
+    ap.add_argument("--prompts", type=int, nargs="+",
+                    help="the prefill part's prompt lengths (default: 4,096; mem_gpu's hybrid "
+                         "rows also read 1,024)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    sizes = SMOKE if args.smoke else FULL
+    sizes = dict(SMOKE if args.smoke else FULL)
+    if args.prompts:
+        sizes["prompts"] = args.prompts
     layers = 2 if args.smoke else None
     tok, tok_note = mem_models.tokenizer()
     folder = Path(tempfile.mkdtemp(prefix="timeline-"))
