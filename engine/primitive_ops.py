@@ -101,7 +101,6 @@ class Primitives:
         if self.content is not None:
             self.content.write(seq, num_computed)
         scores = self.runtime.execute([step_run.item(seq, num_computed)])
-        step_run.move_blocks(self.runtime, self.kv.take_stores(), self.content)  # computed now
         pick = scores.greedy(0)
         if pick is None:
             return

@@ -216,11 +216,13 @@ def _values(v: VllmView, session: Session, force: bool) -> tuple:
     out = [tree, timeline]
     now = time.monotonic()
     resend = {"note"} if now - v.note_sent_at >= NOTE_RESEND_S else set()
+    sent = set()
     for key, value in zip(("counts", "log", "sent", "note"), panels, strict=True):
-        same = not force and key not in resend and v.shown.get(key) == value
-        out.append(gr.skip() if same else value)
+        if force or key in resend or v.shown.get(key) != value:
+            sent.add(key)
+        out.append(value if key in sent else gr.skip())
         v.shown[key] = value
-    if not same:  # the note (the last panel) went: its clock starts again
+    if "note" in sent:  # its clock starts again
         v.note_sent_at = now
     return tuple(out)
 
