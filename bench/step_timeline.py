@@ -111,11 +111,12 @@ def compiled_kernels() -> int | None:
     return total
 
 
-def timed_steps(eng: LLMEngine, device: str, keep: Any) -> list[dict]:
-    """Every step to the end: its wall, its phases, and whether `keep(result)` holds."""
+def timed_steps(eng: LLMEngine, device: str, keep: Any, until: int | None = None) -> list[dict]:
+    """Every step to the end (or `until` steps): its wall, its phases, and whether
+    `keep(result)` holds."""
     phases, rows = Phases(eng), []
     try:
-        while eng.has_pending_work():
+        while eng.has_pending_work() and (until is None or len(rows) < until):
             before = compiled_kernels()
             t0 = time.perf_counter()
             result = eng.step()
@@ -175,6 +176,21 @@ def device_busy(eng: LLMEngine, device: str, steps: int) -> dict | None:
             "busy_share_of_span": round(busy / span, 3) if span else None}
 
 
+def host_profile(eng: LLMEngine, steps: int) -> dict[str, list[str]]:
+    """`steps` steps under cProfile: the host's functions by own and by cumulative time (a step
+    longer than its graph is the host's: which of its calls?)."""
+    prof = cProfile.Profile()
+    for _ in range(steps):
+        prof.enable()
+        eng.step()
+        prof.disable()
+    text, cumulative = io.StringIO(), io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    pstats.Stats(prof, stream=cumulative).sort_stats("cumulative").print_stats(60)
+    return {"steps": steps, "by_own": text.getvalue().splitlines()[:45],
+            "by_cumulative": cumulative.getvalue().splitlines()[:75]}
+
+
 def decode(path: str, device: str, sizes: dict) -> dict:
     out = {}
     plen, new = sizes["roof_prompt"], sizes["roof_new"]
@@ -187,9 +203,13 @@ def decode(path: str, device: str, sizes: dict) -> dict:
         while eng.step().num_prefills or eng.scheduler.waiting:  # to the first decode-only step
             pass
         busy = device_busy(eng, device, 10)
-        rows = timed_steps(eng, device, lambda r, n=n: r.num_decodes == n and not r.num_prefills)
+        rows = timed_steps(eng, device, lambda r, n=n: r.num_decodes == n and not r.num_prefills,
+                           until=sizes["profile_steps"] + 2)
+        profile = host_profile(eng, sizes["profile_steps"])
+        rows += timed_steps(eng, device, lambda r, n=n: r.num_decodes == n and not r.num_prefills)
         eng.close()
-        out[str(n)] = {"busy": busy, "steady": summary(rows[2:]), "steps": rows[:40]}
+        out[str(n)] = {"busy": busy, "steady": summary(rows[2:]), "steps": rows[:40],
+                       "host_profile": profile}
         print(json.dumps({"decode": n, "busy": busy, "steady": out[str(n)]["steady"]}), flush=True)
     return out
 
@@ -266,18 +286,21 @@ def hybrid_decode(paths: dict[str, str], device: str, sizes: dict) -> dict:
             while eng.step().num_prefills or eng.scheduler.waiting:  # to the first decode-only step
                 pass
             busy = device_busy(eng, device, 10)
-            rows = timed_steps(eng, device, lambda r: r.num_decodes == n and not r.num_prefills)
+            keep = lambda r: r.num_decodes == n and not r.num_prefills  # noqa: E731
+            rows = timed_steps(eng, device, keep, until=sizes["profile_steps"] + 2)
+            profile = host_profile(eng, sizes["profile_steps"])
+            rows += timed_steps(eng, device, keep)
             eng.close()
             got = {"busy": busy, "steady": summary(rows[2:])}
-            out.setdefault(str(plen), {})[name] = got
+            out.setdefault(str(plen), {})[name] = {**got, "host_profile": profile}
             print(json.dumps({"hybrid_decode": plen, "model": name, **got}), flush=True)
     return out
 
 
 FULL = dict(roof_seqs=[256, 64], roof_prompt=512, roof_new=96, requests=32, prompts=[4096], new=16,
-            decode_prompts=[4096, 1024], decode_new=96)
-SMOKE = dict(roof_seqs=[8], roof_prompt=48, roof_new=12, requests=4, prompts=[160], new=4,
-             decode_prompts=[160], decode_new=12)
+            decode_prompts=[4096, 1024], decode_new=96, profile_steps=30)
+SMOKE = dict(roof_seqs=[8], roof_prompt=48, roof_new=16, requests=4, prompts=[160], new=4,
+             decode_prompts=[160], decode_new=16, profile_steps=4)
 PARTS = ("decode", "prefill", "hybrid_decode")
 
 
