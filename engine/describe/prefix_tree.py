@@ -25,6 +25,7 @@ from engine.core.hashing import HashFn, hash_block
 UNKNOWN_PARENT = -1
 #: the most hashes remembered; past it the memory starts again (found by trial when needed)
 MAX_REMEMBERED = 200_000
+_UNSEEN = object()  # a hash the chain has no parent for yet
 
 
 class TreeNode(NamedTuple):
@@ -81,13 +82,20 @@ class HashChain:
         self.parent = dict(state)
 
     def learn(self, hashes: Sequence[int]) -> None:
-        """A sequence's chain of full-block hashes, in order (each after the one before it; in
-        one C call: this runs after every step that hashed or loaded a block, over the whole
-        chain, 256 hashes for a 4,096-token prompt)."""
+        """A sequence's chain of full-block hashes, in order (each after the one before it).
+        This runs after every step that hashed or loaded a block: only the chain's end that is
+        not known yet is added, found from the end back (a decode step that filled a block of a
+        4,096-token sequence adds one hash, not 256: run 62 read 0.14-0.17 ms a step for
+        re-adding whole chains, on an H100's host)."""
         parent = self.parent
         if len(parent) > MAX_REMEMBERED:
             parent.clear()
-        parent.update(zip(hashes, chain((None,), hashes), strict=False))  # n hashes, n + 1 parents
+        start = len(hashes)
+        while start and parent.get(hashes[start - 1], _UNSEEN) != (hashes[start - 2] if start > 1 else None):
+            start -= 1
+        new = hashes[start:]
+        if new:  # n hashes, n + 1 parents
+            parent.update(zip(new, chain((hashes[start - 1] if start else None,), new), strict=False))
 
     def note(self, events: Iterable[Event], seqs: Mapping[int, Any]) -> None:
         """After an operation: the chains of the sequences that hashed (`cache`) or loaded

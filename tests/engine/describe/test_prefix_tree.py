@@ -6,6 +6,9 @@ and with the live sequences' tables), ref counts and LRU places are the snapshot
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.core.hashing import hash_block
 from engine.describe.prefix_tree import UNKNOWN_PARENT, HashChain
@@ -123,3 +126,30 @@ def test_an_orphan_hangs_under_its_evicted_parent():
     assert [bytes(n.token_ids) for n in orphans] == [b"qrst"]
     assert orphans[0].ref_count == 1 and orphans[0].depth == 4  # its place known all the same
     assert tree.nodes[-2:] == (orphans[0], tree.children()[orphans[0].block_hash][0])
+
+
+def _chained(tokens: list[int]) -> list[int]:
+    """Block hashes of one-token blocks, each chained to the one before (as the engine's are)."""
+    out: list[int] = []
+    for t in tokens:
+        out.append(hash_block(out[-1] if out else None, [t]))
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=8),
+       st.lists(st.integers(0, 12), min_size=1, max_size=30),
+       st.lists(st.integers(1, 5), min_size=1, max_size=12))
+def test_learning_a_chain_by_its_new_ends_knows_what_learning_it_whole_knows(tails, cuts, steps):
+    """`learn` adds only the end of a chain it does not know yet: growing chains taught step by
+    step (each a prefix of the next, as a sequence's steps fill one block or a prompt's many;
+    several sharing a start) leave the same parents as teaching every chain whole."""
+    whole, by_ends = HashChain(), HashChain()
+    for tail, cut in zip(tails * 4, cuts, strict=False):
+        chain = _chained(tails[0][:cut % (len(tails[0]) + 1)] + tail)
+        n = 0
+        for step in steps * len(chain):
+            n = min(n + step, len(chain))
+            by_ends.learn(chain[:n])
+        whole.parent.update(zip(chain, [None, *chain], strict=False))
+    assert by_ends.parent == whole.parent
