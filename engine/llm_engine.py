@@ -388,11 +388,8 @@ class LLMEngine:
         self.content.verify(self.seqs, k.pool, k.cpu_pool, k.tier, everything, shared)
 
     def _drop_out_of_window(self) -> list[Event]:
-        events: list[Event] = []
-        for seq in self.seqs.values():
-            if seq.status is SequenceStatus.RUNNING:
-                events += self.kv.drop_out_of_window(seq)
-        return events
+        running = SequenceStatus.RUNNING
+        return self.kv.drop_out_of_window_all(s for s in self.seqs.values() if s.status is running)
 
     def _op_step(self, op: ops.Step) -> tuple[StepResult, list[Event]]:
         result, events = self._serving.step(op)

@@ -18,7 +18,7 @@ and the copies the device must follow, recorded in order), `Swapping`, `TierLoad
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from engine.core.block_pool import BlockPool
@@ -380,6 +380,23 @@ class KVCacheManager:
         cached = tuple(b for b in released if pool.blocks[b].block_hash is not None)
         return [Event("free", self.step, seq.seq_id, tuple(released), facts=Freed(cached, tuple(kept)),
                       form="free_swapped" if swapped else "")]
+
+    def drop_out_of_window_all(self, seqs: Iterable[Sequence]) -> list[Event]:
+        """`drop_out_of_window` for each of `seqs`, after every operation: most sequences most
+        steps have nothing newly out of their windows, and that is found here without a call
+        per sequence (a hybrid's decode step runs this for every running sequence)."""
+        events: list[Event] = []
+        bs = self.block_size
+        sliding = [(g, group.window) for g, group in enumerate(self.groups) if group.window]
+        for seq in seqs:
+            n, tables = seq.num_tokens, seq.block_tables
+            for g, window in sliding:  # dead_blocks' test, inline
+                table = tables[g]
+                j = min((n - window + 1) // bs, len(table) - 1) - 1
+                if j >= 0 and table[j] is not None:
+                    events += self.drop_out_of_window(seq)
+                    break
+        return events
 
     def drop_out_of_window(self, seq: Sequence) -> list[Event]:
         """Sliding-window groups: give back the blocks no future query of the sequence can
