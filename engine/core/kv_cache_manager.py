@@ -171,9 +171,11 @@ class KVCacheManager:
                 needed += self.pool.blocks[tables[0][-1]].ref_count > 1
             return needed
         needed *= len(tables)
-        if num_new_tokens and n % bs:
+        if num_new_tokens and n % bs:  # a loop, not a generator: a hybrid's every decode step
             blocks = self.pool.blocks
-            needed += sum(1 for t in tables if blocks[t[-1]].ref_count > 1)
+            for t in tables:
+                if blocks[t[-1]].ref_count > 1:
+                    needed += 1
         return needed
 
     def blocks_needed_for_decodes(self, seq: Sequence, n: int) -> int:
@@ -318,9 +320,13 @@ class KVCacheManager:
         if len(tables) == 1:  # most models: one table, no generator in the hot path
             ids: tuple[int, ...] = (tables[0][-1],) if offset else ()
             shared = bool(ids) and blocks[ids[0]].ref_count > 1
-        else:
-            ids = tuple(t[-1] for t in tables) if offset else ()
-            shared = any(blocks[b].ref_count > 1 for b in ids)
+        else:  # a hybrid: a table a group (a loop, not generators: every decode step)
+            ids = tuple([t[-1] for t in tables]) if offset else ()
+            shared = False
+            for b in ids:
+                if blocks[b].ref_count > 1:
+                    shared = True
+                    break
         if not ids or shared:
             self.writer.write(seq, [token], events, narrate_each=True)  # a new block, or a copy
             return
