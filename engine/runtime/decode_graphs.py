@@ -12,7 +12,13 @@ The block tables stay on the device between steps (engine/runtime/persistent_bat
 sends each step's tokens, positions, draft lengths and rows, and the table entries that changed,
 in one transfer of one pinned int32 buffer:
 
-    [ tokens B x Q | positions B | drafts B | rows B | changed entries: index D | block id D ]
+    [ tokens B x Q | positions B | drafts B | rows B | fed B | changed entries: index D | block id D ]
+
+Under async scheduling a row's first token may still be on the device, in the step before's
+picks: `fed` names, per row, the picks' row it is read from (-1: the token sent is the one).
+The picks are copied into a static buffer before the replay and gathered inside the graph, so
+the host sends no index tensors of its own for them (run 62: two small pinned copies and four
+launches a step, 0.17 ms at 32 sequences and 0.45 at 256, on the H100's host).
 
 On the device, inside the graph, each row's tables are gathered from the persistent tables, and
 every query's position, slot and context length computed from them. Rows past the batch are
@@ -63,16 +69,18 @@ class DecodeOutputs:
 class DecodeStep:
     """What the runner hands over for one step of n sequences of q tokens each."""
 
-    __slots__ = ("tokens", "positions", "drafts", "keys", "tables", "q")
+    __slots__ = ("tokens", "positions", "drafts", "keys", "tables", "q", "fed")
 
     def __init__(self, tokens: list[int], positions: list[int], drafts: list[int],
-                 keys: list[Any], tables: list[list[list[int | None]]], q: int) -> None:
+                 keys: list[Any], tables: list[list[list[int | None]]], q: int,
+                 fed: list[int] | None = None) -> None:
         self.tokens = tokens  # n x q, row after row (a draft padded with zeros)
         self.positions = positions  # each row's first new token's position
         self.drafts = drafts  # each row's draft length (q - 1 at most; 0 for a decode)
         self.keys = keys  # each row's sequence (the persistent batch keeps its tables)
         self.tables = tables  # tables[g][i]: KV cache group g's table of row i
         self.q = q
+        self.fed = fed  # each row's first token from this row of the last picks (-1: none)
 
 
 class DecodeGraphs:
@@ -104,7 +112,8 @@ class DecodeGraphs:
         self.state = PersistentTables(num_groups, max_batch, self.width, device)
         b = max_batch
         self._at = {"tokens": 0, "positions": b * max_query, "drafts": b * (max_query + 1),
-                    "rows": b * (max_query + 2), "changes": b * (max_query + 3)}
+                    "rows": b * (max_query + 2), "fed": b * (max_query + 3),
+                    "changes": b * (max_query + 4)}
         self._room = num_groups * b * self.width  # changed entries a step may send: all of them
         n = self._at["changes"] + 2 * self._room
         pin = device.type == "cuda"
@@ -114,6 +123,8 @@ class DecodeGraphs:
         self.host = self._hosts[0]
         self._host_np = self.host.numpy()
         self.buffer = torch.zeros(n, dtype=torch.int32, device=device)
+        # the last step's picks (a step has at most B x Q rows), where the graph reads fed tokens
+        self.fed_tokens = torch.zeros(b * max_query, dtype=torch.long, device=device)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[int, int], DecodeOutputs] = {}
         self._pool: Any = None
@@ -130,7 +141,7 @@ class DecodeGraphs:
         self._pool = None
         self._copied = [None, None]
         self._hosts, self.host, self._host_np = [], None, None
-        self.buffer = None
+        self.buffer = self.fed_tokens = None
         self.state = None
         self.closed = True
 
@@ -146,14 +157,18 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(self, step: DecodeStep, num_blocks: int | None = None,
-            feed: Callable[[torch.Tensor], None] | None = None) -> DecodeOutputs | None:
+            feed: Callable[[torch.Tensor], None] | None = None,
+            picks: torch.Tensor | None = None) -> DecodeOutputs | None:
         """One step of len(step.positions) sequences. With `num_blocks`, the table entries sent
         are checked to name blocks of the pool; None comes back, and nothing runs, when one does
         not. `feed(ids)` writes token ids the host does not have yet into the device's ids
-        (async scheduling: ids is [B, q], a row's first token)."""
+        (async scheduling: ids is [B, q], a row's first token); or `picks`, the last step's
+        picked tokens on the device, which the rows of `step.fed` read inside the graph."""
         size = self.prepare(step, num_blocks)
         if size is None:
             return None
+        if picks is not None:
+            self.fed_tokens[:len(picks)].copy_(picks)
         return self.replay(size, len(step.positions), step.q, feed)
 
     @torch.inference_mode()
@@ -271,11 +286,17 @@ class DecodeGraphs:
         h[p:p + n] = step.positions
         h[d:d + n] = step.drafts
         h[r:r + n] = rows
+        f = at["fed"]
+        if step.fed is not None:
+            h[f:f + n] = step.fed
+        else:
+            h[f:f + n] = -1
         if size > n:  # padding rows: no position (no write), the all-zero table row
             h[n * q:size * q] = 0
             h[p + n:p + size] = -1
             h[d + n:d + size] = 0
             h[r + n:r + size] = self.state.pad_row
+            h[f + n:f + size] = -1
         if not len(index):
             return at["changes"]
         if len(index) > self._room:
@@ -292,12 +313,16 @@ class DecodeGraphs:
         h[at["positions"]:at["positions"] + size] = -1
         h[at["drafts"]:at["drafts"] + size] = 0
         h[at["rows"]:at["rows"] + size] = self.state.pad_row
+        h[at["fed"]:at["fed"] + size] = -1
 
     def _compute(self, size: int, q: int) -> DecodeOutputs:
         """Positions, slots and context lengths of every query from the rows' tables, then the
         forward pass: no host reads (a capture would fail on one)."""
         at, buf, bs = self._at, self.buffer, self.block_size
-        ids = buf[0:size * q].long()
+        ids = buf[0:size * q].long().view(size, q)
+        fed = buf[at["fed"]:at["fed"] + size].long()  # a row's first token from the last picks
+        first = torch.where(fed >= 0, self.fed_tokens.index_select(0, fed.clamp(min=0)), ids[:, 0])
+        ids = torch.cat([first[:, None], ids[:, 1:]], 1).flatten()
         pos = buf[at["positions"]:at["positions"] + size].long()
         drafts = buf[at["drafts"]:at["drafts"] + size].long()
         rows = buf[at["rows"]:at["rows"] + size].long()

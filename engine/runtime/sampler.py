@@ -37,7 +37,7 @@ from engine.runtime.draw import (
 )
 from engine.runtime.row_reductions import greedy_pair, row_argmax, row_max, token_logprobs, top_values
 from engine.runtime.sampler_workspace import SamplerWorkspace, scratch
-from engine.runtime.step_picks import StepPicks
+from engine.runtime.step_picks import PinnedPairs, StepPicks
 from engine.runtime.transfer import to_device
 
 # The names callers have imported from this module (the last three under their old private
@@ -200,7 +200,7 @@ class TorchScores:
             m = torch.tensor(self._map, dtype=torch.long, device=self._raw.device)
             picks = self._pick_rows(self._mapped(requests))
             return StepPicks(picks.tokens.index_select(0, m), picks.logprobs.index_select(0, m),
-                             [r.row for r in requests])
+                             [r.row for r in requests], self._pinned())
         return self._pick_rows(requests)
 
     def _pick_rows(self, requests: list[SampleRequest]) -> StepPicks:
@@ -217,7 +217,10 @@ class TorchScores:
             rows = to_device([r.row for r in sampled], torch.long, tokens.device)
             tokens.index_copy_(0, rows, drawn)
             logprobs.index_copy_(0, rows, drawn_lp.float())
-        return StepPicks(tokens, logprobs, [r.row for r in requests])
+        return StepPicks(tokens, logprobs, [r.row for r in requests], self._pinned())
+
+    def _pinned(self) -> PinnedPairs | None:
+        return None if self.workspace is None else self.workspace.pinned_picks
 
     def _select(self, scores: torch.Tensor, requests: list[SampleRequest]) -> torch.Tensor:
         """The requests' rows of `scores`: `scores` itself when they are all its rows, in order."""

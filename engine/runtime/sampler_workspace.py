@@ -11,6 +11,8 @@ import weakref
 
 import torch
 
+from engine.runtime.step_picks import PinnedPairs
+
 
 class SamplerWorkspace:
     """Full-vocabulary scratch tensors kept from one step to the next. On a CPU every new
@@ -24,6 +26,7 @@ class SamplerWorkspace:
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
         self._owner: weakref.ref | None = None
+        self.pinned_picks = PinnedPairs()  # where steps' picks come back to the host, in turn
 
     def owns(self, scores: object) -> bool:
         return self._owner is not None and self._owner() is scores
@@ -36,6 +39,7 @@ class SamplerWorkspace:
         """Let go of every buffer now (the runner closes)."""
         self._buffers.clear()
         self._owner = None
+        self.pinned_picks = PinnedPairs()
 
     def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
             device: torch.device) -> torch.Tensor:
