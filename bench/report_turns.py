@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -227,3 +228,35 @@ def run_59() -> str:
             f"{max(loops):.2f} ms), the document came back in {side(True)} recomputing with "
             f"`tier_store=\"computed\"`, against {side(False)} with the default: the 4x row "
             "is met there, not on the slower hosts of runs 55-58.")
+
+
+def runs_63_64() -> str:
+    """Runs 63-65: async decode's fixed host costs cut (the fed tokens gathered in the graph, the
+    picks' pinned buffers reused), by turns with the code before it and in a full run."""
+    ab, full = _load("ab_run63.json"), _load("mem_h100_run64.json")
+    if ab is None or full is None:
+        return ""
+    trees = ab["by_tree"]
+
+    def both(row: str, unit: str = "") -> str:
+        return (" / ".join(f"{v:.3f}{unit}" for v in trees["."][row]) + " against "
+                + " / ".join(f"{v:.3f}{unit}" for v in trees["ab_old"][row]))
+
+    roof = full["roofline"]
+    at_1024 = trees["."]["hybrid_1024"] + trees["ab_old"]["hybrid_1024"]
+    met = " (met in every turn of both)" if min(at_1024) >= 1.0 else ""
+    hybrid = full["hybrid"]
+    with open(os.path.join(RESULTS, "gpu_tests_run65.log")) as f:
+        passed = re.findall(r"^(\d+) passed", f.read(), re.M)[-1]
+    return (" Since run 56 the fed tokens of async scheduling are gathered inside the decode graph "
+            "and the picks come back through reused pinned buffers. By turns with the code before "
+            f"it on a fast host (run 63, `ab_run63.json`, two rounds): hybrid / full {both('hybrid_1024')} "
+            f"at 1,024 tokens{met}, {both('hybrid_4096')} at 4,096; the 1.2B step "
+            f"{both('roofline_64', 'x')} its roofline at 64 sequences, {both('roofline_256', 'x')} at "
+            "256. In a full run on a host as slow as run 56's roofline part (run 64, "
+            f"`mem_h100_run64.json`) the 256-sequence step took {roof['256']['async_step_ms']} ms, "
+            f"{roof['256']['async_over_roofline']}x its roofline (its graph "
+            f"{roof['256']['graph_over_roofline']}x), and the hybrid rows read "
+            f"{hybrid['1024']['hybrid_over_full']}x and {hybrid['4096']['hybrid_over_full']}x; its GPU"
+            f" tests ran out of their time with none failed, and the {passed} of the changed "
+            "paths passed on their own (run 65, `gpu_tests_run65.log`).")
