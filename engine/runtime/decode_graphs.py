@@ -150,6 +150,11 @@ class DecodeGraphs:
     def fits(self, num_seqs: int, table_width: int, q: int = 1) -> bool:
         return num_seqs <= self.max_batch and table_width <= self.width and q <= self.max_query
 
+    def can_feed(self, rows: int) -> bool:
+        """Whether the picks of a step of `rows` rows fit the buffer the graph reads fed tokens
+        from (a step larger than the buckets, run without them, may leave more)."""
+        return rows <= self.fed_tokens.numel()
+
     def bucket(self, num_seqs: int) -> int:
         if not self.pad:
             return num_seqs

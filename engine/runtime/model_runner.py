@@ -298,17 +298,21 @@ class ModelRunner:
             tokens = [t for s in batch for t in s.token_ids + [0] * (q - len(s.token_ids))]
             drafts = [n - 1 for n in lengths]
         keys = [s.key for s in batch]
-        fed = None
+        fed = fill = None
         if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
-            fed = [-1] * len(batch)
-            for i, row in feed[0]:
+            for i, _ in feed[0]:
                 tokens[i * q] = 0
-                fed[i] = row
+            if self.graphs.can_feed(len(feed[1])):  # inside the graph, from the step's buffer
+                fed = [-1] * len(batch)
+                for i, row in feed[0]:
+                    fed[i] = row
+            else:  # picks of a step larger than the graphs' buckets: written in before the replay
+                fill = lambda ids: _feed_into(ids[:, 0], None, feed)  # noqa: E731
         tables = [[s.block_table for s in batch]]
         tables += [[s.group_tables[g] for s in batch] for g in range(len(windows) - 1)]
         step = DecodeStep(tokens, positions, drafts, keys, tables, q, fed)
-        out = self.graphs.run(step, num_blocks=self.cache.num_gpu_blocks,
-                              picks=None if feed is None else feed[1])
+        out = self.graphs.run(step, num_blocks=self.cache.num_gpu_blocks, feed=fill,
+                              picks=None if fed is None else feed[1])
         if out is None:  # a block id outside the pool: find it and say which
             for i, seq in enumerate(batch):
                 self.inputs.check(i, seq)

@@ -151,3 +151,22 @@ def test_bf16_lean_graphs_agree_with_the_module_path_on_cuda():
     # bf16 rounds differently along the two paths (seen: 0.12 at most, on logits of a few
     # units); a wrong slot, table or rotation would be off by whole units
     assert float((got.logits - want.logits).abs().max()) < 0.25
+
+
+@pytest.mark.parametrize("pick_rows", [5, 40])  # within the fed buffer (8 rows), and past it
+def test_fed_tokens_from_the_last_picks_equal_tokens_sent(tiny_model, pick_rows):
+    """Async scheduling: a row's token still on the device, in the last step's picks, is read
+    there (gathered inside the static step, or written in before it where the picks outgrow
+    the buffer the graph reads them from): the same logits as the token sent from the host."""
+    sent = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, BS), max_batch=8)
+    fed = ModelRunner(tiny_model, CacheEngine(tiny_model, 64, BS), max_batch=8)
+    want = sent.execute_scores(prefilled_batch(sent, tiny_model.tokenizer, PROMPTS)).logits
+    batch = prefilled_batch(fed, tiny_model.tokenizer, PROMPTS)
+    picks = torch.zeros(pick_rows, dtype=torch.long)
+    rows = {0: pick_rows - 1, 2: 1}  # rows 0 and 2 fed from these pick rows; row 1 sent
+    for i, r in rows.items():
+        picks[r] = batch[i].token_ids[0]
+        batch[i] = batch[i]._replace(token_ids=[-1])  # a placeholder, not the token
+    assert fed.graphs.can_feed(pick_rows) == (pick_rows <= 8)
+    got = fed.execute_scores(batch, feed=(list(rows.items()), picks)).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
