@@ -135,7 +135,8 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
             structural |= rid in fresh and group.params.n > 1
     counters = [c for _, _, c in pending if c is not None]
     us = iter(sample_uniforms(counters).tolist() if counters else ())
-    draws = [SampleRequest(r, p, 0.0 if c is None else next(us)) for r, p, c in pending]
+    # a record a row: straight from its fields' tuple (a NamedTuple's own __new__ is a call)
+    draws = [_new(SampleRequest, (r, p, 0.0 if c is None else next(us))) for r, p, c in pending]
     launched = Launched(step, rows, fresh, counts, drafts=dict(drafts))
     # a draft's verification decides the next step's lookup: read its picks now
     launched.overlap = (async_scheduling and not structural and not drafts
@@ -167,6 +168,8 @@ def _draws(group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bo
     A sequence with k drafts draws k + 1 times, at its next k + 1 output positions: each pick
     is the one the engine would make there without drafts."""
     params = group.params
+    if params.temperature == 0 and greedy_free and not drafts and (params.n == 1 or not fresh):
+        return [(r, params, None) for _, r in seq_rows]  # most steps of greedy requests
     # (sequence, row, j): the pick after j of its draft tokens, at output position + j
     if drafts:
         picks = [(s, r + j, j) for s, r in seq_rows for j in range(1 + drafts.get(s.seq_id, 0))]

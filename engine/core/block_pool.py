@@ -207,6 +207,13 @@ class BlockPool:
         self.blocks[block_id].token_ids.append(token)
         self._log.append(block_id)
 
+    def append_tokens(self, block_ids: list[int], tokens: list[int]) -> None:
+        """`append_token` for each block and its token, as one operation (a decode step's)."""
+        blocks = self.blocks
+        for block_id, token in zip(block_ids, tokens, strict=True):
+            blocks[block_id].token_ids.append(token)
+        self._log += block_ids
+
     def extend_tokens(self, block_id: int, token_ids: list[int]) -> None:
         """More tokens' K/V in the block's next slots (a prompt's, a block at a time)."""
         self.blocks[block_id].token_ids += token_ids

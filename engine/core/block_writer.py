@@ -177,6 +177,32 @@ class BlockWriter:
                 and chunk[-1] != IN_FLIGHT:  # an in-flight token's block: when it lands
             self.seal(seq, len(tables[0]) - 1, events)
 
+    def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event],
+                       other: Callable[[Sequence, int, list[Event]], None]) -> None:
+        """A decode step's appends, a token a sequence, in order. Where the token goes into room
+        in the unshared last block of a sequence's one table and does not fill it (most
+        sequences, most steps), inline: its event now, the tokens into the pool as one operation
+        at the end (no other append of the step reads those blocks: they are nobody else's).
+        Every other append through `other` (the manager's `append_reserved`)."""
+        bs, blocks, step, token_repr = self.block_size, self.pool.blocks, self.step, self.token_repr
+        into: list[int] = []
+        written: list[int] = []
+        for seq, token in zip(seqs, tokens, strict=True):
+            ids, tables = seq.token_ids, seq.block_tables
+            offset = len(ids) % bs
+            if 0 < offset < bs - 1 and len(tables) == 1:
+                block_id = tables[0][-1]
+                if blocks[block_id].ref_count == 1:
+                    ids.append(token)
+                    into.append(block_id)
+                    written.append(token)
+                    events.append(_new(Event, ("append", step, seq.seq_id, (block_id,), (token,),
+                                               offset, (), "", token_repr)))
+                    continue
+            other(seq, token, events)
+        if into:
+            self.pool.append_tokens(into, written)
+
     def append_event(self, sid: int, tok: int, block_ids: tuple[int, ...], offset: int) -> Event:
         # the hot path of a serving step: positional, and no text (the token is named when read)
         return Event("append", self.step, sid, block_ids, (tok,), offset, (), "", self.token_repr)

@@ -339,6 +339,10 @@ class KVCacheManager:
         if offset == self.block_size - 1 and writer.enable_prefix_caching and token != IN_FLIGHT:
             writer.seal(seq, len(seq.block_table) - 1, events)
 
+    def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event]) -> None:
+        """`append_reserved` for each sequence and its token, in order: a decode step's appends."""
+        self.writer.append_decodes(seqs, tokens, events, self.append_reserved)
+
     def land(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
         known. Put it in the sequence and its blocks, and hash them if that filled them."""

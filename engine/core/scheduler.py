@@ -153,16 +153,27 @@ class Scheduler:
         reserved = 0
         allocatable = self.kv.pool.num_allocatable
         needed = self.kv.blocks_needed_to_append
+        blocks, bs = self.kv.pool.blocks, self.kv.block_size
         scheduled: list[tuple[SequenceGroup, list[Sequence]]] = []
         chunked: list[SequenceGroup] = []  # mid-prefill: their next chunk comes after the decodes
         running = self.running
         i = 0
         while i < len(running):
             group = running[i]
-            live = group.live()
+            seqs = group.seqs
             # a sequence mid-prefill reserves what one more token of its prompt takes, so that
             # it either progresses or is preempted like any other, never stuck holding blocks
-            need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
+            if len(seqs) == 1 and len(tables := seqs[0].block_tables) == 1:
+                # most groups: one sequence (live while its group runs), one table; what
+                # `needed(seq, 1)` computes for them, without two calls a sequence a step
+                live = seqs
+                n = len(seqs[0].token_ids)
+                need = -(-(n + 1) // bs) - len(tables[0])
+                if n % bs and blocks[tables[0][-1]].ref_count > 1:
+                    need += 1
+            else:
+                live = group.live()
+                need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
             if need > allocatable - reserved:
                 victim = running.pop()  # the latest arrival goes first
                 if victim is group and not scheduled:
@@ -176,21 +187,22 @@ class Scheduler:
             i += 1
         self.running = [g for g, _ in scheduled]
         self.num_running_seqs = sum(map(len, (live for _, live in scheduled)))
-        append = self.kv.append_reserved
         decodes = out.decodes
-        events = out.events
+        first = len(decodes)
+        tokens: list[int] = []
         for group, live in scheduled:
             if live[0].prefill_rest:
                 chunked.append(group)
                 continue
             for seq in live:
                 if seq.inflight_step < 0:
-                    append(seq, seq.pending_token, events)
+                    tokens.append(seq.pending_token)
                 elif len(seq.output_ids) + 1 < group.params.max_tokens:
-                    append(seq, IN_FLIGHT, events)  # async scheduling: its token is on the GPU
+                    tokens.append(IN_FLIGHT)  # async scheduling: its token is on the GPU
                 else:
                     continue  # the token on its way is its last: nothing more to compute
                 decodes.append(seq)
+        self.kv.append_decodes(decodes[first:], tokens, out.events)
         if self.config.speculative_method:
             self._draft(out)
         self._continue_prefills(chunked, out)
