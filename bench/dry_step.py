@@ -1,5 +1,7 @@
 """A dry serving step with 256 running sequences, on the product's path and with the tests' content
 oracle on (EngineConfig.track_kv_content): the target is at most 2 ms a step on the product's path.
+`greedy_async_no_prefix_cache` is the 1.2B roofline engine's configuration (issue 44's 256 row,
+whose step is the host's on a slow H100 host).
 
 Each sample is the mean of a few steps (every sequence decodes one token); the median and the
 minimum of the samples are kept, of wall time and of the process's CPU time, with the machine's
@@ -67,6 +69,10 @@ def main() -> None:
         for oracle, track in (("default", None), ("oracle_on", True), ("oracle_off", False)):
             eng = running_engine(args.sequences, sp, track_kv_content=track)
             run[f"{name}_{oracle}"] = step_ms(eng, args.samples, 10)
+    # the GPU roofline engine's configuration (bench/device_step.py): async, no prefix cache
+    eng = running_engine(args.sequences, SamplingParams(**long), async_scheduling=True,
+                         enable_prefix_caching=False)
+    run["greedy_async_no_prefix_cache"] = step_ms(eng, args.samples, 10)
     run["load_average_after"] = os.getloadavg()
     save_labeled(args.out, args.label, run)
 
