@@ -180,7 +180,7 @@ class BlockWriter:
     def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event],
                        other: Callable[[Sequence, int, list[Event]], None]) -> None:
         """A decode step's appends, a token a sequence, in order. Where the token goes into room
-        in the unshared last block of a sequence's one table and does not fill it (most
+        in the unshared last block of each of a sequence's tables and does not fill it (most
         sequences, most steps), inline: its event now, the tokens into the pool as one operation
         at the end (no other append of the step reads those blocks: they are nobody else's).
         Every other append through `other` (the manager's `append_reserved`)."""
@@ -190,14 +190,19 @@ class BlockWriter:
         for seq, token in zip(seqs, tokens, strict=True):
             ids, tables = seq.token_ids, seq.block_tables
             offset = len(ids) % bs
-            if 0 < offset < bs - 1 and len(tables) == 1:
-                block_id = tables[0][-1]
-                if blocks[block_id].ref_count == 1:
+            if 0 < offset < bs - 1:
+                if len(tables) == 1:
+                    last: tuple[int, ...] = (tables[0][-1],)
+                    unshared = blocks[last[0]].ref_count == 1
+                else:  # a hybrid: the last block of each group's table
+                    last = tuple([t[-1] for t in tables])
+                    unshared = all([blocks[b].ref_count == 1 for b in last])
+                if unshared:
                     ids.append(token)
-                    into.append(block_id)
-                    written.append(token)
-                    events.append(_new(Event, ("append", step, seq.seq_id, (block_id,), (token,),
-                                               offset, (), "", token_repr)))
+                    into += last
+                    written += [token] * len(last)
+                    events.append(_new(Event, ("append", step, seq.seq_id, last, (token,), offset,
+                                               (), "", token_repr)))
                     continue
             other(seq, token, events)
         if into:

@@ -163,14 +163,17 @@ class Scheduler:
             seqs = group.seqs
             # a sequence mid-prefill reserves what one more token of its prompt takes, so that
             # it either progresses or is preempted like any other, never stuck holding blocks
-            if len(seqs) == 1 and len(tables := seqs[0].block_tables) == 1:
-                # most groups: one sequence (live while its group runs), one table; what
-                # `needed(seq, 1)` computes for them, without two calls a sequence a step
+            if len(seqs) == 1:
+                # most groups: one sequence (live while its group runs); what `needed(seq, 1)`
+                # computes for it, without two calls a sequence a step
                 live = seqs
+                tables = seqs[0].block_tables
                 n = len(seqs[0].token_ids)
-                need = -(-(n + 1) // bs) - len(tables[0])
-                if n % bs and blocks[tables[0][-1]].ref_count > 1:
-                    need += 1
+                need = (-(-(n + 1) // bs) - len(tables[0])) * len(tables)
+                if n % bs:  # a copy-on-write for each shared, partly filled last block
+                    for t in tables:
+                        if blocks[t[-1]].ref_count > 1:
+                            need += 1
             else:
                 live = group.live()
                 need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)
