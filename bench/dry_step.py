@@ -1,7 +1,8 @@
 """A dry serving step with 256 running sequences, on the product's path and with the tests' content
 oracle on (EngineConfig.track_kv_content): the target is at most 2 ms a step on the product's path.
 `greedy_async_no_prefix_cache` is the 1.2B roofline engine's configuration (issue 44's 256 row,
-whose step is the host's on a slow H100 host).
+whose step is the host's on a slow H100 host); `hybrid_decode_*` the hybrid rows' decode steps
+(32 sequences of 1,024 tokens, a 128-token sliding group beside the full one, or none).
 
 Each sample is the mean of a few steps (every sequence decodes one token); the median and the
 minimum of the samples are kept, of wall time and of the process's CPU time, with the machine's
@@ -35,6 +36,22 @@ def running_engine(requests: int, params: SamplingParams, **config: object) -> L
     while len(eng.requests()) != requests or any(r.status != "running" for r in eng.requests()):
         eng.step()
     eng.step()
+    return eng
+
+
+def decoding_hybrid(requests: int, prompt: int, window: int | None) -> LLMEngine:
+    """`requests` prompts of `prompt` tokens decoding, async, no prefix cache (bench/mem_gpu.py's
+    hybrid engines), with a sliding group of `window` tokens beside the full one (None: none)."""
+    eng = LLMEngine(EngineConfig(model=None, block_size=16, max_num_seqs=requests,
+                                 num_gpu_blocks=2 * requests * (prompt // 16 + 40) + 256,
+                                 enable_prefix_caching=False, max_num_batched_tokens=32768,
+                                 sliding_window=window, async_scheduling=True))
+    rng = random.Random(0)
+    for _ in range(requests):
+        eng.add_request([rng.randrange(250) for _ in range(prompt)],
+                        SamplingParams(max_tokens=600, ignore_eos=True))
+    while eng.step().num_prefills or eng.scheduler.waiting:
+        pass
     return eng
 
 
@@ -73,6 +90,10 @@ def main() -> None:
     eng = running_engine(args.sequences, SamplingParams(**long), async_scheduling=True,
                          enable_prefix_caching=False)
     run["greedy_async_no_prefix_cache"] = step_ms(eng, args.samples, 10)
+    # the hybrid rows' decode: 32 sequences of 1,024 tokens, a 128-token window or all full
+    for name, window in (("hybrid_decode_window_128", 128), ("hybrid_decode_all_full", None)):
+        eng = decoding_hybrid(32 if not args.smoke else 4, 1024 if not args.smoke else 160, window)
+        run[name] = step_ms(eng, args.samples, 10)
     run["load_average_after"] = os.getloadavg()
     save_labeled(args.out, args.label, run)
 

@@ -152,3 +152,45 @@ def test_a_window_drops_a_run_of_blocks_as_one_at_a_time_would(history, prompt, 
         mgr.check_invariants(live)
         done.append((got, [s.block_tables for s in live], mgr.pool.state()))
     assert done[0] == done[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(prompts=st.lists(tokens, min_size=1, max_size=5), forks=st.lists(st.booleans(), max_size=5),
+       picks=st.lists(st.integers(-1, 3), min_size=5, max_size=5), hybrid=st.booleans(),
+       prefix=st.booleans())
+def test_a_decode_steps_appends_at_once_write_what_one_by_one_writes(prompts, forks, picks,
+                                                                   hybrid, prefix) -> None:
+    """A decode step's appends (`append_decodes`: the common case inline, the tokens into the
+    pool as one operation) against `append_reserved` a sequence at a time: the same tables,
+    tokens read back, hashes, events and copies, whether a last block is shared (a fork), full,
+    hashed or in a hybrid's two tables; -1 stands for a token still on the device."""
+    done = {}
+    for at_once in (True, False):
+        mgr = KVCacheManager(64, BS, groups=HYBRID if hybrid else single_group(),
+                             enable_prefix_caching=prefix)
+        seqs = []
+        for i, prompt in enumerate(prompts):
+            seq = Sequence(2 * i)
+            mgr.allocate(seq, prompt)
+            mgr.drop_out_of_window(seq)  # as the engine does after every operation
+            seqs.append(seq)
+            if i < len(forks) and forks[i]:  # its last block shared with a child
+                child = Sequence(2 * i + 1)
+                mgr.fork(seq, child)
+                seqs.append(child)
+        mgr.take_copies()
+        step = seqs[:5]
+        events: list = []
+        if at_once:
+            mgr.append_decodes(step, picks[:len(step)], events)
+        else:
+            for seq, token in zip(step, picks, strict=False):
+                mgr.append_reserved(seq, token, events)
+        events += mgr.drop_out_of_window_all(seqs)
+        mgr.check_invariants(seqs)
+        read_back = [[[mgr.pool.blocks[b].token_ids if b is not None else None for b in table]
+                      for table in s.block_tables] for s in seqs]
+        done[at_once] = ([s.block_tables for s in seqs], read_back, [s.token_ids for s in seqs],
+                         [s.block_hashes for s in seqs], events, mgr.take_copies(),
+                         dict(mgr.pool.hash_to_block), mgr.pool.state())
+    assert done[True] == done[False]
