@@ -18,6 +18,10 @@ for its tokens) and the collector's pauses and Triton's new compilations counted
   functions over one run's prefill steps (cProfile, by own and by cumulative time).
 - `hybrid_decode` (asked by `--only`): the same two models' steady decode steps, 32 sequences
   at 4,096 and 1,024 tokens: each step's phases and the device's busy share.
+
+Every part also times the calls inside the phases (`fine_parts`: the decode pass, the buffers'
+prepare, the graph's launch, the feed, the picks' copy to the host, the outputs, the window's
+drops, the prefix chain's note), and the decode parts take a cProfile of 30 steady steps.
 """
 
 from __future__ import annotations
