@@ -177,13 +177,13 @@ class BlockWriter:
                 and chunk[-1] != IN_FLIGHT:  # an in-flight token's block: when it lands
             self.seal(seq, len(tables[0]) - 1, events)
 
-    def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event],
-                       other: Callable[[Sequence, int, list[Event]], None]) -> None:
-        """A decode step's appends, a token a sequence, in order. Where the token goes into room
-        in the unshared last block of each of a sequence's tables and does not fill it (most
-        sequences, most steps), inline: its event now, the tokens into the pool as one operation
-        at the end (no other append of the step reads those blocks: they are nobody else's).
-        Every other append through `other` (the manager's `append_reserved`)."""
+    def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event]) -> None:
+        """A decode step's appends, a token a sequence, in order: what `write` of each token,
+        narrated, does. Where the token goes into room in the unshared last block of each of a
+        sequence's tables and does not fill it (most sequences, most steps), inline: its event
+        now, the tokens into the pool as one operation at the end (no other append of the step
+        reads those blocks: they are nobody else's). A new block, a copy-on-write or a block the
+        token fills (then hashed) through `write`."""
         bs, blocks, step, token_repr = self.block_size, self.pool.blocks, self.step, self.token_repr
         into: list[int] = []
         written: list[int] = []
@@ -204,7 +204,7 @@ class BlockWriter:
                     events.append(_new(Event, ("append", step, seq.seq_id, last, (token,), offset,
                                                (), "", token_repr)))
                     continue
-            other(seq, token, events)
+            self.write(seq, [token], events, narrate_each=True)
         if into:
             self.pool.append_tokens(into, written)
 

@@ -32,7 +32,7 @@ from engine.core.kv_content import KVContent
 from engine.core.kv_groups import KVCacheGroup, dead_blocks, single_group
 from engine.core.offload_tier import OffloadTier
 from engine.core.prefix_match import match_prefix
-from engine.core.sequence import IN_FLIGHT, Sequence, SequenceStatus
+from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.state import fields_state, load_fields
 from engine.core.swapping import Swapping, distinct_blocks
 from engine.core.tier_loads import TierLoads
@@ -311,37 +311,11 @@ class KVCacheManager:
         self.writer.write(seq, token_ids, events, narrate_each=True)
         return events
 
-    def append_reserved(self, seq: Sequence, token: int, events: list[Event]) -> None:
-        """`append` of one token whose block the caller has already counted (the scheduler's
-        decode pass reserves them): no second capacity check in the hot path, and the common
-        case (room in unshared last blocks) without `_write`'s loop."""
-        offset = len(seq.token_ids) % self.block_size
-        blocks, tables = self.pool.blocks, seq.block_tables
-        if len(tables) == 1:  # most models: one table, no generator in the hot path
-            ids: tuple[int, ...] = (tables[0][-1],) if offset else ()
-            shared = bool(ids) and blocks[ids[0]].ref_count > 1
-        else:  # a hybrid: a table a group (a loop, not generators: every decode step)
-            ids = tuple([t[-1] for t in tables]) if offset else ()
-            shared = False
-            for b in ids:
-                if blocks[b].ref_count > 1:
-                    shared = True
-                    break
-        if not ids or shared:
-            self.writer.write(seq, [token], events, narrate_each=True)  # a new block, or a copy
-            return
-        write = self.pool.append_token
-        for block_id in ids:
-            write(block_id, token)
-        seq.token_ids.append(token)
-        writer = self.writer
-        events.append(writer.append_event(seq.seq_id, token, ids, offset))
-        if offset == self.block_size - 1 and writer.enable_prefix_caching and token != IN_FLIGHT:
-            writer.seal(seq, len(seq.block_table) - 1, events)
-
     def append_decodes(self, seqs: list[Sequence], tokens: list[int], events: list[Event]) -> None:
-        """`append_reserved` for each sequence and its token, in order: a decode step's appends."""
-        self.writer.append_decodes(seqs, tokens, events, self.append_reserved)
+        """A decode step's appends, a token for each sequence, in order, whose blocks the
+        scheduler's decode pass has already counted: no second capacity check in the hot path
+        (`BlockWriter.append_decodes`)."""
+        self.writer.append_decodes(seqs, tokens, events)
 
     def land(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
@@ -400,9 +374,9 @@ class KVCacheManager:
         sliding = [(g, group.window) for g, group in enumerate(self.groups) if group.window]
         for seq in seqs:
             n, tables = seq.num_tokens, seq.block_tables
-            for g, window in sliding:  # dead_blocks' test, inline
+            for g, window in sliding:  # drop_out_of_window's own test of "nothing new"
                 table = tables[g]
-                j = min((n - window + 1) // bs, len(table) - 1) - 1
+                j = dead_blocks(n, window, bs, len(table)) - 1
                 if j >= 0 and table[j] is not None:
                     events += self.drop_out_of_window(seq)
                     break

@@ -214,7 +214,7 @@ class Postprocessor:
         to rebuild this step's view later; the rest is copied now. Holds the tokenizer's decode
         only: a step's result must not keep the bookkeeping (or an engine) alive."""
         captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
-                         for s in g.seqs if s.status is not SequenceStatus.FINISHED],
+                         for s in g.live()],
                      (g.num_preemptions, g.draft_tokens, g.accepted_tokens, g.num_cached_tokens))
                     for g in self.scheduler.running]
         decode = self.decode

@@ -153,7 +153,6 @@ class Scheduler:
         reserved = 0
         allocatable = self.kv.pool.num_allocatable
         needed = self.kv.blocks_needed_to_append
-        blocks, bs = self.kv.pool.blocks, self.kv.block_size
         scheduled: list[tuple[SequenceGroup, list[Sequence]]] = []
         chunked: list[SequenceGroup] = []  # mid-prefill: their next chunk comes after the decodes
         running = self.running
@@ -163,17 +162,9 @@ class Scheduler:
             seqs = group.seqs
             # a sequence mid-prefill reserves what one more token of its prompt takes, so that
             # it either progresses or is preempted like any other, never stuck holding blocks
-            if len(seqs) == 1:
-                # most groups: one sequence (live while its group runs); what `needed(seq, 1)`
-                # computes for it, without two calls a sequence a step
+            if len(seqs) == 1:  # most groups: one sequence, live while its group runs
                 live = seqs
-                tables = seqs[0].block_tables
-                n = len(seqs[0].token_ids)
-                need = (-(-(n + 1) // bs) - len(tables[0])) * len(tables)
-                if n % bs:  # a copy-on-write for each shared, partly filled last block
-                    for t in tables:
-                        if blocks[t[-1]].ref_count > 1:
-                            need += 1
+                need = needed(seqs[0], 1)
             else:
                 live = group.live()
                 need = needed(live[0], 1) if len(live) == 1 else sum(needed(s, 1) for s in live)

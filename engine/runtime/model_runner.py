@@ -299,15 +299,15 @@ class ModelRunner:
             drafts = [n - 1 for n in lengths]
         keys = [s.key for s in batch]
         fed = fill = None
-        if feed is not None:  # placeholders in the buffer, the fed tokens read on the device
-            for i, _ in feed[0]:
-                tokens[i * q] = 0
+        if feed is not None:  # placeholders in the buffer, the fed tokens read on the device:
             if self.graphs.can_feed(len(feed[1])):  # inside the graph, from the step's buffer
                 fed = [-1] * len(batch)
-                for i, row in feed[0]:
-                    fed[i] = row
             else:  # picks of a step larger than the graphs' buckets: written in before the replay
                 fill = lambda ids: _feed_into(ids[:, 0], None, feed)  # noqa: E731
+            for i, row in feed[0]:
+                tokens[i * q] = 0
+                if fed is not None:
+                    fed[i] = row
         tables = [[s.block_table for s in batch]]
         tables += [[s.group_tables[g] for s in batch] for g in range(len(windows) - 1)]
         step = DecodeStep(tokens, positions, drafts, keys, tables, q, fed)

@@ -161,7 +161,7 @@ def test_a_window_drops_a_run_of_blocks_as_one_at_a_time_would(history, prompt, 
 def test_a_decode_steps_appends_at_once_write_what_one_by_one_writes(prompts, forks, picks,
                                                                    hybrid, prefix) -> None:
     """A decode step's appends (`append_decodes`: the common case inline, the tokens into the
-    pool as one operation) against `append_reserved` a sequence at a time: the same tables,
+    pool as one operation) against `write` of each token, narrated, in turn: the same tables,
     tokens read back, hashes, events and copies, whether a last block is shared (a fork), full,
     hashed or in a hybrid's two tables; -1 stands for a token still on the device."""
     done = {}
@@ -185,7 +185,7 @@ def test_a_decode_steps_appends_at_once_write_what_one_by_one_writes(prompts, fo
             mgr.append_decodes(step, picks[:len(step)], events)
         else:
             for seq, token in zip(step, picks, strict=False):
-                mgr.append_reserved(seq, token, events)
+                mgr.writer.write(seq, [token], events, narrate_each=True)
         events += mgr.drop_out_of_window_all(seqs)
         mgr.check_invariants(seqs)
         read_back = [[[mgr.pool.blocks[b].token_ids if b is not None else None for b in table]
