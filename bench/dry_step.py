@@ -10,6 +10,7 @@ load average (a shared machine: the minimum is the least disturbed, the median t
 `--label before` on a checkout of the engine before a change gives the comparison beside it.
 
     python bench/dry_step.py --out bench/results/dry_step.json [--label after]
+    python bench/dry_step.py --only greedy_async_no_prefix_cache --label after-1   # one row
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -68,32 +71,40 @@ def step_ms(eng: LLMEngine, samples: int, steps: int) -> dict[str, dict[str, flo
     return {"wall": median_min_ms(wall), "cpu": median_min_ms(cpu)}
 
 
+def configurations(sequences: int, smoke: bool) -> dict[str, Callable[[], LLMEngine]]:
+    """Each measured configuration's engine, made when it is measured."""
+    long = dict(max_tokens=400, ignore_eos=True)
+    out: dict[str, Callable[[], LLMEngine]] = {}
+    for name, sp in (("greedy", SamplingParams(**long)),
+                     ("sampled", SamplingParams(temperature=0.8, top_p=0.95, **long))):
+        for oracle, track in (("default", None), ("oracle_on", True), ("oracle_off", False)):
+            out[f"{name}_{oracle}"] = partial(running_engine, sequences, sp, track_kv_content=track)
+    # the GPU roofline engine's configuration (bench/device_step.py): async, no prefix cache
+    out["greedy_async_no_prefix_cache"] = partial(
+        running_engine, sequences, SamplingParams(**long), async_scheduling=True,
+        enable_prefix_caching=False)
+    # the hybrid rows' decode: 32 sequences of 1,024 tokens, a 128-token window or all full
+    for name, window in (("hybrid_decode_window_128", 128), ("hybrid_decode_all_full", None)):
+        out[name] = partial(decoding_hybrid, 4 if smoke else 32, 160 if smoke else 1024, window)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results/dry_step.json")
     ap.add_argument("--label", default="after", help="the key this run is stored under")
     ap.add_argument("--sequences", type=int, default=256)
     ap.add_argument("--samples", type=int, default=21)
+    ap.add_argument("--only", nargs="+", help="these configurations only (default: all)")
     ap.add_argument("--smoke", action="store_true", help="32 sequences, 3 samples")
     args = ap.parse_args()
     if args.smoke:
         args.sequences, args.samples = 32, 3
     run: dict = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
                  "running_sequences": args.sequences, "load_average_before": os.getloadavg()}
-    long = dict(max_tokens=400, ignore_eos=True)
-    for name, sp in (("greedy", SamplingParams(**long)),
-                     ("sampled", SamplingParams(temperature=0.8, top_p=0.95, **long))):
-        for oracle, track in (("default", None), ("oracle_on", True), ("oracle_off", False)):
-            eng = running_engine(args.sequences, sp, track_kv_content=track)
-            run[f"{name}_{oracle}"] = step_ms(eng, args.samples, 10)
-    # the GPU roofline engine's configuration (bench/device_step.py): async, no prefix cache
-    eng = running_engine(args.sequences, SamplingParams(**long), async_scheduling=True,
-                         enable_prefix_caching=False)
-    run["greedy_async_no_prefix_cache"] = step_ms(eng, args.samples, 10)
-    # the hybrid rows' decode: 32 sequences of 1,024 tokens, a 128-token window or all full
-    for name, window in (("hybrid_decode_window_128", 128), ("hybrid_decode_all_full", None)):
-        eng = decoding_hybrid(32 if not args.smoke else 4, 1024 if not args.smoke else 160, window)
-        run[name] = step_ms(eng, args.samples, 10)
+    for name, make in configurations(args.sequences, args.smoke).items():
+        if not args.only or name in args.only:
+            run[name] = step_ms(make(), args.samples, 10)
     run["load_average_after"] = os.getloadavg()
     save_labeled(args.out, args.label, run)
 
