@@ -45,8 +45,11 @@ def _forward(sched: ScheduledStep, events: list[Event], step: int, runtime: Mode
     """`execute`'s copies and forward pass."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
     work = [(p.seq, p.start, 1) for p in sched.prefills]
-    work += [(s, s.num_tokens - 1 - k, 1 + k) for s in sched.decodes
-             for k in (drafts.get(s.seq_id, 0),)]
+    if drafts:
+        work += [(s, len(s.token_ids) - 1 - k, 1 + k) for s in sched.decodes
+                 for k in (drafts.get(s.seq_id, 0),)]
+    else:  # most steps: every sequence computes its one pending token
+        work += [(s, len(s.token_ids) - 1, 1) for s in sched.decodes]
     for p in sched.prefills:
         events.append(_prefill_event(p, step))
     if sched.decodes:
@@ -58,7 +61,7 @@ def _forward(sched: ScheduledStep, events: list[Event], step: int, runtime: Mode
         for s, n, _ in work:
             content.write(s, n)
     # a query of k + 1 positions gives k + 1 rows of logits: one pick after each
-    batch = [item(s, n, m) for s, n, m in work]
+    batch = items(work)
     # async scheduling: a token still on the GPU is read there, from the last step's picks
     feed = [(i, s.inflight_row) for i, (s, _, _) in enumerate(work) if s.inflight_step >= 0] \
         if last_picks is not None else None
@@ -71,11 +74,15 @@ def item(seq: Sequence, num_computed: int, num_logits: int = 1) -> StepItem:
     """One sequence's part of a forward pass: its tokens from num_computed on, its block table,
     the rows of logits it wants, the tables of its other KV cache groups, and its id (a decode
     row stays on the device under that key)."""
-    tables = seq.block_tables
-    # made per sequence per step: straight from its fields' tuple (NamedTuple's own __new__
-    # costs a Python call)
-    return _new(StepItem, (seq.token_ids[num_computed:], num_computed, tables[0], num_logits,
-                           tables[1:], seq.seq_id))
+    return items([(seq, num_computed, num_logits)])[0]
+
+
+def items(work: list[tuple[Sequence, int, int]]) -> list[StepItem]:
+    """`item` of each (sequence, num_computed, num_logits), in one comprehension: made for
+    every sequence of every step, each straight from its fields' tuple (a NamedTuple's own
+    __new__, or a call a sequence, costs a Python call each)."""
+    return [_new(StepItem, (s.token_ids[n:], n, s.block_tables[0], m, s.block_tables[1:], s.seq_id))
+            for s, n, m in work]
 
 
 _new = tuple.__new__
@@ -121,18 +128,25 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
     beam_rows: list[int] = []
     beam_ks: list[int] = []
     structural = False  # do the picks fork or free sequences?
+    top_p = False  # does some draw cut to a nucleus (its rare unsettled rows need the host)?
     for rid, seq_rows in rows.items():
         group = groups[rid]
-        if group.params.beam_width > 1:
+        params = group.params
+        if params.beam_width > 1:
             beam_rows += [r for _, r in seq_rows]
-            beam_ks += [2 * group.params.beam_width] * len(seq_rows)
+            beam_ks += [2 * params.beam_width] * len(seq_rows)
             counts.append((0, len(seq_rows)))
             structural = True
         else:
-            mine = _draws(group, seq_rows, rid in fresh, seed, greedy_free, drafts)
+            if params.temperature == 0 and greedy_free and not drafts and (
+                    params.n == 1 or rid not in fresh):  # most steps of greedy requests: no call
+                mine = [(r, params, None) for _, r in seq_rows]
+            else:
+                mine = _draws(group, seq_rows, rid in fresh, seed, greedy_free, drafts)
             pending += mine
             counts.append((len(mine), 0))
-            structural |= rid in fresh and group.params.n > 1
+            structural |= rid in fresh and params.n > 1
+            top_p |= params.top_p < 1.0
     counters = [c for _, _, c in pending if c is not None]
     us = iter(sample_uniforms(counters).tolist() if counters else ())
     # a record a row: straight from its fields' tuple (a NamedTuple's own __new__ is a call)
@@ -140,8 +154,7 @@ def pick(sched: ScheduledStep, scores: Any, step: int, registry: Registry, seed:
     launched = Launched(step, rows, fresh, counts, drafts=dict(drafts))
     # a draft's verification decides the next step's lookup: read its picks now
     launched.overlap = (async_scheduling and not structural and not drafts
-                        and not sched.lookup_due and all(d.params.top_p >= 1.0 for d in draws)
-                        and scores.can_overlap)
+                        and not sched.lookup_due and not top_p and scores.can_overlap)
     if launched.overlap:
         launched.picks = scores.pick_rows(draws)
         for seq_rows in rows.values():
@@ -168,8 +181,6 @@ def _draws(group: SequenceGroup, seq_rows: list[tuple[Sequence, int]], fresh: bo
     A sequence with k drafts draws k + 1 times, at its next k + 1 output positions: each pick
     is the one the engine would make there without drafts."""
     params = group.params
-    if params.temperature == 0 and greedy_free and not drafts and (params.n == 1 or not fresh):
-        return [(r, params, None) for _, r in seq_rows]  # most steps of greedy requests
     # (sequence, row, j): the pick after j of its draft tokens, at output position + j
     if drafts:
         picks = [(s, r + j, j) for s, r in seq_rows for j in range(1 + drafts.get(s.seq_id, 0))]

@@ -320,13 +320,15 @@ class KVCacheManager:
     def land(self, seq: Sequence, token: int, events: list[Event]) -> None:
         """Async scheduling: the sequence's last token was written as IN_FLIGHT; now its id is
         known. Put it in the sequence and its blocks, and hash them if that filled them."""
-        seq.token_ids[-1] = token
+        ids = seq.token_ids
+        ids[-1] = token
         if self.content is not None:
-            self.content.land(seq.seq_id, seq.num_tokens - 1, token)
-        for table in seq.block_tables:
+            self.content.land(seq.seq_id, len(ids) - 1, token)
+        tables = seq.block_tables
+        for table in tables:
             self.pool.set_last_token(table[-1], token)
-        if self.enable_prefix_caching and seq.num_tokens % self.block_size == 0:
-            self.writer.seal(seq, len(seq.block_table) - 1, events)
+        if self.writer.enable_prefix_caching and len(ids) % self.block_size == 0:
+            self.writer.seal(seq, len(tables[0]) - 1, events)
 
     def fork(self, parent: Sequence, child: Sequence) -> list[Event]:
         """The child gets a copy of the parent's block tables; nothing is copied but ids."""

@@ -77,6 +77,9 @@ class Postprocessor:
                 child = self._fork_seq(seq, events)
                 group.seqs.append(child)
                 seq_rows.append((child, row))
+        # most requests end only by length: no call a sequence to ask (runs for every
+        # sequence of every step)
+        by_length = params.ignore_eos and not params.stop
         for seq, _ in seq_rows:
             if drafts and seq.seq_id in drafts:  # k + 1 picks: verify the draft
                 self._verify(group, seq, [next(tokens) for _ in range(1 + drafts[seq.seq_id])],
@@ -89,10 +92,14 @@ class Postprocessor:
                 continue  # ended (eos, stop) while this step ran: its row was spare work
             if seq.token_ids and seq.token_ids[-1] == IN_FLIGHT:  # the next step wrote it blind
                 self.kv.land(seq, token, events)
-            seq.output_ids.append(token)
+            out = seq.output_ids
+            out.append(token)
             seq.pending_token = token
             seq.cumulative_logprob += logprob
-            reason = self._finish_reason(seq, params)
+            if by_length:
+                reason = "length" if len(out) >= params.max_tokens else None
+            else:
+                reason = self._finish_reason(seq, params)
             if reason:
                 self._end_seq(group, seq, reason, events)
         seqs = group.seqs  # one sequence: no list built to ask whether it is done
@@ -213,8 +220,9 @@ class Postprocessor:
         output_ids only ever grow (a beam child gets a new list), so its length now is enough
         to rebuild this step's view later; the rest is copied now. Holds the tokenizer's decode
         only: a step's result must not keep the bookkeeping (or an engine) alive."""
+        finished = SequenceStatus.FINISHED  # g.live(), without a call a request a step
         captured = [(g, [(s, len(s.output_ids), s.cumulative_logprob, s.finish_reason)
-                         for s in g.live()],
+                         for s in g.seqs if s.status is not finished],
                      (g.num_preemptions, g.draft_tokens, g.accepted_tokens, g.num_cached_tokens))
                     for g in self.scheduler.running]
         decode = self.decode

@@ -281,11 +281,14 @@ class ModelRunner:
         # unusual goes through the full check, which says what is wrong.
         positions = [s.num_computed for s in batch]
         lengths = [len(s.token_ids) for s in batch]
+        firsts = [s.block_table for s in batch]
+        others = [s.group_tables for s in batch]
+        last_block = (np.add(positions, lengths) - 1) // bs  # each row's last token's block
         if (min(positions) < 0 or min(lengths) < 1 or max(lengths) > q
                 or max(map(int.__add__, positions, lengths)) > limit
-                or any(len(s.block_table) <= (p + n - 1) // bs
-                       for s, p, n in zip(batch, positions, lengths, strict=True))
-                or any(len(s.group_tables) != len(windows) - 1 for s in batch)):
+                or (np.fromiter(map(len, firsts), np.int64, len(batch)) <= last_block).any()
+                or min(map(len, others)) != len(windows) - 1
+                or max(map(len, others)) != len(windows) - 1):
             for i, seq in enumerate(batch):
                 self.inputs.check(i, seq)
         if any(windows):
@@ -308,8 +311,8 @@ class ModelRunner:
                 tokens[i * q] = 0
                 if fed is not None:
                     fed[i] = row
-        tables = [[s.block_table for s in batch]]
-        tables += [[s.group_tables[g] for s in batch] for g in range(len(windows) - 1)]
+        tables = [firsts]
+        tables += [[t[g] for t in others] for g in range(len(windows) - 1)]
         step = DecodeStep(tokens, positions, drafts, keys, tables, q, fed)
         out = self.graphs.run(step, num_blocks=self.cache.num_gpu_blocks, feed=fill,
                               picks=None if fed is None else feed[1])

@@ -32,6 +32,8 @@ that changed. The changes go to the device in the step's one input transfer as
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import compress
+from operator import ne
 
 import torch
 
@@ -59,6 +61,8 @@ class PersistentTables:
             present = set(keys)
             for key in [k for k in row_of if k not in present]:
                 self._release(row_of.pop(key))
+        else:  # the same sequences as the step before (most steps): each has its row
+            return list(map(row_of.__getitem__, keys))
         rows = []
         for key in keys:
             row = row_of.get(key) if key is not None else None
@@ -83,11 +87,13 @@ class PersistentTables:
         sequence i), and update the mirror. A fresh row (empty mirror) gets its whole table."""
         w, per_group = self.width, (self.rows + 1) * self.width
         for g in range(self.num_groups):
-            mirror, base = self._mirror[g], g * per_group
-            for row, table in zip(rows, tables[g], strict=True):
-                known = mirror[row]
-                if table == known:  # the common case, compared at C speed
-                    continue
+            mirror, base, group = self._mirror[g], g * per_group, tables[g]
+            if len(group) != len(rows):
+                raise ValueError(f"{len(rows)} rows but {len(group)} tables in group {g}")
+            held = [mirror[row] for row in rows]
+            # only the rows whose tables changed, found at C speed (most rows, most steps: none)
+            for i in compress(range(len(rows)), map(ne, group, held)):
+                row, table, known = rows[i], group[i], held[i]
                 n = len(table)
                 if n > w:
                     raise ValueError(f"a block table of {n} entries is wider than the decode "
