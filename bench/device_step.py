@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
@@ -319,29 +320,46 @@ def _replay_ms(eng: LLMEngine, n: int) -> float | None:
 def mid_run(eng: LLMEngine, prompts: list, params: SamplingParams, again: list | None = None
             ) -> dict:
     """The requests run to the end, and the steps' wall times in their steady part (every one
-    decoding, nothing else); then, on the last step's inputs, the decode graph's GPU time and
-    its kernels. The probes come after the timed steps, so that nothing else runs among them
-    (run 17 found the step as fast after a probe as before it). `again`: other prompts run
-    the same way after the probes, whose steady step is `step_ms_after_probe`."""
+    decoding, nothing else). Then `again` (default: the same prompts) run the same way, and
+    halfway through, on that steady step's inputs, the decode graph's GPU time and its kernels;
+    that run's steady step is `step_ms_after_probe`. Not on the last step's inputs after a
+    run: replayed there the 256-sequence graph of the 1.2B took 2.86 ms, on a steady step's
+    3.33, as its replays inside the loop did (run 67, `bench/replay_gaps.py`)."""
     n = len(prompts)
     walls = _steady_walls(eng, prompts, params)
-    out = {"steady_steps": len(walls), "step_ms": _median_ms(walls),
-           "graph_gpu_ms": _replay_ms(eng, n), "kernels": _kernels(eng, n)}
+    probe: dict = {}
+
+    def at_half() -> None:
+        probe.update(graph_gpu_ms=_replay_ms(eng, n), kernels=_kernels(eng, n))
+
+    later = _steady_walls(eng, again or prompts, params, at_half)
+    out = {"steady_steps": len(walls), "step_ms": _median_ms(walls), **probe}
     if again is not None:
-        out["step_ms_after_probe"] = _median_ms(_steady_walls(eng, again, params))
+        out["step_ms_after_probe"] = _median_ms(later)
     return out
 
 
-def _steady_walls(eng: LLMEngine, prompts: list, params: SamplingParams) -> list[float]:
+def _steady_walls(eng: LLMEngine, prompts: list, params: SamplingParams,
+                  probe: Callable[[], None] | None = None) -> list[float]:
+    """The wall time of each steady step (all the prompts decoding, nothing else) of a run of
+    `prompts`; `probe()` is called once, halfway through the steady steps (the step after it
+    is not kept: the probe's wait for the device delays it)."""
     for p in prompts:
         eng.add_request(p, params)
-    walls = []
+    walls: list[float] = []
+    half = max(1, params.max_tokens // 2)
+    skip = False
     while eng.has_pending_work():
         t0 = time.perf_counter()
         result = eng.step()
         wall = time.perf_counter() - t0
         if result.num_prefills == 0 and result.num_decodes == len(prompts):
-            walls.append(wall)
+            if not skip:
+                walls.append(wall)
+            skip = False
+            if probe is not None and len(walls) == half:
+                probe()
+                probe, skip = None, True
     return walls
 
 

@@ -41,10 +41,14 @@ class ReplayClock:
 
     def __init__(self) -> None:
         self.pairs: list[tuple[Any, Any]] = []
+        self.on = True
         self._replay = torch.cuda.CUDAGraph.replay
         clock = self
 
         def timed(graph: torch.cuda.CUDAGraph) -> None:
+            if not clock.on:
+                clock._replay(graph)
+                return
             start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             start.record()
             clock._replay(graph)
@@ -62,9 +66,29 @@ class ReplayClock:
         inside = [s.elapsed_time(e) for s, e in pairs]
         between = [e.elapsed_time(s2) for (_, e), (s2, _) in zip(pairs[:-1], pairs[1:], strict=True)]
         return {"replays": len(pairs), "replay_ms": round(statistics.median(inside), 4),
+                "replay_ms_by_step": [round(t, 3) for t in inside[::8]],
                 "between_ms": round(statistics.median(between), 4),
                 "step_ms": round(statistics.median(
                     [a + b for a, b in zip(inside[:-1], between, strict=True)]), 4)}
+
+
+def burst(eng: Any, n: int, times: int = 200) -> list[float] | None:
+    """The graph of n sequences replayed `times` times back to back, each timed on the device:
+    the medians of each tenth of the burst (a GPU slowing as it stays busy shows as a rise)."""
+    graphs = eng.runtime.runner.graphs
+    key = (graphs.bucket(n), 1)
+    if key not in graphs.graphs:
+        return None
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(times)]
+    for start, end in events:
+        start.record()
+        graphs.graphs[key].replay()
+        end.record()
+    torch.cuda.synchronize()
+    ms = [s.elapsed_time(e) for s, e in events]
+    tenth = times // 10
+    return [round(statistics.median(ms[i:i + tenth]), 3) for i in range(0, times, tenth)]
 
 
 def part(path: str, device: str, sizes: dict, n: int) -> dict:
@@ -79,11 +103,21 @@ def part(path: str, device: str, sizes: dict, n: int) -> dict:
     out: dict[str, Any] = {}
     if device == "cuda":
         clock = ReplayClock()
+        for _ in range(sizes["new"] // 2):
+            eng.step()
+        # mid-run, on this step's inputs: the graph alone, back to back (its replays rewrite
+        # the same K/V into the same slots)
+        torch.cuda.synchronize()
+        clock.on = False
+        out["alone_mid_run_ms"] = burst(eng, n, 20)
+        clock.on = True
         while eng.has_pending_work():
             eng.step()
         out["in_loop"] = clock.close()
-        # the same graph replayed back to back on the last step's inputs (device_step's measure)
+        # the same graph replayed back to back on the last step's inputs (device_step's
+        # measure), then a longer burst: does it slow down as the loop's steps go on?
         out["alone_ms"] = device_step._replay_ms(eng, n)
+        out["alone_burst_ms"] = burst(eng, n)
     else:
         while eng.has_pending_work():
             eng.step()
