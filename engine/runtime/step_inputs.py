@@ -81,11 +81,19 @@ class StepInputs:
         for g, window in enumerate(self.layout.windows):
             tables = [seq.block_table if g == 0 else seq.group_tables[g - 1] for seq in batch]
             width = max(map(len, tables))
-            flat: list[int | None] = []
-            for seq, table in zip(batch, tables, strict=True):
-                flat += _kernel_table(table, seq.num_computed, window, bs) if window else table
-                flat += [0] * (width - len(table))
-            padded = np.array(flat, dtype=np.int32).reshape(len(batch), width)
+            if window:  # only the entries from the window's first block on: the kernels read
+                # no entry before it (0 there), and a decode's window is a few blocks of a
+                # table as long as its context
+                padded = np.zeros((len(batch), width), dtype=np.int32)
+                for i, (seq, table) in enumerate(zip(batch, tables, strict=True)):
+                    first = max(0, seq.num_computed - window + 1) // bs
+                    padded[i, first:len(table)] = table[first:]
+            else:
+                flat: list[int] = []
+                for table in tables:
+                    flat += table
+                    flat += [0] * (width - len(table))
+                padded = np.array(flat, dtype=np.int32).reshape(len(batch), width)
             slot_mappings.append(padded[seq_of, positions // bs].astype(np.int64) * bs + positions % bs)
             block_tables.append(padded)
         return slot_mappings, block_tables
@@ -116,9 +124,9 @@ class StepInputs:
         window = self.layout.windows[g]
         if window:  # dropped entries (None) only where no new token looks
             first = max(0, num_computed - window + 1) // self.block_size
-            if None in table[first:]:
+            table = table[first:]  # the kernels read no entry before (0 in `_tables_and_slots`)
+            if None in table:
                 raise ValueError(f"sequence {i}: a block its sliding window still sees was dropped")
-            table = [b for b in table if b is not None]
         n = self.num_gpu_blocks
         if not table or (min(table) >= 0 and max(table) < n):
             return  # the common case, at C speed: this runs for every sequence of every step
@@ -126,12 +134,3 @@ class StepInputs:
             if not 0 <= block < n:
                 raise ValueError(f"sequence {i}: block id {block} is outside the pool "
                                  f"(0..{n - 1})")
-
-
-def _kernel_table(table: list[int | None], position: int, window: int, block_size: int
-                  ) -> list[int | None]:
-    """A sliding-window table as the kernels get it: the entries left of the first block a query
-    at `position` (and later) can see are never read (the kernels start at the window), so they
-    become 0, whatever they were: dropped (None) or not yet."""
-    first = max(0, position - window + 1) // block_size
-    return [0] * first + table[first:] if first else table
