@@ -260,3 +260,51 @@ def runs_63_64() -> str:
             f"{hybrid['1024']['hybrid_over_full']}x and {hybrid['4096']['hybrid_over_full']}x; its GPU"
             f" tests ran out of their time with none failed, and the {passed} of the changed "
             "paths passed on their own (run 65, `gpu_tests_run65.log`).")
+
+
+def runs_66_70() -> str:
+    """Runs 66-70: where a step's time goes on a fast host, the decode graph timed mid-run, the
+    hybrid's prefill bookkeeping cut, and the rows again."""
+    gaps, r68 = _load("replay_gaps_run67c.json"), _load("mem_h100_run68.json")
+    t69, r69 = _load("timeline_run69.json"), _load("mem_h100_run69_hybrid.json")
+    if None in (gaps, r68, t69, r69):
+        return ""
+    with open(os.path.join(RESULTS, "gpu_tests_run68.log")) as f:
+        passed = re.findall(r"^(\d+) passed", f.read(), re.M)[-1]
+    g256, roof = gaps["256"], r68["roofline"]
+    pre = t69["prefill"]["4096"]
+
+    def step(model: str) -> str:
+        return f"{pre[model]['second_run']['median_ms']['wall_ms']:.1f}"
+
+    def hyb(run: dict, length: str) -> str:
+        return f"{run['hybrid'][length]['hybrid_over_full']:.3f}"
+
+    text = (" Run 67 (`replay_gaps_run67c.json`) timed the 256-sequence graph inside the engine's "
+            f"loop at {g256['in_loop']['replay_ms']:.2f} ms a replay, and alone on a steady step's "
+            f"inputs at {min(g256['alone_mid_run_ms']):.2f}-{max(g256['alone_mid_run_ms']):.2f} ms, "
+            f"where replayed on the inputs a run ended with it took {g256['alone_ms']:.2f} ms: the "
+            "graph figures above and before were read there, and `bench/device_step.py` now probes "
+            "mid-run. Run 68 (`mem_h100_run68.json`, a fast host; the "
+            f"{passed} GPU tests of the changed paths passed, `gpu_tests_run68.log`): the 1.2B step "
+            f"{roof['64']['async_over_roofline']}x its roofline at 64 sequences (its graph "
+            f"{roof['64']['graph_over_roofline']}x) and {roof['256']['async_over_roofline']}x at 256 "
+            f"(its graph {roof['256']['graph_over_roofline']}x): both steps are their graphs'. "
+            "After a sliding group's prefill tables were built from each row's window and the "
+            "engine's notes found their events at C speed, run 69 (`timeline_run69.json`, "
+            "`mem_h100_run69_hybrid.json`) stepped the hybrid's prefill at 4,096 tokens in "
+            f"{step('hybrid')} ms against the full model's {step('full')} (run 68: its prefill "
+            f"steps {r68['hybrid']['4096']['hybrid']['prefill_steps_s']:.2f} s a run against "
+            f"{r68['hybrid']['4096']['full']['prefill_steps_s']:.2f}); hybrid / full {hyb(r69, '1024')} at 1,024 tokens and "
+            f"{hyb(r69, '4096')} at 4,096, where the decode graphs mid-run are "
+            f"{r69['hybrid']['4096']['hybrid']['graph_gpu_ms']:.2f} against "
+            f"{r69['hybrid']['4096']['full']['graph_gpu_ms']:.2f} ms.")
+    r70 = _load("mem_h100_run70.json")
+    if r70 is not None:
+        rej, roof70 = r70["rejects"], r70["roofline"]
+        text += (" Run 70 (`mem_h100_run70.json`, the same code): rejected drafts "
+                 f"{rej['smollm2']['drafts_over_none']}x / {rej['llama1b']['drafts_over_none']}x, "
+                 f"the 1.2B step {roof70['64']['async_over_roofline']}x / "
+                 f"{roof70['256']['async_over_roofline']}x its roofline.")
+    return text
+
