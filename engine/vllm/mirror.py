@@ -7,7 +7,7 @@ content (say the n samples of one request, each filling its own copy of a block)
 twice under one hash, and evicted one at a time, so the mirror counts copies per hash and a
 hash leaves the tree when its last copy is removed.
 
-The tree is the type `LLMEngine.prefix_tree()` returns (engine/core/prefix_tree.py), with the
+The tree is the type `LLMEngine.prefix_tree()` returns (engine/describe/prefix_tree.py), with the
 fields events cannot fill left empty: `block_id` None (events name no physical block), ref
 count 0 and no LRU place (events carry neither), no CPU tier slot. Blocks stored with
 `medium` other than the GPU's (vLLM's offloading tiers) are counted, not drawn in the tree.

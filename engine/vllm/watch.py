@@ -122,7 +122,7 @@ class VllmWatch:
         return out
 
     def tree(self, group: int = 0) -> PrefixTree:
-        """vLLM's prefix cache as a tree (engine/core/prefix_tree.py's type), from the events so
+        """vLLM's prefix cache as a tree (engine/describe/prefix_tree.py's type), from the events so
         far; fields events cannot fill are empty (block_id None, ref_count 0, no LRU place)."""
         return self.mirror.tree(group)
 
