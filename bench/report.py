@@ -366,7 +366,7 @@ def table() -> str:
                   "; its hybrid and rejects rows are read by turns, each the median of its rounds' "
                   "own ratios." + report_turns.host_speed_at_parts(mem)
                   + report_turns.copies_on_device(MEM_TIER) + report_turns.run_59()
-                  + report_turns.runs_63_64() + report_turns.runs_66_70()
+                  + report_turns.runs_63_64() + report_turns.runs_66_69()
                   + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), "
                   "before the tier stored computed blocks, on a chip whose memory is ~1.4x "
                   "faster, so its roofline rows are against a lower roofline."

@@ -262,8 +262,8 @@ def runs_63_64() -> str:
             "paths passed on their own (run 65, `gpu_tests_run65.log`).")
 
 
-def runs_66_70() -> str:
-    """Runs 66-70: where a step's time goes on a fast host, the decode graph timed mid-run, the
+def runs_66_69() -> str:
+    """Runs 66-69: where a step's time goes on a fast host, the decode graph timed mid-run, the
     hybrid's prefill bookkeeping cut, and the rows again."""
     gaps, r68 = _load("replay_gaps_run67c.json"), _load("mem_h100_run68.json")
     t69, r69 = _load("timeline_run69.json"), _load("mem_h100_run69_hybrid.json")
@@ -280,7 +280,7 @@ def runs_66_70() -> str:
     def hyb(run: dict, length: str) -> str:
         return f"{run['hybrid'][length]['hybrid_over_full']:.3f}"
 
-    text = (" Run 67 (`replay_gaps_run67c.json`) timed the 256-sequence graph inside the engine's "
+    return (" Run 67 (`replay_gaps_run67c.json`) timed the 256-sequence graph inside the engine's "
             f"loop at {g256['in_loop']['replay_ms']:.2f} ms a replay, and alone on a steady step's "
             f"inputs at {min(g256['alone_mid_run_ms']):.2f}-{max(g256['alone_mid_run_ms']):.2f} ms, "
             f"where replayed on the inputs a run ended with it took {g256['alone_ms']:.2f} ms: the "
@@ -295,16 +295,9 @@ def runs_66_70() -> str:
             "`mem_h100_run69_hybrid.json`) stepped the hybrid's prefill at 4,096 tokens in "
             f"{step('hybrid')} ms against the full model's {step('full')} (run 68: its prefill "
             f"steps {r68['hybrid']['4096']['hybrid']['prefill_steps_s']:.2f} s a run against "
-            f"{r68['hybrid']['4096']['full']['prefill_steps_s']:.2f}); hybrid / full {hyb(r69, '1024')} at 1,024 tokens and "
+            f"{r68['hybrid']['4096']['full']['prefill_steps_s']:.2f}); hybrid / full "
+            f"{hyb(r69, '1024')} at 1,024 tokens and "
             f"{hyb(r69, '4096')} at 4,096, where the decode graphs mid-run are "
             f"{r69['hybrid']['4096']['hybrid']['graph_gpu_ms']:.2f} against "
             f"{r69['hybrid']['4096']['full']['graph_gpu_ms']:.2f} ms.")
-    r70 = _load("mem_h100_run70.json")
-    if r70 is not None:
-        rej, roof70 = r70["rejects"], r70["roofline"]
-        text += (" Run 70 (`mem_h100_run70.json`, the same code): rejected drafts "
-                 f"{rej['smollm2']['drafts_over_none']}x / {rej['llama1b']['drafts_over_none']}x, "
-                 f"the 1.2B step {roof70['64']['async_over_roofline']}x / "
-                 f"{roof70['256']['async_over_roofline']}x its roofline.")
-    return text
 
