@@ -91,6 +91,20 @@ def engine(path: str, device: str, k: int, seqs: int, blocks: int, **kw) -> LLME
                                   async_scheduling=kw.pop("async_scheduling", True), **spec, **kw))
 
 
+def decoding(path: str, device: str, n: int, plen: int, new: int) -> LLMEngine:
+    """The roofline's engine of n sequences (no drafts), warm, with n prompts of plen tokens
+    added (new tokens each), stepped to its first step that only decodes."""
+
+    eng = engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)
+    prompts = hybrid._prompts(n, plen, plen, n)
+    eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
+    for p in prompts:
+        eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
+    while eng.step().num_prefills or eng.scheduler.waiting:
+        pass
+    return eng
+
+
 def dtype(device: str) -> str:
     return "bfloat16" if device == "cuda" else "float32"
 

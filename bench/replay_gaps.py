@@ -29,8 +29,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from bench import device_step, mem_models  # noqa: E402
-from bench import hybrid as prompts_of  # noqa: E402
-from engine import SamplingParams  # noqa: E402
 
 FULL = dict(seqs=[256, 64], prompt=512, new=96)
 SMOKE = dict(seqs=[4], prompt=48, new=16)
@@ -92,14 +90,7 @@ def burst(eng: Any, n: int, times: int = 200) -> list[float] | None:
 
 
 def part(path: str, device: str, sizes: dict, n: int) -> dict:
-    plen, new = sizes["prompt"], sizes["new"]
-    eng = device_step.engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)
-    prompts = prompts_of._prompts(n, plen, plen, n)
-    eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
-    for p in prompts:
-        eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
-    while eng.step().num_prefills or eng.scheduler.waiting:  # to the first decode-only step
-        pass
+    eng = device_step.decoding(path, device, n, sizes["prompt"], sizes["new"])
     out: dict[str, Any] = {}
     if device == "cuda":
         clock = ReplayClock()

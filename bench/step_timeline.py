@@ -226,13 +226,7 @@ def decode(path: str, device: str, sizes: dict) -> dict:
     out = {}
     plen, new = sizes["roof_prompt"], sizes["roof_new"]
     for n in sizes["roof_seqs"]:
-        eng = device_step.engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)
-        prompts = prompts_of._prompts(n, plen, plen, n)
-        eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
-        for p in prompts:
-            eng.add_request(p, SamplingParams(max_tokens=new, ignore_eos=True))
-        while eng.step().num_prefills or eng.scheduler.waiting:  # to the first decode-only step
-            pass
+        eng = device_step.decoding(path, device, n, plen, new)
         busy = device_busy(eng, device, 10)
         rows = timed_steps(eng, device, lambda r, n=n: r.num_decodes == n and not r.num_prefills,
                            until=sizes["profile_steps"] + 2)
