@@ -94,7 +94,6 @@ def engine(path: str, device: str, k: int, seqs: int, blocks: int, **kw) -> LLME
 def decoding(path: str, device: str, n: int, plen: int, new: int) -> LLMEngine:
     """The roofline's engine of n sequences (no drafts), warm, with n prompts of plen tokens
     added (new tokens each), stepped to its first step that only decodes."""
-
     eng = engine(path, device, 0, n, n * -(-(plen + new) // 16) + 64)
     prompts = hybrid._prompts(n, plen, plen, n)
     eng.generate(prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))
