@@ -188,26 +188,6 @@ class BlockPool:
         self._log.append(block_id)
         return True
 
-    def register_rows(self, tables: list[list[int | None]], start: int, hashes: list[int]
-                      ) -> list[tuple[int, int, int]]:
-        """`register_hash` for each of `hashes` in turn, in every table: hashes[i] names block
-        tables[g][start + i] of each group g (a prompt's newly full blocks, a block in each KV
-        cache group). One operation, the same as those calls one by one; returns (i, block id,
-        hash) of each block registered, in that order."""
-        blocks, by_hash = self.blocks, self.hash_to_block
-        done: list[tuple[int, int, int]] = []
-        for i, block_hash in enumerate(hashes):
-            for table in tables:
-                block_id = table[start + i]
-                block = blocks[block_id]
-                key = (block.group, block_hash)
-                if key not in by_hash:
-                    block.block_hash = block_hash
-                    by_hash[key] = block_id
-                    done.append((i, block_id, block_hash))
-        self._log += [block_id for _, block_id, _ in done]
-        return done
-
     def register_many(self, block_ids: list[int], hashes: list[int]) -> None:
         """`register_hash` for each block with its hash, as one operation (a prefix's hundreds
         of blocks loaded from the tier)."""

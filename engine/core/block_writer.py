@@ -100,19 +100,15 @@ class BlockWriter:
         ids, evicted = self.pool.allocate_many(sid, groups)
         if evicted:
             tier, step, copies = self.tier, self.step, self.copies
-            self.evictions += len(evicted)
-            # hundreds a step when a long prompt evicts: each record straight from its fields'
-            # tuple (a NamedTuple's own __new__ costs a Python call)
-            if not tier.num_blocks:  # no CPU tier: nothing to store, only the records
-                events += [_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None))
-                           for block_id, _, _ in evicted]
-                return ids
             if self.stores:  # a computed block's store still waiting reads it before its reuse
                 self._store_now({block_id for block_id, _, _ in evicted})
             pinned = tier.pinned(step)
+            self.evictions += len(evicted)
             slots = tier.store_many([(h, tokens) for _, h, tokens in evicted], pinned)
             if self.stores:  # a slot handed on now lost the entry a waiting store was for
                 self._forget_stores(slots)
+            # hundreds a step when a long prompt evicts: each record straight from its fields'
+            # tuple (a NamedTuple's own __new__ costs a Python call)
             for (block_id, evicted_hash, _), slot in zip(evicted, slots, strict=True):
                 events.append(_new(Event, ("evict", step, sid, (block_id,), (), None, (), "", None)))
                 if slot is not None:  # its K/V go to the CPU tier before anything overwrites them
@@ -241,22 +237,20 @@ class BlockWriter:
                   events: list[Event]) -> None:
         """Logical blocks `index`, `index + 1`, ... just filled with `chunks`: hash each in turn
         (the chain's next links) in every group."""
-        hashes, hash_fn = seq.block_hashes, self.hash_fn
+        hashes, tables, sid, step = seq.block_hashes, seq.block_tables, seq.seq_id, self.step
         parent = hashes[-1] if hashes else None
-        new = []
-        for chunk in chunks:  # the chain's next links
+        register, hash_fn = self.pool.register_hash, self.hash_fn
+        stored = []  # (block, hash, tokens) newly cached: to the tier too, if it stores computed
+        for j, chunk in enumerate(chunks, index):
             parent = hash_fn(parent, chunk)
-            new.append(parent)
-        hashes += new
-        # a block in each group: a hybrid's prompt registers twice
-        registered = self.pool.register_rows(seq.block_tables, index, new)
-        sid, step = seq.seq_id, self.step
-        # the records straight from their fields' tuples (a NamedTuple's __new__ is a call)
-        events += [_new(Event, ("cache", step, sid, (block_id,), (), None,
-                                _new(Cached, (block_hash & 0xFFFF,)), "", None))
-                   for _, block_id, block_hash in registered]
-        if self.store_computed and registered and self.tier.num_blocks:
-            self._store_computed(sid, [(b, h, chunks[i]) for i, b, h in registered], events)
+            hashes.append(parent)
+            for table in tables:  # a block in each group: a hybrid's prompt registers twice
+                if register(table[j], parent):  # the records from their fields' tuples, as above
+                    events.append(_new(Event, ("cache", step, sid, (table[j],), (), None,
+                                               _new(Cached, (parent & 0xFFFF,)), "", None)))
+                    stored.append((table[j], parent, chunk))
+        if self.store_computed and stored and self.tier.num_blocks:
+            self._store_computed(sid, stored, events)
 
     def _store_computed(self, sid: int, blocks: list[tuple[int, int, list[int]]],
                         events: list[Event]) -> None:
