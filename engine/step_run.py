@@ -45,11 +45,8 @@ def _forward(sched: ScheduledStep, events: list[Event], step: int, runtime: Mode
     """`execute`'s copies and forward pass."""
     drafts = sched.drafts  # a drafting sequence computes its pending token and its draft
     work = [(p.seq, p.start, 1) for p in sched.prefills]
-    if drafts:
-        work += [(s, len(s.token_ids) - 1 - k, 1 + k) for s in sched.decodes
-                 for k in (drafts.get(s.seq_id, 0),)]
-    else:  # most steps: every sequence computes its one pending token
-        work += [(s, len(s.token_ids) - 1, 1) for s in sched.decodes]
+    work += [(s, len(s.token_ids) - 1 - k, 1 + k) for s in sched.decodes
+             for k in (drafts.get(s.seq_id, 0),)]
     for p in sched.prefills:
         events.append(_prefill_event(p, step))
     if sched.decodes:
