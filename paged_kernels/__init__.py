@@ -11,8 +11,6 @@ share the signatures documented in `paged_kernels.reference`:
     normed, residual = ops.add_rms_norm(x, residual, weight, eps)    # the lean decoder's
     q = ops.rope_write_kv(qkv, cos_sin, positions, k_cache, v_cache, slots, hq, hkv)  # fused
     act = ops.silu_and_mul(gate_up)                                  # layer ops
-    qkv, residual = ops.norm_linear(x, residual, norm_w, eps, w_qkv, bias)  # a norm folded
-    act, residual = ops.norm_silu_mlp(x, residual, norm_w, eps, w_gate_up)  # into the matmul
 
 Triton is imported only when a Triton backend is requested, so `import paged_kernels` works on
 machines without triton (macOS, Windows) and the CPU path never pays for it.
@@ -42,8 +40,6 @@ class KernelOps:
     add_rms_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     rope_write_kv: Callable[..., torch.Tensor]
     silu_and_mul: Callable[..., torch.Tensor]
-    norm_linear: Callable[..., tuple[torch.Tensor, torch.Tensor]]
-    norm_silu_mlp: Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
 def triton_available() -> bool:
@@ -68,17 +64,15 @@ def _reference_ops() -> KernelOps:
     return KernelOps("reference", torch_attention.paged_attention, reference.write_kv,
                      reference.copy_blocks, reference.swap_blocks,
                      layer_reference.add_rms_norm, layer_reference.rope_write_kv,
-                     layer_reference.silu_and_mul, layer_reference.norm_linear,
-                     layer_reference.norm_silu_mlp)
+                     layer_reference.silu_and_mul)
 
 
 def _triton_ops() -> KernelOps:
-    from . import cache_ops, layer_ops, norm_linear, paged_attention
+    from . import cache_ops, layer_ops, paged_attention
 
     return KernelOps("triton", paged_attention.paged_attention, cache_ops.write_kv,
                      cache_ops.copy_blocks, cache_ops.swap_blocks,
-                     layer_ops.add_rms_norm, layer_ops.rope_write_kv, layer_ops.silu_and_mul,
-                     norm_linear.norm_linear, norm_linear.norm_silu_mlp)
+                     layer_ops.add_rms_norm, layer_ops.rope_write_kv, layer_ops.silu_and_mul)
 
 
 def get_kernel_ops(device: torch.device | str, backend: str = "auto") -> KernelOps:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["add_rms_norm", "rope_write_kv", "silu_and_mul", "norm_linear", "norm_silu_mlp"]
+__all__ = ["add_rms_norm", "rope_write_kv", "silu_and_mul"]
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
@@ -57,19 +57,3 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up for a fused `[T, 2 I]` gate/up projection, as `LlamaMLP` rounds it."""
     i = gate_up.shape[-1] // 2
     return torch.nn.functional.silu(gate_up[:, :i]) * gate_up[:, i:]
-
-
-def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                eps: float, weight: torch.Tensor, bias: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(linear(add_rms_norm's output, weight, bias), x + residual): a norm and the projection
-    after it, which `norm_linear.py` runs as one kernel."""
-    normed, summed = add_rms_norm(x, residual, norm_weight, eps)
-    return torch.nn.functional.linear(normed, weight, bias), summed
-
-
-def norm_silu_mlp(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                  eps: float, gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(silu_and_mul of the fused gate/up projection of add_rms_norm's output, x + residual)."""
-    normed, summed = add_rms_norm(x, residual, norm_weight, eps)
-    return silu_and_mul(torch.nn.functional.linear(normed, gate_up_weight)), summed

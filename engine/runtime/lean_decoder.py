@@ -8,9 +8,6 @@ per layer, in the order the modules do it:
     add_rms_norm -> qkv matmul -> rope_write_kv -> paged attention -> o_proj
     add_rms_norm -> gate_up matmul -> silu_and_mul -> down_proj
 
-and, for a decode batch on one GPU, in six: each norm folded into the matmul after it, and
-SiLU * up into gate/up's (paged_kernels/norm_linear.py: `ops.norm_linear`, `ops.norm_silu_mlp`).
-
 Two of those are one matmul where the modules have several: at load time `fuse_projections`
 re-lays each layer's q/k/v weights into one tensor, and gate/up into another, and points the
 modules' own parameters at row slices of them. The values do not change, no memory is added,
@@ -148,25 +145,17 @@ def lean_forward(w: LeanWeights, meta: PagedMetadata, input_ids: torch.Tensor,
     h = F.embedding(input_ids, w.embed)
     residual = None
     for i, layer in enumerate(w.layers):
-        if w.reduce is None:  # one GPU: the norm is folded into the projection after it
-            qkv, residual = ops.norm_linear(h, residual, layer.input_norm, w.eps,
-                                            layer.qkv_weight, layer.qkv_bias)
-        else:  # h is this rank's part of the last down_proj: summed here
-            x, residual = _sum_add_norm(w, ops, h, residual, layer.input_norm, partial=i > 0)
-            qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
+        # under tensor parallelism h is this rank's part of the last down_proj: summed here
+        x, residual = _sum_add_norm(w, ops, h, residual, layer.input_norm, partial=i > 0)
+        qkv = F.linear(x, layer.qkv_weight, layer.qkv_bias)
         k_cache, v_cache, slots, group = layer_cache(meta, i)
         if meta.layer_waits is not None and meta.layer_waits[i] is not None:
             torch.cuda.current_stream().wait_event(meta.layer_waits[i])  # captured: a wait node
         q = ops.rope_write_kv(qkv, w.cos_sin, positions, k_cache, v_cache, slots, hq, hkv)
         attn = attend(meta, group, q, k_cache, v_cache, w.scale)
         h = F.linear(attn.flatten(1), layer.o_weight, layer.o_bias)
-        if w.reduce is None:
-            act, residual = ops.norm_silu_mlp(h, residual, layer.post_norm, w.eps,
-                                              layer.gate_up_weight)
-        else:
-            x, residual = _sum_add_norm(w, ops, h, residual, layer.post_norm, partial=True)
-            act = ops.silu_and_mul(F.linear(x, layer.gate_up_weight))
-        h = F.linear(act, layer.down_weight)
+        x, residual = _sum_add_norm(w, ops, h, residual, layer.post_norm, partial=True)
+        h = F.linear(ops.silu_and_mul(F.linear(x, layer.gate_up_weight)), layer.down_weight)
     if last_rows is not None:  # the LM head only where a next token is wanted (and its sum)
         h, residual = h[last_rows], residual[last_rows]
     x, _ = _sum_add_norm(w, ops, h, residual, w.final_norm, partial=bool(w.layers))
