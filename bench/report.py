@@ -23,9 +23,8 @@ import report_turns  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
 BEGIN, END = "<!-- bench/report.py: begin -->", "<!-- bench/report.py: end -->"
-MEM = "mem_h100_run56.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run
-MEM_ALSO = ("run 52 (H200)", "mem_h200_run52.json")  # the latest full H200 run
-MEM_TIER = "mem_h100_run58_tier.json"  # the tier part again, its copies timed on the device
+MEM = "mem_h100_run73.json"  # bench/mem_gpu.py's mem_gpu.json of the latest full H100 run
+MEM_ALSO = ("run 56 (H100)", "mem_h100_run56.json")  # the full H100 run before it, older code
 
 
 def load(name: str) -> dict:
@@ -360,51 +359,19 @@ def table() -> str:
         mem = load(MEM)
         lines += ["", "Memory mechanisms that pay on the GPU (issue 44): drafts that cost nothing when "
                   "they fail, the hybrid cache, the CPU tier beside other requests, the 1.2B step "
-                  f"against its roofline. From `bench/results/{MEM}` (run 56: {mem['device']}, "
+                  f"against its roofline. From `bench/results/{MEM}` (run 73: {mem['device']}, "
                   f"torch {mem['torch']}, bf16, random weights, both sides warm; `bench/mem_gpu.py` "
                   "with the tier's engines storing blocks once computed, `tier_store=\"computed\"`)"
                   "; its hybrid and rejects rows are read by turns, each the median of its rounds' "
                   "own ratios." + report_turns.host_speed_at_parts(mem)
-                  + report_turns.copies_on_device(MEM_TIER) + report_turns.run_59()
-                  + report_turns.runs_63_64() + report_turns.runs_66_69()
-                  + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), "
-                  "before the tier stored computed blocks, on a chip whose memory is ~1.4x "
-                  "faster, so its roofline rows are against a lower roofline."
-                  + report_turns.host_speed_at_parts(load(MEM_ALSO[1])) + " Rows bound by the "
-                  "host move by a third or more from one engine to the next, the same code on one "
-                  "machine (`ab_trees_h100.json`, `ab_threads_h200.json`: versions by turns): "
-                  "bench/NOTES.md reads them." + _step_256_elsewhere(), "",
+                  + f" Beside it, {MEM_ALSO[0]} (`{MEM_ALSO[1]}`), the same bench on older code "
+                  "(before runs 57-72's changes)." + report_turns.host_speed_at_parts(load(MEM_ALSO[1]))
+                  + report_turns.graph_mid_run() + " Rows bound by the host move by a third or "
+                  "more from one engine to the next, the same code on one machine, by the host's "
+                  "draw of speed: bench/NOTES.md reads the runs between, by turns."
+                  + report_turns.kernel_bound(mem), "",
                   mem_table.table(mem, (MEM_ALSO[0], load(MEM_ALSO[1])))]
     return "\n".join(lines)
-
-
-def _step_256_elsewhere() -> str:
-    """The 1.2B step at 256 sequences: two-valued between processes on an H200 (runs 17-18)."""
-    names = ("roof_probe_after_h200.json", "roof_teardown_cupti_h200.json",
-             "host_speed_run18_h200.json")
-    if not all(os.path.exists(os.path.join(RESULTS, n)) for n in names):
-        return ""
-    fast, slow, speed = (load(n) for n in names)
-    engines = [e for run in speed["default"] for e in run["engines"]] + \
-        [e for run in speed["omp_num_threads_1_summary"] for e in run["engines"]]
-    quick = [e for e in engines if e["step_ms"] < 3.5]  # the step's two values: 2.8-3.2, 3.9-4.7
-    slow_e = [e for e in engines if e["step_ms"] >= 3.5]
-
-    def span(rows: list, key: str) -> str:
-        return f"{min(r[key] for r in rows):.2f}-{max(r[key] for r in rows):.2f}"
-
-    return (f" The 256-sequence step is two-valued on that machine, with the same code: "
-            f"{fast['roofline']['256']['async_step_ms']:.2f} ms in one process and "
-            f"{slow['roofline']['256']['async_step_ms']:.2f} ms in the next "
-            f"(`roof_probe_after_h200.json`, `roof_teardown_cupti_h200.json`). "
-            f"`bench/host_speed.py` times a fixed Python loop just before each engine's steps: "
-            f"{len(quick)} engines of {len(engines)} stepped in {span(quick, 'step_ms')} ms with "
-            f"the loop at {span(quick, 'python_ms')} ms, the other {len(slow_e)} in "
-            f"{span(slow_e, 'step_ms')} ms with the loop at {span(slow_e, 'python_ms')} ms "
-            "(`host_speed_run18_h200.json`): the engine's host runs at one of two speeds, with no "
-            "other thread busy." + report_turns.run_19() + report_turns.run_22()
-            + report_turns.run_23() + report_turns.run_24() + report_turns.run_26()
-            + report_turns.run_27_28() + report_turns.run_49())
 
 
 def main() -> None:
