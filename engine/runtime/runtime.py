@@ -199,15 +199,15 @@ class Runtime:
         return self.cache.read_block(layer, block_id)
 
 
+_TOKEN_IDS, _NUM_LOGITS = attrgetter("token_ids"), attrgetter("num_logits")
+
+
 def _kind(batch: list[StepItem]) -> str | None:
     """"decode" (one token a sequence), "verify" (a sequence verifies a draft) or None. At C
     speed: a drafting engine asks it every step, of every sequence."""
     if max(map(len, map(_TOKEN_IDS, batch)), default=1) == 1:
         return "decode"
     return "verify" if max(map(_NUM_LOGITS, batch), default=1) > 1 else None
-
-
-_TOKEN_IDS, _NUM_LOGITS = attrgetter("token_ids"), attrgetter("num_logits")
 
 
 def _should_warm_up(loaded: Any) -> bool:
