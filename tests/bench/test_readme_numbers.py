@@ -28,3 +28,27 @@ def test_every_serving_target_of_the_suite_is_in_the_table():
                    "roofline at 64 and 256", "8,000-token", "first batch after start",
                    "CPU: dry step", "CPU: sampled step"):
         assert target in text, target
+
+
+def test_the_bound_of_the_rows_left_counts_only_matmuls_and_attention():
+    """The README's bound sums the attention's and cuBLAS's kernels of a profile, nothing else."""
+    spec = importlib.util.spec_from_file_location("report_turns", ROOT / "bench" / "report_turns.py")
+    turns = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(turns)
+
+    def step(attention: float, gemm: float) -> list[dict]:
+        return [{"all_kernels_ms": 9.0, "launches": 99}, {"kernel": "_paged_attn_kernel", "ms": attention},
+                {"kernel": "nvjet_sm90_tst_64x8", "ms": gemm}, {"kernel": "_add_rms_norm_kernel", "ms": 5.0},
+                {"kernel": "void cublasLt::splitKreduce_kernel<32>", "ms": 0.1}]
+
+    def model(attention: float) -> dict:
+        return {"kernels": step(attention, 1.0), "prefill_profile": {"top": [
+            {"name": k["kernel"], "ms": 2 * k["ms"]} for k in step(attention, 1.0)[1:]]}}
+
+    run = {"roofline": {"64": {"roofline_ms": 1.1, "kernels": step(0.5, 0.6)},
+                        "256": {"roofline_ms": 2.0, "kernels": step(1.5, 1.0)}},
+           "hybrid": {"4096": {"hybrid": model(0.4), "full": model(0.9)}}}
+    said = turns.matmuls_and_attention(run)
+    assert "1.09x its roofline at 64 sequences and 1.30x at 256" in said, said
+    assert "decode step 1.33x as fast as the full model's, its prefill 1.33x" in said, said
+    assert turns.matmuls_and_attention({"roofline": {}}) == ""
