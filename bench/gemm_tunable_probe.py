@@ -100,7 +100,6 @@ def probe_one(name: str, rows: int, out_f: int, in_f: int) -> dict:
 def main(path: str) -> None:
     tunable = torch.cuda.tunable
     tunable.set_filename(os.path.join(tempfile.mkdtemp(), "tunableop_results%d.csv"))
-    tunable.write_file_on_exit(False)
     tunable.set_max_tuning_duration(200)  # ms a shape: every candidate gets its reps
     tunable.set_rotating_buffer_size(256)  # MB: candidates timed on cold inputs, as in a step
     rows_out = []

@@ -114,4 +114,17 @@ def matmuls_and_attention(run: dict) -> str:
             f"4,096 tokens the hybrid's decode step {decode:.2f}x as fast as the full model's, "
             f"its prefill {prefill:.2f}x: the rows left need matmuls faster than cuBLAS's at these "
             "sizes (and, for the roofline, an attention nearer the memory's speed) with next to "
-            "nothing else in a step.")
+            "nothing else in a step." + _tunable())
+
+
+def _tunable() -> str:
+    """Run 74: TunableOp, the library's own search, on the decode projections."""
+    probe = _load("gemm_tunable_probe_run74.json")
+    if probe is None:
+        return ""
+    ratios = [r["tuned_over_default"] for r in probe["rows"]]
+    chosen = {c.rsplit("-> ", 1)[-1] for r in probe["rows"] for c in r["chosen"]}
+    return (f" PyTorch's TunableOp (run 74, `gemm_tunable_probe_run74.json`) chose "
+            f"{' / '.join(f'`{c}`' for c in sorted(chosen))} (the plain cuBLAS call) for every "
+            f"projection, {min(ratios):.3f}-{max(ratios):.3f}x its time: on torch {probe['torch']} "
+            "it has no other algorithm to try (`gemm_tunable_candidates_run74.log`).")
