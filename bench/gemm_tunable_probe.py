@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 
-import torch
-import torch.nn.functional as F
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from bench.kernel_probe import graph_runner, seconds_per_call  # noqa: E402
 
 SHAPES = (  # (model, rows, hidden, qkv features, MLP features, vocabulary)
     ("SmolLM2 x 32", 32, 576, 960, 1536, 49152),
@@ -38,31 +42,8 @@ def projections(hidden: int, qkv: int, mlp: int, vocab: int) -> list[tuple[str, 
 
 def time_in_graph(fn, reps: int = 20) -> tuple[float, bool]:
     """Microseconds of one fn(i) (i rotates the weights), and whether a CUDA graph held them."""
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    graph, captured = torch.cuda.CUDAGraph(), True
-    try:
-        with torch.cuda.graph(graph):
-            for i in range(reps):
-                fn(i)
-        run = graph.replay
-    except Exception:  # noqa: BLE001 - not capturable: launches back to back, flagged
-        captured = False
-
-        def run() -> None:
-            for i in range(reps):
-                fn(i)
-    run()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return round(statistics.median(times), 2), captured
+    run, captured = graph_runner(fn, reps)
+    return round(1e6 * seconds_per_call(run, reps), 2), captured
 
 
 def tuned_ops(signature_part: str) -> list[str]:
@@ -98,6 +79,8 @@ def probe_one(name: str, rows: int, out_f: int, in_f: int) -> dict:
 
 
 def main(path: str) -> None:
+    if not torch.cuda.is_available():
+        sys.exit("bench/gemm_tunable_probe.py times cuBLAS: it needs a CUDA GPU")
     tunable = torch.cuda.tunable
     tunable.set_filename(os.path.join(tempfile.mkdtemp(), "tunableop_results%d.csv"))
     tunable.set_max_tuning_duration(200)  # ms a shape: every candidate gets its reps

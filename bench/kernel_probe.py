@@ -33,13 +33,9 @@ SWEEP = [None, (64, 4, 2, 1), (64, 4, 3, 1), (128, 4, 2, 1), (128, 8, 2, 1), (32
          (64, 4, 2, 2), (128, 4, 3, 2), (64, 2, 3, 1), (64, 4, 4, 1), (64, 4, 2, 4)]
 
 
-def _time(fn: Callable[[int], None], reps: int = 20) -> float:
-    """Seconds of one fn(i) on the GPU: `reps` calls (i rotating the inputs) captured in one CUDA
-    graph, median of 5 replays / reps. A graph, because the engine's decode steps are graphs, and
-    an eager launch timed alone between two events measures mostly its host launch (a Triton
-    launch from Python costs tens of µs, more than the kernels here): the first probe said 83 µs
-    for an add_rms_norm that the step's profile shows at 2 µs. Falls back to eager, back to back,
-    where capture fails."""
+def graph_runner(fn: Callable[[int], None], reps: int = 20) -> tuple[Callable[[], None], bool]:
+    """fn(0 .. reps - 1) captured in one CUDA graph after a warm-up, and whether the capture held:
+    where it fails, the calls are made eagerly, back to back."""
     for i in range(3):
         fn(i)
     torch.cuda.synchronize()
@@ -48,11 +44,16 @@ def _time(fn: Callable[[int], None], reps: int = 20) -> float:
         with torch.cuda.graph(graph):
             for i in range(reps):
                 fn(i)
-        run = graph.replay
+        return graph.replay, True
     except Exception:  # noqa: BLE001 - not capturable: time eager launches back to back
         def run() -> None:
             for i in range(reps):
                 fn(i)
+        return run, False
+
+
+def seconds_per_call(run: Callable[[], None], reps: int) -> float:
+    """One run() of `reps` calls timed between events, median of 5 after a first, per call."""
     run()
     times = []
     for _ in range(5):
@@ -63,6 +64,16 @@ def _time(fn: Callable[[int], None], reps: int = 20) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / reps)
     return statistics.median(times)
+
+
+def _time(fn: Callable[[int], None], reps: int = 20) -> float:
+    """Seconds of one fn(i) on the GPU: `reps` calls (i rotating the inputs) captured in one CUDA
+    graph, median of 5 replays / reps. A graph, because the engine's decode steps are graphs, and
+    an eager launch timed alone between two events measures mostly its host launch (a Triton
+    launch from Python costs tens of µs, more than the kernels here): the first probe said 83 µs
+    for an add_rms_norm that the step's profile shows at 2 µs. Falls back to eager, back to back,
+    where capture fails."""
+    return seconds_per_call(graph_runner(fn, reps)[0], reps)
 
 
 def _attention_inputs(n: int, context: int, copies: int = 2) -> dict:
