@@ -6,8 +6,9 @@ these matmuls (bench/report_turns.matmuls_and_attention), so this is the library
 
 Each projection of a decode step is timed inside a CUDA graph, weights rotated among copies
 larger than the L2 cache (as the engine's layers are read), first as the engine calls it, then
-with TunableOp tuned for that shape. The implementations TunableOp found and the one it chose are
-recorded, and the tuned output is compared with the default's.
+with TunableOp tuned for that shape. The implementation it chose is recorded (with
+PYTORCH_TUNABLEOP_VERBOSE=3 it prints every candidate it timed), and the tuned output is compared
+with the default's.
 
     python bench/gemm_tunable_probe.py "$OUT/gemm_tunable_probe.json"      # a GPU
 """
