@@ -25,20 +25,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.kernel_probe import graph_runner, seconds_per_call  # noqa: E402
+from bench.kernel_probe import graph_runner, projections, rotated_weights, seconds_per_call  # noqa: E402
 
 SHAPES = (  # (model, rows, hidden, qkv features, MLP features, vocabulary)
     ("SmolLM2 x 32", 32, 576, 960, 1536, 49152),
     ("1.2B x 64", 64, 2048, 3072, 8192, 49152),
     ("1.2B x 256", 256, 2048, 3072, 8192, 49152),
 )
-L2_BYTES = 64 << 20  # past the H100's 50 MB L2, as a step's weights are
-
-
-def projections(hidden: int, qkv: int, mlp: int, vocab: int) -> list[tuple[str, int, int]]:
-    """(name, out features, in features) of one decode step's matmuls."""
-    return [("qkv", qkv, hidden), ("o_proj", hidden, hidden), ("gate_up", 2 * mlp, hidden),
-            ("down", hidden, mlp), ("lm_head", vocab, hidden)]
 
 
 def time_in_graph(fn, reps: int = 20) -> tuple[float, bool]:
@@ -55,8 +48,8 @@ def tuned_ops(signature_part: str) -> list[str]:
 
 def probe_one(name: str, rows: int, out_f: int, in_f: int) -> dict:
     x = torch.randn(rows, in_f, device="cuda", dtype=torch.bfloat16)
-    copies = max(2, L2_BYTES // (out_f * in_f * 2) + 1)
-    ws = [torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    ws = rotated_weights(out_f, in_f)
+    copies = len(ws)
     want = F.linear(x, ws[0]).float()
     default_us, default_graph = time_in_graph(lambda i: F.linear(x, ws[i % copies]))
     tunable = torch.cuda.tunable

@@ -115,13 +115,26 @@ def attention(n: int, context: int, config: tuple | None = None, once: bool = Fa
         pa.CONFIG_OVERRIDE = None
 
 
+def projections(hidden: int, qkv: int, mlp: int, vocab: int) -> list[tuple[str, int, int]]:
+    """(name, out features, in features) of a decode step's matmuls, in the order a layer runs
+    them, then the LM head."""
+    return [("qkv", qkv, hidden), ("o_proj", hidden, hidden), ("gate_up", 2 * mlp, hidden),
+            ("down", hidden, mlp), ("lm_head", vocab, hidden)]
+
+
+def rotated_weights(out_f: int, in_f: int) -> list[torch.Tensor]:
+    """Copies of a [out_f, in_f] bfloat16 weight, together past the 50 MB L2: a probe that
+    rotates among them reads memory, as a step reads its layers, not the cache."""
+    copies = max(2, (64 << 20) // (out_f * in_f * 2) + 1)
+    return [torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+
+
 def _linear(n: int, out_f: int, in_f: int, once: bool) -> float:
-    copies = max(2, (64 << 20) // (out_f * in_f * 2) + 1)  # together past the 50 MB L2
-    ws = [torch.randn(out_f, in_f, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    ws = rotated_weights(out_f, in_f)
     x = torch.randn(n, in_f, device="cuda", dtype=torch.bfloat16)
 
     def run(i: int) -> None:
-        torch.nn.functional.linear(x, ws[i % copies])
+        torch.nn.functional.linear(x, ws[i % len(ws)])
 
     if once:
         run(0)
@@ -137,9 +150,7 @@ def layer_kernels(n: int, context: int, once: bool = False) -> list[dict]:
     kv = n * context * KV_HEADS * DIM * 2 * 2
     rows.append({"kernel": "paged attention (+ merge)", "s": attention(n, context, once=once),
                  "bytes": kv})
-    for name, (o, i) in {"qkv": ((HEADS + 2 * KV_HEADS) * DIM, HIDDEN), "o_proj": (HIDDEN, HIDDEN),
-                         "gate_up": (2 * MLP, HIDDEN), "down": (HIDDEN, MLP),
-                         "lm_head": (VOCAB, HIDDEN)}.items():
+    for name, o, i in projections(HIDDEN, (HEADS + 2 * KV_HEADS) * DIM, MLP, VOCAB):
         rows.append({"kernel": name, "s": _linear(n, o, i, once), "bytes": o * i * 2 + n * (o + i) * 2})
     x = torch.randn(n, HIDDEN, device="cuda", dtype=torch.bfloat16)
     w = torch.ones(HIDDEN, device="cuda", dtype=torch.bfloat16)

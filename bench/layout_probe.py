@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from bench.kernel_probe import _time  # noqa: E402
+from bench.kernel_probe import _time, rotated_weights  # noqa: E402
 
 DIM = 64
 SHAPES = (  # (name, sequences, context, q heads, kv heads)
@@ -105,8 +105,8 @@ LINEARS = tuple((f"{model} {proj} x {m}", m, o, i)
 
 
 def _gemm(name: str, m: int, o: int, i: int) -> dict:
-    copies = max(2, (64 << 20) // (o * i * 2) + 1)  # together past the 50 MB L2
-    ws = [torch.randn(o, i, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    ws = rotated_weights(o, i)
+    copies = len(ws)
     wts = [w.t().contiguous() for w in ws]
     x = torch.randn(m, i, device="cuda", dtype=torch.bfloat16)
 
