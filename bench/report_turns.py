@@ -64,8 +64,7 @@ def kernel_bound(run: dict) -> str:
     if layout is None or fused is None or not roof or not roof.get("kernels"):
         return ""
     kernels = roof["kernels"]
-    attention = sum(k["ms"] for k in kernels[1:] if k["kernel"] == "_paged_attn_kernel")
-    gemms = sum(k["ms"] for k in kernels[1:] if "nvjet" in k["kernel"] or "splitK" in k["kernel"])
+    attention, gemms = _attention_ms(kernels[1:]), _cublas_ms(kernels[1:])
     heur = {(r["shape"], r["layout"]): r["us"] for r in layout["rows"]
             if r.get("config") == "heuristic" and r.get("block_size") == 16}
     gains = [100 * (1 - heur[(shape, "HND")] / heur[(shape, "NHD")])
@@ -89,10 +88,20 @@ def kernel_bound(run: dict) -> str:
             f"{pair('1.2B x 64', 'norm + qkv')} at the 1.2B's).") + matmuls_and_attention(run)
 
 
+def _attention_ms(kernels: list[dict]) -> float:
+    """The paged attention's time in a profile's kernel list."""
+    return sum(k["ms"] for k in kernels if k.get("kernel") == "_paged_attn_kernel")
+
+
+def _cublas_ms(kernels: list[dict]) -> float:
+    """cuBLAS's kernels' time (the matmuls, the LM head's, split-K's reduce)."""
+    return sum(k["ms"] for k in kernels
+               if "nvjet" in k.get("kernel", "") or "splitK" in k.get("kernel", ""))
+
+
 def _big_kernels_ms(kernels: list[dict]) -> float:
-    """The attention's and cuBLAS's kernels (the matmuls, the LM head's, split-K's reduce)."""
-    return sum(k["ms"] for k in kernels if k.get("kernel") == "_paged_attn_kernel"
-               or "nvjet" in k.get("kernel", "") or "splitK" in k.get("kernel", ""))
+    """The attention's and cuBLAS's kernels together."""
+    return _attention_ms(kernels) + _cublas_ms(kernels)
 
 
 def matmuls_and_attention(run: dict) -> str:
