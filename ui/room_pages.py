@@ -50,6 +50,14 @@ def _code_from_link(request: gr.Request) -> str:
     return dict(request.query_params).get("code", "") if request else ""
 
 
+def _student_code(typed: Any, request: gr.Request | None) -> str:
+    """The room code in the box, else the link's: the box is filled by the page's load, and a
+    phone on a busy server could send before that arrived (refused: "no open room has the code
+    ''"), or poll its answer then and stop (the student never saw it)."""
+    typed = typed.strip() if isinstance(typed, str) else ""
+    return typed or _code_from_link(request)
+
+
 def _joined(code: str, request: gr.Request | None) -> tuple[str, str, str]:
     """The room's code, the student link and its QR code, for the projector; and, apart (the
     projector view hides it), the teacher's note when phones cannot reach the link."""
@@ -236,14 +244,14 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
 
     @room_errors
     def on_send(c, n, p, ids, request: gr.Request):
-        room = registry.get(c)
+        room = registry.get(_student_code(c, request))
         rid = room.submit(student_key(request), p, n)
         ids = [*ids, rid]
         return ids, student_html(room.view, ids, False), gr.Timer(active=True), ""
 
-    def on_tick(c, ids):
+    def on_tick(c, ids, request: gr.Request):
         try:
-            room = registry.get(c)
+            room = registry.get(_student_code(c, request))
         except RoomError as err:
             return f"<p>{html.escape(str(err))}</p>", gr.Timer(active=False)
         view = room.view
@@ -284,8 +292,8 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
     def key_of(pv, said):  # what the widgets show: redrawn when it changes
         return (None if pv is None else (pv.lesson, pv.page, asked(pv), pv.reveal is not None), said)
 
-    def on_poll(c, mine, last):
-        pv = current(c)
+    def on_poll(c, mine, last, request: gr.Request):
+        pv = current(_student_code(c, request))
         said = mine.get(asked(pv), "")
         before = "" if pv is None or pv.reveal is None else mine.get(f"{pv.lesson}:{pv.reveal.step}", "")
         key = key_of(pv, said)
@@ -297,6 +305,7 @@ def _student_poll(registry: RoomRegistry, code: Any, name: Any) -> None:
 
     @room_errors
     def on_answer(c, n, typed, picked, mine, request: gr.Request):
+        c = _student_code(c, request)
         room = registry.get(c)
         pv = current(c)
         choice = pv is not None and pv.question is not None and pv.question["kind"] == "choice"

@@ -142,6 +142,32 @@ def test_a_classroom_projector_shows_the_picture_large_and_names_as_typed(browse
         student.close()
 
 
+def test_a_phone_that_sends_before_its_code_box_is_filled_joins_the_linked_room(browser, served_app):
+    """The code box is filled by the page's load; on a busy server a student once sent before
+    it arrived and was refused ("no open room has the code ''"). The link's code is the room."""
+    teacher = browser.new_page(viewport={"width": 1280, "height": 720})
+    student = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        code = open_room_page(teacher, served_app)
+        student.goto(served_app + f"room?code={code}")
+        student.wait_for_function("(c) => document.querySelector('#student-code textarea, "
+                                  "#student-code input')?.value === c", arg=code, timeout=120_000)
+        # the box as it is before the load's answer: empty
+        student.locator("#student-code input, #student-code textarea").first.fill("")
+        student.locator("#student-name input, #student-name textarea").first.fill("Early")
+        student.locator("#student-prompt textarea").first.fill("What is a block?")
+        student.click("#student-send")
+        # its request is the room's, and the page follows it to its answer
+        teacher.wait_for_function("() => (document.querySelector('#room-requests-box')?.innerText ?? '')"
+                                  ".includes('Early')", timeout=60_000)
+        student.wait_for_function("() => /#0\\s+done/.test(document.querySelector('#student-mine')"
+                                  "?.innerText ?? '')", timeout=120_000)
+        assert "no open room" not in student.evaluate("() => document.body.innerText")
+    finally:
+        teacher.close()
+        student.close()
+
+
 # the element under the middle of Next is Next: nothing covers it
 NEXT_FREE = """() => { const n = document.querySelector('#lesson-next'); if (!n) return false;
   const r = n.getBoundingClientRect();
