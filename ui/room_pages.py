@@ -75,7 +75,8 @@ def _teacher_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
     # the projector view: the picture at presenter size, the room's link and numbers; the
     # teacher's controls, settings and notes hidden (ui/theme.py), a click away
     projector = gr.Checkbox(label="projector view (hide the teacher's controls)", elem_id="room-projector")
-    projector.change(lambda on: on, [projector], None, queue=False,
+    # the server has nothing to do (its value back, with no output, made Gradio warn each toggle)
+    projector.change(lambda _on: None, [projector], None, queue=False,
                      js="(on) => { document.body.classList.toggle('pl-projector', !!on); return on; }")
     with gr.Accordion("Open a room", open=True, elem_id="room-open-box") as open_box:
         with gr.Row():
