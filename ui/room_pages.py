@@ -248,7 +248,8 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         room = registry.get(_student_code(c, request))
         rid = room.submit(student_key(request), p, n)
         ids = [*ids, rid]
-        return ids, student_html(room.view, ids, False), gr.Timer(active=True), ""
+        # the box shows the room the request went to (the link's, when it was still empty)
+        return ids, student_html(room.view, ids, False), gr.Timer(active=True), "", room.code
 
     def on_tick(c, ids, request: gr.Request):
         try:
@@ -265,7 +266,7 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
 
     # no progress on the outputs: a refused send (an empty prompt) would leave an "Error" badge
     # over the prompt box the student types into; the message box says why
-    send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt],
+    send.click(on_send, [code, name, prompt, mine], [mine, mine_html, timer, prompt, code],
                show_progress="hidden")
     demo.load(_code_from_link, None, [code])
     timer.tick(on_tick, [code, mine], [mine_html, timer], show_progress="hidden")

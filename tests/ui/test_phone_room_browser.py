@@ -165,6 +165,8 @@ def test_a_phone_that_sends_before_its_code_box_is_filled_joins_the_linked_room(
         student.wait_for_function("() => /#0\\s+done/.test(document.querySelector('#student-mine')"
                                   "?.innerText ?? '')", timeout=120_000)
         assert "no open room" not in student.evaluate("() => document.body.innerText")
+        # and the box says which room that was
+        assert student.locator("#student-code input, #student-code textarea").first.input_value() == code
     finally:
         teacher.close()
         student.close()
