@@ -52,8 +52,8 @@ def _code_from_link(request: gr.Request) -> str:
 
 def _student_code(typed: Any, request: gr.Request | None) -> str:
     """The room code in the box, else the link's: the box is filled by the page's load, and a
-    phone on a busy server could send before that arrived (refused: "no open room has the code
-    ''"), or poll its answer then and stop (the student never saw it)."""
+    phone on a busy server could send (refused: "no open room has the code ''") or answer a
+    question before that arrived. A send writes the code it used back into the box."""
     typed = typed.strip() if isinstance(typed, str) else ""
     return typed or _code_from_link(request)
 
@@ -251,9 +251,9 @@ def _student_page(demo: gr.Blocks, registry: RoomRegistry) -> None:
         # the box shows the room the request went to (the link's, when it was still empty)
         return ids, student_html(room.view, ids, False), gr.Timer(active=True), "", room.code
 
-    def on_tick(c, ids, request: gr.Request):
+    def on_tick(c, ids):  # the send that started it filled the box
         try:
-            room = registry.get(_student_code(c, request))
+            room = registry.get(c)
         except RoomError as err:
             return f"<p>{html.escape(str(err))}</p>", gr.Timer(active=False)
         view = room.view
